@@ -1,0 +1,155 @@
+"""The dispatcher daemon: promote due tasks, reap expired leases and dead workers.
+
+Stateless; run as many as you like: every move is one atomic script, so two
+dispatchers never promote the same task twice. It never polls on a fixed interval:
+after each promotion it sleeps on a local timer until the earliest of the next due
+time, the next lease deadline and the moment the oldest worker heartbeat goes
+stale, and a long-lived BLPOP on the queue's wake list cuts the sleep short when a
+new earliest task is scheduled. (Server-side blocking timeouts tick at the server's
+``hz``, 100 ms by default, too coarse for punctuality; the local timer is exact.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from duetime import validation
+from duetime.backoff import Backoff
+from duetime.clock import Clock, ServerClock
+from duetime.errors import ConfigurationError, RedisUnavailableError
+from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.operations import Promotion, QueueOperations
+from duetime.store.runner import RedisSpec
+
+log = logging.getLogger("duetime.dispatcher")
+
+# promote_due passes the batch to ZREM/RPUSH through Lua's unpack(), whose stack is bounded.
+MAX_PROMOTE_BATCH = 5000
+REAP_BATCH = 1000
+
+
+class QueueDispatcher:
+    """The dispatching steps of one queue; ``step`` is one pass, ``run`` loops it."""
+
+    def __init__(self, queue: str, runner: AsyncRunner, settings: Settings, clock: Clock) -> None:
+        self.queue = validation.queue_name(queue)
+        self.runner = runner
+        self.settings = settings
+        self.operations = QueueOperations(QueueKeys(self.queue), clock)
+        self._batch = min(settings.promote_batch, MAX_PROMOTE_BATCH)
+        self._worker_ttl_ms = round(settings.worker_ttl * 1000)
+        self._next_maintenance_ms = 0
+
+    async def step(self) -> float:
+        """Promote, reap and maintain once; returns seconds until work may be due
+        (0 when more is waiting right now)."""
+        run = self.runner.run
+        promotion = await run(self.operations.promote_due(self._batch))
+        now = promotion.now_ms
+        busy = promotion.moved == self._batch
+        if promotion.next_lease_deadline_ms is not None and promotion.next_lease_deadline_ms <= now:
+            reaped = await run(self.operations.reap_expired_leases(REAP_BATCH))
+            if reaped:
+                log.warning("queue %s: %d task(s) re-entered after their lease expired", self.queue, reaped)
+            busy = True
+        if promotion.oldest_heartbeat_ms is not None and promotion.oldest_heartbeat_ms + self._worker_ttl_ms <= now:
+            reaped = await run(self.operations.reap_dead_workers(self._worker_ttl_ms))
+            log.warning("queue %s: reaped silent worker(s); %d task(s) re-entered", self.queue, reaped)
+            busy = True
+        if now >= self._next_maintenance_ms:
+            await self._maintain(now)
+        if busy:
+            return 0.0
+        return self._sleep_seconds(promotion)
+
+    def _sleep_seconds(self, promotion: Promotion) -> float:
+        now = promotion.now_ms
+        wake_at = [self._next_maintenance_ms]
+        if promotion.next_due_ms is not None:
+            wake_at.append(promotion.next_due_ms)
+        if promotion.next_lease_deadline_ms is not None:
+            wake_at.append(promotion.next_lease_deadline_ms)
+        if promotion.oldest_heartbeat_ms is not None:
+            wake_at.append(promotion.oldest_heartbeat_ms + self._worker_ttl_ms)
+        return max(0.0, (min(wake_at) - now) / 1000)
+
+    async def _maintain(self, now: int) -> None:
+        run = self.runner.run
+        orphans = await run(self.operations.sweep_orphan_lists())
+        if orphans:
+            log.warning("queue %s: %d task(s) re-entered from orphan processing lists", self.queue, orphans)
+        purged = await run(
+            self.operations.purge_dead(
+                died_before_ms=now - round(self.settings.dead_ttl * 1000),
+                keep_at_most=self.settings.dead_max,
+            )
+        )
+        if purged:
+            log.info("queue %s: %d dead task(s) past retention purged", self.queue, purged)
+        self._next_maintenance_ms = now + round(self.settings.maintenance_interval * 1000)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        backoff = Backoff()
+        wake: asyncio.Task[bool] | None = None
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            while not stop.is_set():
+                try:
+                    delay = await self.step()
+                    backoff.reset()
+                except RedisUnavailableError as error:
+                    delay = backoff.next()
+                    log.warning("queue %s: %s; retrying in %.2fs", self.queue, error, delay)
+                if delay <= 0:
+                    await asyncio.sleep(0)  # let other queues and the wake task run
+                    continue
+                # The wake BLPOP is never cancelled by the timer: a timed-out local wait
+                # leaves it pending for the next sleep, so no connection is torn down.
+                if wake is None:
+                    wake = asyncio.create_task(self.runner.run(self.operations.wait_wake(self.settings.block_timeout)))
+                await asyncio.wait((wake, stopping), timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                if wake.done():
+                    finished, wake = wake, None
+                    if not finished.cancelled() and finished.exception() is not None:
+                        log.warning("queue %s: wake wait failed: %s", self.queue, finished.exception())
+                        await asyncio.sleep(backoff.next())
+        finally:
+            stopping.cancel()
+            if wake is not None:
+                wake.cancel()
+                await asyncio.gather(wake, return_exceptions=True)
+
+
+class Dispatcher:
+    """Dispatches one or more queues from one process."""
+
+    def __init__(
+        self,
+        queues: Sequence[str],
+        redis: RedisSpec = None,
+        *,
+        settings: Settings = DEFAULT_SETTINGS,
+        clock: Clock | None = None,
+    ) -> None:
+        if not queues:
+            raise ConfigurationError("a dispatcher needs at least one queue")
+        self.queues = [validation.queue_name(q) for q in queues]
+        self.settings = settings
+        self.clock = clock or ServerClock(settings.clock_resync_interval)
+        self._redis = redis
+        self._stop = asyncio.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        runner = AsyncRunner(self._redis, self.settings)
+        try:
+            await asyncio.gather(
+                *(QueueDispatcher(q, runner, self.settings, self.clock).run(self._stop) for q in self.queues)
+            )
+        finally:
+            await runner.close()

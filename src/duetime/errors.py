@@ -1,0 +1,79 @@
+"""Every exception duetime raises, in one hierarchy.
+
+Redis client errors are converted to these at the Redis layer's boundary, so
+callers catch ``duetime.errors.DuetimeError`` and nothing from redis-py.
+"""
+
+from __future__ import annotations
+
+
+class DuetimeError(Exception):
+    """Base class of every duetime error."""
+
+
+class InvalidInputError(DuetimeError, ValueError):
+    """Input refused at the door; nothing was written to Redis."""
+
+
+class InvalidTimestampError(InvalidInputError):
+    """A run-at time that is naive, not finite, negative or of the wrong type."""
+
+
+class InvalidPayloadError(InvalidInputError):
+    """Task data that is empty, too large or cannot be encoded with msgpack."""
+
+
+class InvalidNameError(InvalidInputError):
+    """A queue name, task id, task name or worker id with forbidden characters."""
+
+
+class ConfigurationError(DuetimeError):
+    """Settings or command-line options that cannot work together."""
+
+
+class DecodeError(DuetimeError):
+    """An envelope in Redis that this version cannot read (corrupt, or newer format)."""
+
+
+class TaskNotFoundError(DuetimeError, KeyError):
+    """No live task with this id in the queue."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the argument
+        return str(self.args[0]) if self.args else "task not found"
+
+
+class TaskStateError(DuetimeError):
+    """The operation does not apply to the task in its current state (e.g. it is running)."""
+
+
+class ResultTimeoutError(DuetimeError, TimeoutError):
+    """No result arrived within the wait."""
+
+
+class TaskFailedError(DuetimeError):
+    """The task ended in the dead-letter set; ``error`` holds its last error text."""
+
+    def __init__(self, task_id: str, error: str) -> None:
+        super().__init__(f"task {task_id} failed: {error}")
+        self.task_id = task_id
+        self.error = error
+
+
+class UnknownHandlerError(DuetimeError, LookupError):
+    """A task names a handler that the worker's app does not register."""
+
+
+class RedisUnavailableError(DuetimeError, ConnectionError):
+    """Redis could not be reached or did not answer in time (the URL's password is masked)."""
+
+
+class EmbeddedServerError(DuetimeError):
+    """The embedded Valkey server could not be started or attached to."""
+
+
+class LeaseLostError(DuetimeError):
+    """This attempt's lease expired or was taken over; its outcome is dropped (fencing)."""
+
+
+class RedisCommandError(DuetimeError):
+    """Redis refused a command (wrong key type, ACL denial, script error, ...)."""

@@ -1,0 +1,530 @@
+"""The client API: schedule, cancel, reschedule, inspect and wait for tasks.
+
+``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
+synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
+same by construction. Every input is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Self
+
+from duetime import codec, validation
+from duetime.clock import Clock, ServerClock
+from duetime.codec import Envelope
+from duetime.errors import (
+    DecodeError,
+    InvalidInputError,
+    ResultTimeoutError,
+    TaskFailedError,
+    TaskNotFoundError,
+    TaskStateError,
+)
+from duetime.checker import Violation, check_invariants
+from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.store import AsyncRunner, QueueKeys, SyncRunner
+from duetime.store.operations import Plan, QueueOperations
+from duetime.store.runner import RedisSpec
+
+Timestamp = int | float | datetime
+TaskRef = str | Any  # a task name, or a handler registered with duetime.App
+SCHEDULE_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One task for ``schedule_many``: give ``at`` (epoch seconds or aware datetime)
+    or ``delay`` (seconds from now), not both."""
+
+    data: Any
+    at: Timestamp | None = None
+    delay: float | None = None
+    task: TaskRef | None = None
+    id: str | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    result_ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatus:
+    id: str
+    state: str  # scheduled | ready | running | dead | finished
+    run_at: float | None  # epoch seconds, while scheduled
+    died_at: float | None
+    attempts: int
+    task: str | None
+    data: Any
+    last_error: str | None
+    last_traceback: str | None
+    result: Any
+    succeeded: bool | None  # for a finished task with a stored result
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    scheduled: int
+    ready: int
+    running: int
+    dead: int
+    workers: dict[str, float]  # worker id -> seconds since its last heartbeat
+    next_due: float | None  # epoch seconds of the earliest scheduled task
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadTask:
+    id: str
+    died_at: float
+    task: str | None
+    data: Any
+    error: str
+    traceback: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    id: str
+    at_ms: int | None
+    delay_ms: int
+    envelope: Envelope
+
+
+def new_task_id() -> str:
+    """16 URL-safe random characters (96 bits): short, since every id is stored twice."""
+    return secrets.token_urlsafe(12)
+
+
+def task_name_of(task: TaskRef | None) -> str:
+    if task is None:
+        return ""
+    name = getattr(task, "duetime_name", task)
+    return validation.task_name(name)
+
+
+class QueueCore:
+    """Validation and plans shared by ``Queue`` and ``AsyncQueue``."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        clock: Clock | None,
+        result_ttl: float | None,
+    ) -> None:
+        self.name = validation.queue_name(name)
+        self.settings = settings
+        self.keys = QueueKeys(self.name)
+        self.clock = clock or ServerClock(settings.clock_resync_interval)
+        self.operations = QueueOperations(self.keys, self.clock)
+        self.default_result_ttl = (
+            None if result_ttl is None else validation.positive_seconds(result_ttl, "result_ttl")
+        )
+
+    # --- validation ------------------------------------------------------------------
+
+    def prepare(self, job: Job) -> _Prepared:
+        """Check one job completely; raises InvalidInputError before anything is written."""
+        if (job.at is None) == (job.delay is None):
+            raise InvalidInputError("give exactly one of a run-at time or a delay")
+        at_ms = None if job.at is None else validation.timestamp_ms(job.at)
+        delay_ms = 0
+        if job.delay is not None:
+            if job.delay != 0:
+                delay_ms = round(validation.positive_seconds(job.delay, "delay") * 1000)
+        task_id = new_task_id() if job.id is None else validation.task_id(job.id)
+        max_attempts = self.settings.max_attempts if job.max_attempts is None else job.max_attempts
+        timeout = self.settings.task_timeout if job.timeout is None else job.timeout
+        result_ttl = self.default_result_ttl if job.result_ttl is None else job.result_ttl
+        envelope = Envelope(
+            task=task_name_of(job.task),
+            data=job.data,
+            run_at_ms=at_ms or 0,  # filled in with now + delay by the plan
+            max_attempts=validation.attempts(max_attempts),
+            timeout_ms=round(validation.positive_seconds(timeout, "timeout") * 1000),
+            result_ttl_ms=0
+            if result_ttl is None
+            else round(validation.positive_seconds(result_ttl, "result_ttl") * 1000),
+        )
+        size = len(codec.pack(job.data))
+        validation.payload(job.data, size, self.settings.max_payload_bytes)
+        return _Prepared(task_id, at_ms, delay_ms, envelope)
+
+    def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[_Prepared]:
+        prepared = []
+        for position, job in enumerate(jobs):
+            if isinstance(job, tuple):
+                if len(job) != 2:
+                    raise InvalidInputError(f"item {position}: expected a Job or an (at, data) pair")
+                job = Job(at=job[0], data=job[1])
+            elif not isinstance(job, Job):
+                raise InvalidInputError(f"item {position}: expected a Job or an (at, data) pair")
+            try:
+                prepared.append(self.prepare(job))
+            except InvalidInputError as error:
+                raise type(error)(f"item {position}: {error}") from None
+        ids = [item.id for item in prepared]
+        if len(set(ids)) != len(ids):
+            raise InvalidInputError("schedule_many got the same task id twice in one call")
+        return prepared
+
+    # --- plans -----------------------------------------------------------------------
+
+    def schedule_plan(self, prepared: Sequence[_Prepared]) -> Plan[list[str]]:
+        """Write prepared tasks in batches, one script call (round trip) per batch."""
+        for start in range(0, len(prepared), SCHEDULE_BATCH):
+            batch = prepared[start : start + SCHEDULE_BATCH]
+            now = yield from self.operations.now()
+            items = []
+            for item in batch:
+                run_at = item.at_ms if item.at_ms is not None else now + item.delay_ms
+                envelope = codec.encode_envelope(
+                    Envelope(
+                        item.envelope.task, item.envelope.data, run_at, item.envelope.max_attempts,
+                        item.envelope.timeout_ms, item.envelope.result_ttl_ms,
+                    )
+                )  # fmt: skip
+                items.append((item.id, run_at, envelope))
+            yield from self.operations.schedule(items)
+        return [item.id for item in prepared]
+
+    def cancel_plan(self, task_id: str) -> Plan[bool]:
+        place = yield from self.operations.cancel(validation.task_id(task_id))
+        if place == "running":
+            raise TaskStateError(
+                f"task {task_id} is running and cannot be cancelled; it will finish or fail on its own"
+            )
+        return place is not None
+
+    def reschedule_plan(self, task_id: str, at: Timestamp) -> Plan[None]:
+        validation.task_id(task_id)
+        run_at_ms = validation.timestamp_ms(at)
+
+        def rewrite(blob: bytes) -> bytes:
+            old = codec.decode_envelope(blob)
+            return codec.encode_envelope(
+                Envelope(old.task, old.data, run_at_ms, old.max_attempts, old.timeout_ms, old.result_ttl_ms)
+            )
+
+        outcome = yield from self.operations.reschedule(task_id, run_at_ms, rewrite)
+        if outcome is None:
+            raise TaskNotFoundError(f"no live task {task_id!r} in queue {self.name!r}")
+        if outcome != "ok":
+            raise TaskStateError(f"task {task_id} is {outcome} and cannot be rescheduled")
+
+    def status_plan(self, task_id: str) -> Plan[TaskStatus | None]:
+        reply = yield from self.operations.status(validation.task_id(task_id))
+        if reply.state == "unknown":
+            return None
+        envelope = None
+        if reply.envelope is not None:
+            try:
+                envelope = codec.decode_envelope(reply.envelope)
+            except DecodeError:
+                envelope = None
+        error = codec.decode_error(reply.error) if reply.error else None
+        result = codec.decode_result(reply.result) if reply.result else None
+        scheduled = reply.state == "scheduled" and reply.score_ms is not None
+        return TaskStatus(
+            id=task_id,
+            state=reply.state,
+            run_at=reply.score_ms / 1000 if scheduled and reply.score_ms is not None else None,
+            died_at=reply.score_ms / 1000 if reply.state == "dead" and reply.score_ms else None,
+            attempts=reply.attempts,
+            task=envelope.task if envelope else None,
+            data=envelope.data if envelope else None,
+            last_error=error.error if error else None,
+            last_traceback=error.traceback if error else None,
+            result=result.value if result else None,
+            succeeded=result.ok if result else None,
+        )
+
+    def result_plan(self, task_id: str, timeout: float | None) -> Plan[Any]:
+        """Wait for a task that keeps a result; raise if it failed or the wait runs out."""
+        validation.task_id(task_id)
+        reply = yield from self.operations.status(task_id)
+        if reply.result is None:
+            if reply.state == "unknown":
+                raise TaskNotFoundError(
+                    f"no task {task_id!r} in queue {self.name!r}, and no stored result "
+                    "(finished without result_ttl, or its result expired)"
+                )
+            if reply.envelope is not None and codec.decode_envelope(reply.envelope).result_ttl_ms == 0:
+                raise TaskStateError(f"task {task_id} was scheduled without result_ttl; it keeps no result")
+        blob = reply.result
+        waited = 0.0
+        while blob is None:
+            chunk = self.settings.block_timeout
+            if timeout is not None:
+                chunk = min(chunk, timeout - waited)
+                if chunk <= 0:
+                    raise ResultTimeoutError(f"task {task_id} has no result after {timeout}s")
+            blob = yield from self.operations.wait_result(task_id, chunk)
+            waited += chunk
+        result = codec.decode_result(blob)
+        if not result.ok:
+            raise TaskFailedError(task_id, str(result.value))
+        return result.value
+
+    def stats_plan(self) -> Plan[QueueStats]:
+        counts = yield from self.operations.counts()
+        now = counts["now_ms"]
+        return QueueStats(
+            queue=self.name,
+            scheduled=counts["scheduled"],
+            ready=counts["ready"],
+            running=counts["running"],
+            dead=counts["dead"],
+            workers={worker: (now - beat) / 1000 for worker, beat in counts["workers"].items()},
+            next_due=None if counts["next_due_ms"] is None else counts["next_due_ms"] / 1000,
+            counters=counts["counters"],
+        )
+
+    def dead_plan(self, limit: int, offset: int) -> Plan[list[DeadTask]]:
+        entries = yield from self.operations.dead_entries(offset, limit)
+        attempts_seen: list[DeadTask] = []
+        for entry in entries:
+            error = codec.decode_error(entry.error) if entry.error else None
+            task, data = None, None
+            if entry.envelope is not None:
+                try:
+                    envelope = codec.decode_envelope(entry.envelope)
+                    task, data = envelope.task, envelope.data
+                except DecodeError as problem:
+                    data = f"<undecodable envelope: {problem}>"
+            attempts_seen.append(
+                DeadTask(
+                    entry.task_id, entry.died_at_ms / 1000, task, data,
+                    error.error if error else "", error.traceback if error else "",
+                    error.attempt if error else 0,
+                )
+            )  # fmt: skip
+        return attempts_seen
+
+    def requeue_plan(self, task_ids: Sequence[str] | None) -> Plan[int]:
+        """Requeue the given dead tasks, or all of them when ``task_ids`` is None."""
+        if task_ids is not None:
+            ids = [validation.task_id(i) for i in task_ids]
+            return (yield from self.operations.requeue_dead(ids))
+        total = 0
+        while ids := (yield from self.operations.dead_ids(1000)):
+            total += yield from self.operations.requeue_dead(ids)
+        return total
+
+    def purge_plan(self, task_ids: Sequence[str] | None) -> Plan[int]:
+        """Delete the given dead tasks, or all of them when ``task_ids`` is None."""
+        if task_ids is not None:
+            ids = [validation.task_id(i) for i in task_ids]
+            return (yield from self.operations.purge_dead(ids))
+        total = 0
+        while ids := (yield from self.operations.dead_ids(1000)):
+            total += yield from self.operations.purge_dead(ids)
+        return total
+
+    def check_plan(self) -> Plan[list[Violation]]:
+        snapshot = yield from self.operations.snapshot()
+        return check_invariants(snapshot)
+
+
+def _job(
+    at: Timestamp | None,
+    delay: float | None,
+    data: Any,
+    task: TaskRef | None,
+    id: str | None,
+    max_attempts: int | None,
+    timeout: float | None,
+    result_ttl: float | None,
+) -> Job:
+    return Job(data, at, delay, task, id, max_attempts, timeout, result_ttl)
+
+
+class Queue:
+    """A queue on a synchronous connection.
+
+    ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
+    $DUETIME_REDIS_URL or else the embedded server.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        redis: RedisSpec = None,
+        *,
+        settings: Settings = DEFAULT_SETTINGS,
+        clock: Clock | None = None,
+        result_ttl: float | None = None,
+    ) -> None:
+        self.core = QueueCore(name, settings, clock, result_ttl)
+        self.runner = SyncRunner(redis, settings)
+        self.name = self.core.name
+
+    def schedule_task(
+        self,
+        at: Timestamp,
+        data: Any,
+        *,
+        task: TaskRef | None = None,
+        id: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        result_ttl: float | None = None,
+    ) -> str:
+        """Run ``data`` at ``at`` (epoch seconds or aware datetime); returns the task id.
+        With an ``id`` that is already live, nothing changes and that id is returned."""
+        job = _job(at, None, data, task, id, max_attempts, timeout, result_ttl)
+        return self.runner.run(self.core.schedule_plan([self.core.prepare(job)]))[0]
+
+    def schedule_in(
+        self,
+        delay: float,
+        data: Any,
+        *,
+        task: TaskRef | None = None,
+        id: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        result_ttl: float | None = None,
+    ) -> str:
+        """Run ``data`` ``delay`` seconds from now (server clock); 0 means right now."""
+        job = _job(None, delay, data, task, id, max_attempts, timeout, result_ttl)
+        return self.runner.run(self.core.schedule_plan([self.core.prepare(job)]))[0]
+
+    def schedule_now(self, data: Any, **options: Any) -> str:
+        return self.schedule_in(0, data, **options)
+
+    def schedule_many(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[str]:
+        """Schedule many tasks, one round trip per 1,000. All are validated first."""
+        return self.runner.run(self.core.schedule_plan(self.core.prepare_all(jobs)))
+
+    def cancel(self, task_id: str) -> bool:
+        """Remove a waiting or dead task; False if no live task has this id."""
+        return self.runner.run(self.core.cancel_plan(task_id))
+
+    def reschedule(self, task_id: str, at: Timestamp) -> None:
+        self.runner.run(self.core.reschedule_plan(task_id, at))
+
+    def status(self, task_id: str) -> TaskStatus | None:
+        return self.runner.run(self.core.status_plan(task_id))
+
+    def result(self, task_id: str, timeout: float | None = None) -> Any:
+        """Wait for the stored result of a task scheduled with ``result_ttl``."""
+        return self.runner.run(self.core.result_plan(task_id, timeout))
+
+    def stats(self) -> QueueStats:
+        return self.runner.run(self.core.stats_plan())
+
+    def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
+        return self.runner.run(self.core.dead_plan(limit, offset))
+
+    def requeue_dead(self, task_ids: Sequence[str] | None = None) -> int:
+        return self.runner.run(self.core.requeue_plan(task_ids))
+
+    def purge_dead(self, task_ids: Sequence[str] | None = None) -> int:
+        return self.runner.run(self.core.purge_plan(task_ids))
+
+    def check(self) -> list[Violation]:
+        """Verify the invariants on the live server; an empty list means all hold."""
+        return self.runner.run(self.core.check_plan())
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncQueue:
+    """The asyncio twin of ``Queue``: same arguments, same plans, awaited."""
+
+    def __init__(
+        self,
+        name: str,
+        redis: RedisSpec = None,
+        *,
+        settings: Settings = DEFAULT_SETTINGS,
+        clock: Clock | None = None,
+        result_ttl: float | None = None,
+    ) -> None:
+        self.core = QueueCore(name, settings, clock, result_ttl)
+        self.runner = AsyncRunner(redis, settings)
+        self.name = self.core.name
+
+    async def schedule_task(
+        self,
+        at: Timestamp,
+        data: Any,
+        *,
+        task: TaskRef | None = None,
+        id: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        result_ttl: float | None = None,
+    ) -> str:
+        job = _job(at, None, data, task, id, max_attempts, timeout, result_ttl)
+        return (await self.runner.run(self.core.schedule_plan([self.core.prepare(job)])))[0]
+
+    async def schedule_in(
+        self,
+        delay: float,
+        data: Any,
+        *,
+        task: TaskRef | None = None,
+        id: str | None = None,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        result_ttl: float | None = None,
+    ) -> str:
+        job = _job(None, delay, data, task, id, max_attempts, timeout, result_ttl)
+        return (await self.runner.run(self.core.schedule_plan([self.core.prepare(job)])))[0]
+
+    async def schedule_now(self, data: Any, **options: Any) -> str:
+        return await self.schedule_in(0, data, **options)
+
+    async def schedule_many(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[str]:
+        return await self.runner.run(self.core.schedule_plan(self.core.prepare_all(jobs)))
+
+    async def cancel(self, task_id: str) -> bool:
+        return await self.runner.run(self.core.cancel_plan(task_id))
+
+    async def reschedule(self, task_id: str, at: Timestamp) -> None:
+        await self.runner.run(self.core.reschedule_plan(task_id, at))
+
+    async def status(self, task_id: str) -> TaskStatus | None:
+        return await self.runner.run(self.core.status_plan(task_id))
+
+    async def result(self, task_id: str, timeout: float | None = None) -> Any:
+        return await self.runner.run(self.core.result_plan(task_id, timeout))
+
+    async def stats(self) -> QueueStats:
+        return await self.runner.run(self.core.stats_plan())
+
+    async def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
+        return await self.runner.run(self.core.dead_plan(limit, offset))
+
+    async def requeue_dead(self, task_ids: Sequence[str] | None = None) -> int:
+        return await self.runner.run(self.core.requeue_plan(task_ids))
+
+    async def purge_dead(self, task_ids: Sequence[str] | None = None) -> int:
+        return await self.runner.run(self.core.purge_plan(task_ids))
+
+    async def check(self) -> list[Violation]:
+        return await self.runner.run(self.core.check_plan())
+
+    async def close(self) -> None:
+        await self.runner.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

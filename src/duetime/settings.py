@@ -1,0 +1,75 @@
+"""Every tunable of duetime, with its default and why, in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from duetime.errors import ConfigurationError
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Knobs shared by the client, the dispatcher and the worker.
+
+    Durations are in seconds. The defaults favour fast recovery on one host;
+    raise ``lease_duration`` and ``worker_ttl`` where pauses (GC, swapping,
+    slow networks) are longer than a few seconds.
+    """
+
+    #: How long a claimed task stays leased without renewal. A worker renews the
+    #: leases of its running tasks every ``heartbeat_interval``.
+    lease_duration: float = 10.0
+    #: How often a worker proves it is alive and renews its leases.
+    heartbeat_interval: float = 1.0
+    #: A worker silent for this long is dead: its processing list is re-entered.
+    worker_ttl: float = 5.0
+    #: Longest a blocking call (BLMOVE, BLPOP) waits on the server before it
+    #: returns so the daemon can check its watchdog and shutdown flag.
+    block_timeout: float = 2.0
+    #: Socket timeout for ordinary commands; a hung socket fails after this.
+    socket_timeout: float = 5.0
+    #: Most due tasks moved to ``ready`` by one promote script call.
+    promote_batch: int = 1000
+    #: Most tasks a worker claims in one script call when there is a backlog.
+    claim_batch: int = 100
+    #: Largest encoded task data accepted by ``schedule_task``.
+    max_payload_bytes: int = 512 * 1024
+    #: Attempts (first run included) before a task goes to the dead-letter set.
+    max_attempts: int = 5
+    #: Seconds a single attempt may run before it is timed out and retried.
+    task_timeout: float = 300.0
+    #: Exponential back-off between attempts: base * 2**(attempt-1), capped, jittered.
+    retry_base: float = 1.0
+    retry_max: float = 600.0
+    #: How long a stored result is kept when a task asks for one without a TTL.
+    result_ttl: float = 24 * 3600.0
+    #: Dead tasks are dropped after this long, and beyond this many (oldest first).
+    dead_ttl: float = 7 * 24 * 3600.0
+    dead_max: int = 10_000
+    #: On SIGTERM, how long running tasks may finish before they are handed back.
+    shutdown_grace: float = 30.0
+    #: How often the server clock offset is re-sampled with TIME.
+    clock_resync_interval: float = 5.0
+    #: How often a dispatcher sweeps for orphan processing lists and trims dead tasks.
+    maintenance_interval: float = 30.0
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"setting {field.name} must be a positive number, got {value!r}")
+        if self.heartbeat_interval * 2 > self.lease_duration:
+            raise ConfigurationError(
+                "lease_duration must be at least twice heartbeat_interval, "
+                "or leases expire between two renewals"
+            )
+        if self.heartbeat_interval * 2 > self.worker_ttl:
+            raise ConfigurationError("worker_ttl must be at least twice heartbeat_interval")
+
+    def replace(self, **changes: float | int) -> Settings:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+DEFAULT_SETTINGS = Settings()

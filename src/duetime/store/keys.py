@@ -1,0 +1,90 @@
+"""Key names. Every key of queue Q carries the hash tag {Q}, so a queue lives in one
+Redis Cluster slot and every script touches one slot. No key is spelled elsewhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PREFIX = "duetime"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
+    queue: str
+
+    def _key(self, part: str) -> str:
+        return f"{PREFIX}:{{{self.queue}}}:{part}"
+
+    @property
+    def tasks(self) -> str:
+        """HASH task id -> envelope."""
+        return self._key("tasks")
+
+    @property
+    def scheduled(self) -> str:
+        """ZSET task id -> run-at (ms): delayed tasks, retries, re-entered tasks."""
+        return self._key("scheduled")
+
+    @property
+    def ready(self) -> str:
+        """LIST of task ids due now."""
+        return self._key("ready")
+
+    @property
+    def leases(self) -> str:
+        """ZSET "<worker>|<task id>" -> lease deadline (ms)."""
+        return self._key("leases")
+
+    @property
+    def workers(self) -> str:
+        """ZSET worker id -> last heartbeat (ms)."""
+        return self._key("workers")
+
+    @property
+    def attempts(self) -> str:
+        """HASH task id -> attempts started (present once a task was first claimed)."""
+        return self._key("attempts")
+
+    @property
+    def errors(self) -> str:
+        """HASH task id -> last error record (while retried or dead)."""
+        return self._key("errors")
+
+    @property
+    def dead(self) -> str:
+        """ZSET task id -> time of death (ms)."""
+        return self._key("dead")
+
+    @property
+    def wake(self) -> str:
+        """LIST holding at most one element: a sleeping dispatcher's alarm."""
+        return self._key("wake")
+
+    @property
+    def stats(self) -> str:
+        """HASH of counters (scheduled, completed, failed, retried, dead, fenced, ...)."""
+        return self._key("stats")
+
+    def active(self, worker_id: str) -> str:
+        """LIST of task ids a worker has taken (its BLMOVE destination)."""
+        return self._key(f"active:{worker_id}")
+
+    @property
+    def active_pattern(self) -> str:
+        return self._key("active:*")
+
+    def worker_of_active(self, key: str) -> str:
+        return key.removeprefix(self._key("active:"))
+
+    def result(self, task_id: str) -> str:
+        """LIST holding one result record, with a TTL."""
+        return self._key(f"result:{task_id}")
+
+
+def lease_member(worker_id: str, task_id: str) -> str:
+    return f"{worker_id}|{task_id}"
+
+
+def split_lease_member(member: str) -> tuple[str, str]:
+    worker_id, _, task_id = member.partition("|")
+    return worker_id, task_id

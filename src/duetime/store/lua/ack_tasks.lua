@@ -1,0 +1,50 @@
+-- ack_tasks: finish a batch of successful attempts, storing results where asked.
+-- KEYS[1] active     LIST  this worker's processing list
+-- KEYS[2] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[3] attempts   HASH
+-- KEYS[4] tasks      HASH
+-- KEYS[5] errors     HASH  task id -> last error record
+-- KEYS[6] stats      HASH
+-- KEYS[7..] result keys, one per task whose result TTL is > 0, in ARGV order
+-- ARGV[1] now (ms)
+-- ARGV[2] worker id
+-- ARGV[3..] quads: task id, attempt, result TTL (ms, 0 = keep none), result blob
+-- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
+-- superseded: the outcome is dropped and counted).
+local now = tonumber(ARGV[1])
+local worker = ARGV[2]
+local out = {}
+local acked, fenced = 0, 0
+local result_key = 7
+for i = 3, #ARGV, 4 do
+  local id, ttl = ARGV[i], tonumber(ARGV[i + 2])
+  local member = worker .. '|' .. id
+  local deadline = redis.call('ZSCORE', KEYS[2], member)
+  if deadline and tonumber(deadline) > now and redis.call('HGET', KEYS[3], id) == ARGV[i + 1] then
+    redis.call('LREM', KEYS[1], 1, id)
+    redis.call('ZREM', KEYS[2], member)
+    redis.call('HDEL', KEYS[3], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[5], id)
+    if ttl > 0 then
+      redis.call('DEL', KEYS[result_key])
+      redis.call('RPUSH', KEYS[result_key], ARGV[i + 3])
+      redis.call('PEXPIRE', KEYS[result_key], ttl)
+    end
+    acked = acked + 1
+    out[#out + 1] = 1
+  else
+    fenced = fenced + 1
+    out[#out + 1] = 0
+  end
+  if ttl > 0 then
+    result_key = result_key + 1
+  end
+end
+if acked > 0 then
+  redis.call('HINCRBY', KEYS[6], 'completed', acked)
+end
+if fenced > 0 then
+  redis.call('HINCRBY', KEYS[6], 'fenced', fenced)
+end
+return out

@@ -1,0 +1,30 @@
+-- cancel_task: remove a task that has not started (or is dead), leaving nothing behind.
+-- KEYS[1] tasks      HASH
+-- KEYS[2] scheduled  ZSET
+-- KEYS[3] ready      LIST
+-- KEYS[4] dead       ZSET
+-- KEYS[5] attempts   HASH
+-- KEYS[6] errors     HASH
+-- KEYS[7] stats      HASH
+-- ARGV[1] task id
+-- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
+-- is running (left alone), or false when no live task has this id.
+local id = ARGV[1]
+if redis.call('HEXISTS', KEYS[1], id) == 0 then
+  return false
+end
+local place
+if redis.call('ZREM', KEYS[2], id) == 1 then
+  place = 'scheduled'
+elseif redis.call('ZREM', KEYS[4], id) == 1 then
+  place = 'dead'
+elseif redis.call('LREM', KEYS[3], 1, id) == 1 then
+  place = 'ready'
+else
+  return 'running'
+end
+redis.call('HDEL', KEYS[1], id)
+redis.call('HDEL', KEYS[5], id)
+redis.call('HDEL', KEYS[6], id)
+redis.call('HINCRBY', KEYS[7], 'cancelled', 1)
+return place

@@ -1,0 +1,46 @@
+-- claim_tasks: lease tasks to one worker, taking up to ARGV[4] more from ready.
+-- KEYS[1] ready      LIST
+-- KEYS[2] active     LIST  this worker's processing list
+-- KEYS[3] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[4] attempts   HASH  task id -> attempts started
+-- KEYS[5] tasks      HASH  task id -> envelope
+-- KEYS[6] workers    ZSET  worker id -> last heartbeat (ms)
+-- ARGV[1] now (ms)
+-- ARGV[2] lease deadline (ms)
+-- ARGV[3] worker id
+-- ARGV[4] most ids to move from ready
+-- ARGV[5..] ids the worker already moved into its list with BLMOVE
+-- Returns: flat triples {task id, attempt, envelope}; an id with no envelope comes back
+-- with attempt 0 and envelope false, already dropped from the list.
+local worker = ARGV[3]
+redis.call('ZADD', KEYS[6], ARGV[1], worker)
+local ids = {}
+for i = 5, #ARGV do
+  -- A dead-worker sweep may have taken the id back between BLMOVE and this call.
+  if redis.call('LPOS', KEYS[2], ARGV[i]) then
+    ids[#ids + 1] = ARGV[i]
+  end
+end
+for _ = 1, tonumber(ARGV[4]) do
+  local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+  if not id then
+    break
+  end
+  ids[#ids + 1] = id
+end
+local out = {}
+for _, id in ipairs(ids) do
+  local envelope = redis.call('HGET', KEYS[5], id)
+  if envelope then
+    redis.call('ZADD', KEYS[3], ARGV[2], worker .. '|' .. id)
+    out[#out + 1] = id
+    out[#out + 1] = redis.call('HINCRBY', KEYS[4], id, 1)
+    out[#out + 1] = envelope
+  else
+    redis.call('LREM', KEYS[2], 1, id)
+    out[#out + 1] = id
+    out[#out + 1] = 0
+    out[#out + 1] = false
+  end
+end
+return out

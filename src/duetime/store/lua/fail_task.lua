@@ -1,0 +1,49 @@
+-- fail_task: record a failed attempt; schedule the retry, or move the task to dead.
+-- KEYS[1] active     LIST  this worker's processing list
+-- KEYS[2] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[3] attempts   HASH
+-- KEYS[4] errors     HASH  task id -> last error record
+-- KEYS[5] scheduled  ZSET
+-- KEYS[6] dead       ZSET  task id -> time of death (ms)
+-- KEYS[7] wake       LIST
+-- KEYS[8] stats      HASH
+-- KEYS[9] result key (used only when ARGV[7] > 0)
+-- ARGV[1] now (ms)
+-- ARGV[2] worker id
+-- ARGV[3] task id
+-- ARGV[4] attempt
+-- ARGV[5] error record
+-- ARGV[6] retry at (ms), or -1 to move the task to dead
+-- ARGV[7] result TTL (ms, 0 = keep none); ARGV[8] result blob (stored only on death)
+-- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
+local now = tonumber(ARGV[1])
+local id = ARGV[3]
+local member = ARGV[2] .. '|' .. id
+local deadline = redis.call('ZSCORE', KEYS[2], member)
+if not (deadline and tonumber(deadline) > now and redis.call('HGET', KEYS[3], id) == ARGV[4]) then
+  redis.call('HINCRBY', KEYS[8], 'fenced', 1)
+  return 0
+end
+redis.call('LREM', KEYS[1], 1, id)
+redis.call('ZREM', KEYS[2], member)
+redis.call('HSET', KEYS[4], id, ARGV[5])
+redis.call('HINCRBY', KEYS[8], 'failed', 1)
+local retry_at = tonumber(ARGV[6])
+if retry_at < 0 then
+  redis.call('ZADD', KEYS[6], now, id)
+  redis.call('HINCRBY', KEYS[8], 'dead', 1)
+  local ttl = tonumber(ARGV[7])
+  if ttl > 0 then
+    redis.call('DEL', KEYS[9])
+    redis.call('RPUSH', KEYS[9], ARGV[8])
+    redis.call('PEXPIRE', KEYS[9], ttl)
+  end
+else
+  local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+  redis.call('ZADD', KEYS[5], retry_at, id)
+  if (not head[2] or retry_at < tonumber(head[2])) and redis.call('LLEN', KEYS[7]) == 0 then
+    redis.call('RPUSH', KEYS[7], 1)
+  end
+  redis.call('HINCRBY', KEYS[8], 'retried', 1)
+end
+return 1

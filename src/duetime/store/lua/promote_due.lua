@@ -1,0 +1,20 @@
+-- promote_due: move due task ids from scheduled to ready, at most ARGV[2] per call.
+-- KEYS[1] scheduled  ZSET  task id -> run-at (ms)
+-- KEYS[2] ready      LIST
+-- KEYS[3] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[4] stats      HASH
+-- KEYS[5] workers    ZSET  worker id -> last heartbeat (ms)
+-- ARGV[1] now (ms, server clock)
+-- ARGV[2] most ids to move
+-- Returns: {moved count, next run-at or -1, earliest lease deadline or -1, oldest worker
+-- heartbeat or -1}, so the caller knows how long it may sleep without another round trip.
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[2])
+if #ids > 0 then
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('RPUSH', KEYS[2], unpack(ids))
+  redis.call('HINCRBY', KEYS[4], 'promoted', #ids)
+end
+local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local next_lease = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+return {#ids, next_due[2] or '-1', next_lease[2] or '-1', oldest_beat[2] or '-1'}

@@ -1,0 +1,31 @@
+-- reap_expired_leases: re-enter tasks whose lease ran out (worker hung, partitioned or slow).
+-- KEYS[1] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[2] scheduled  ZSET
+-- KEYS[3] wake       LIST
+-- KEYS[4] stats      HASH
+-- KEYS[5..] the processing lists of the lease holders
+-- ARGV[1] now (ms)
+-- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
+-- Each deadline is checked again here, so a lease renewed after the caller read it stays.
+-- Returns: number of tasks re-entered into scheduled (due now).
+local now = tonumber(ARGV[1])
+local count = 0
+for i = 2, #ARGV, 2 do
+  local member = ARGV[i]
+  local deadline = redis.call('ZSCORE', KEYS[1], member)
+  if deadline and tonumber(deadline) <= now then
+    redis.call('ZREM', KEYS[1], member)
+    local id = string.sub(member, string.find(member, '|', 1, true) + 1)
+    if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
+      redis.call('ZADD', KEYS[2], now, id)
+      count = count + 1
+    end
+  end
+end
+if count > 0 then
+  if redis.call('LLEN', KEYS[3]) == 0 then
+    redis.call('RPUSH', KEYS[3], 1)
+  end
+  redis.call('HINCRBY', KEYS[4], 'expired_leases', count)
+end
+return count

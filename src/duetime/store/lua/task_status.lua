@@ -1,0 +1,33 @@
+-- task_status: where one task is, read in one atomic step.
+-- KEYS[1] tasks      HASH
+-- KEYS[2] scheduled  ZSET
+-- KEYS[3] ready      LIST
+-- KEYS[4] dead       ZSET
+-- KEYS[5] attempts   HASH
+-- KEYS[6] errors     HASH
+-- KEYS[7] result key of this task
+-- ARGV[1] task id
+-- Returns: {state, score or false, attempts or false, error record or false,
+--           envelope or false, result blob or false}; state is one of
+-- 'scheduled', 'ready', 'running', 'dead', 'finished' (only a stored result is left)
+-- or 'unknown'.
+local id = ARGV[1]
+local envelope = redis.call('HGET', KEYS[1], id)
+local attempts = redis.call('HGET', KEYS[5], id) or false
+local error_record = redis.call('HGET', KEYS[6], id) or false
+local result = redis.call('LINDEX', KEYS[7], 0) or false
+if not envelope then
+  return {result and 'finished' or 'unknown', false, false, false, false, result}
+end
+local score = redis.call('ZSCORE', KEYS[2], id)
+if score then
+  return {'scheduled', score, attempts, error_record, envelope, result}
+end
+score = redis.call('ZSCORE', KEYS[4], id)
+if score then
+  return {'dead', score, attempts, error_record, envelope, result}
+end
+if redis.call('LPOS', KEYS[3], id) then
+  return {'ready', false, attempts, error_record, envelope, result}
+end
+return {'running', false, attempts, error_record, envelope, result}

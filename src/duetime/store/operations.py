@@ -1,0 +1,534 @@
+"""Every step duetime takes on Redis, written once.
+
+Each operation is a *plan*: a generator that yields requests (a command, a script
+call or a batch) and receives their replies. ``runner.SyncRunner`` and
+``runner.AsyncRunner`` execute the same plans, so the asyncio client and the
+synchronous one share all logic. Plans never sleep and never touch a socket.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from duetime.clock import Clock
+from duetime.store import scripts
+from duetime.store.keys import QueueKeys, split_lease_member
+from duetime.store.scripts import Script
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One Redis command. ``block`` is set for blocking commands: the seconds the
+    server may hold it, so the runner sends it on a connection whose socket timeout
+    is longer than that."""
+
+    args: tuple[Any, ...]
+    block: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Eval:
+    script: Script
+    keys: Sequence[str]
+    args: Sequence[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Commands sent in one round trip; ``transaction`` wraps them in MULTI/EXEC."""
+
+    commands: Sequence[Command]
+    transaction: bool = False
+
+
+Request = Command | Eval | Batch
+Plan = Generator[Request, Any, T]
+
+
+# --- results -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    moved: int
+    now_ms: int
+    next_due_ms: int | None
+    next_lease_deadline_ms: int | None
+    oldest_heartbeat_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    task_id: str
+    attempt: int
+    envelope: bytes | None  # None: the id had no envelope and was dropped
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatReply:
+    was_registered: bool
+    lost: list[str]  # attempts whose lease is gone (fenced)
+    held: list[str]  # every id in the worker's processing list
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """A successful attempt to acknowledge."""
+
+    task_id: str
+    attempt: int
+    result_ttl_ms: int = 0
+    result: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    state: str
+    score_ms: int | None
+    attempts: int
+    error: bytes | None
+    envelope: bytes | None
+    result: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadEntry:
+    task_id: str
+    died_at_ms: int
+    envelope: bytes | None
+    error: bytes | None
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """One consistent (MULTI/EXEC) read of every structure of a queue."""
+
+    now_ms: int
+    tasks: set[str] = field(default_factory=set)
+    scheduled: list[str] = field(default_factory=list)
+    ready: list[str] = field(default_factory=list)
+    active: dict[str, list[str]] = field(default_factory=dict)  # worker -> ids
+    dead: list[str] = field(default_factory=list)
+    leases: dict[str, int] = field(default_factory=dict)  # member -> deadline
+    workers: dict[str, int] = field(default_factory=dict)  # worker -> heartbeat
+    attempts: set[str] = field(default_factory=set)
+    errors: set[str] = field(default_factory=set)
+    wake_length: int = 0
+    results_without_ttl: list[str] = field(default_factory=list)
+    stray_keys: list[str] = field(default_factory=list)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _score(value: bytes | str | None) -> int | None:
+    if value is None:
+        return None
+    number = float(value)
+    return None if number < 0 else int(number)
+
+
+def current_time(clock: Clock) -> Plan[int]:
+    """The server time in ms, sampling TIME only when the clock asks for it."""
+    now = clock.now_ms()
+    while now is None:
+        sent = time.monotonic()
+        seconds, micros = (yield Command(("TIME",)))
+        clock.observe(int(seconds) * 1000 + int(micros) // 1000, time.monotonic() - sent)
+        now = clock.now_ms()
+    return now
+
+
+class QueueOperations:
+    """The plans of one queue."""
+
+    def __init__(self, keys: QueueKeys, clock: Clock) -> None:
+        self.keys = keys
+        self.clock = clock
+
+    def now(self) -> Plan[int]:
+        return (yield from current_time(self.clock))
+
+    # --- producing -------------------------------------------------------------------
+
+    def schedule(self, items: Sequence[tuple[str, int, bytes]]) -> Plan[list[bool]]:
+        """Store (id, run-at ms, envelope) triples in one script call; True where created."""
+        now = yield from self.now()
+        k = self.keys
+        args: list[Any] = [now]
+        for task_id, run_at_ms, envelope in items:
+            args += (task_id, run_at_ms, envelope)
+        created = yield Eval(scripts.SCHEDULE_TASKS, (k.tasks, k.scheduled, k.ready, k.wake, k.stats), args)
+        return [bool(flag) for flag in created]
+
+    def cancel(self, task_id: str) -> Plan[str | None]:
+        k = self.keys
+        place = yield Eval(
+            scripts.CANCEL_TASK,
+            (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.stats),
+            (task_id,),
+        )
+        return _text(place) if place else None
+
+    def reschedule(
+        self, task_id: str, run_at_ms: int, rewrite: Callable[[bytes], bytes]
+    ) -> Plan[str | None]:
+        """Move a waiting task to ``run_at_ms``; ``rewrite`` makes the new envelope
+        from the current one. Compare-and-set: retried if the envelope changes meanwhile."""
+        k = self.keys
+        while True:
+            current = yield Command(("HGET", k.tasks, task_id))
+            if current is None:
+                return None
+            now = yield from self.now()
+            outcome = yield Eval(
+                scripts.RESCHEDULE_TASK,
+                (k.tasks, k.scheduled, k.ready, k.dead, k.wake),
+                (now, task_id, run_at_ms, current, rewrite(current)),
+            )
+            if not outcome:
+                return None
+            if _text(outcome) != "changed":
+                return _text(outcome)
+
+    def status(self, task_id: str) -> Plan[StatusReply]:
+        k = self.keys
+        state, score, attempts, error, envelope, result = yield Eval(
+            scripts.TASK_STATUS,
+            (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.result(task_id)),
+            (task_id,),
+        )
+        return StatusReply(
+            _text(state), _score(score), int(attempts or 0), error, envelope, result
+        )
+
+    def wait_result(self, task_id: str, timeout: float) -> Plan[bytes | None]:
+        """Block until the task's result exists (without consuming it), up to ``timeout``."""
+        key = self.keys.result(task_id)
+        # BLMOVE from a list to itself rotates its single element: a non-destructive wait.
+        return (yield Command(("BLMOVE", key, key, "LEFT", "LEFT", timeout), block=timeout))
+
+    # --- dispatching -----------------------------------------------------------------
+
+    def promote_due(self, limit: int) -> Plan[Promotion]:
+        now = yield from self.now()
+        k = self.keys
+        moved, next_due, next_lease, oldest_beat = yield Eval(
+            scripts.PROMOTE_DUE, (k.scheduled, k.ready, k.leases, k.stats, k.workers), (now, limit)
+        )
+        return Promotion(int(moved), now, _score(next_due), _score(next_lease), _score(oldest_beat))
+
+    def eviction_policy(self) -> Plan[str]:
+        reply = yield Command(("CONFIG", "GET", "maxmemory-policy"))
+        values = list(reply.values()) if isinstance(reply, dict) else reply[1::2]
+        return _text(values[0]) if values else "unknown"
+
+    def wait_wake(self, timeout: float) -> Plan[bool]:
+        """Block until someone signals an earlier due time, up to ``timeout`` seconds."""
+        reply = yield Command(("BLPOP", self.keys.wake, timeout), block=timeout)
+        return reply is not None
+
+    def reap_expired_leases(self, limit: int) -> Plan[int]:
+        """Re-enter tasks whose lease ran out. Reads the expired leases, then moves them
+        in one script that checks each deadline again."""
+        now = yield from self.now()
+        k = self.keys
+        members = yield Command(("ZRANGE", k.leases, "-inf", now, "BYSCORE", "LIMIT", 0, limit))
+        if not members:
+            return 0
+        active_keys: dict[str, int] = {}
+        args: list[Any] = [now]
+        for raw in members:
+            member = _text(raw)
+            worker_id, _ = split_lease_member(member)
+            index = active_keys.setdefault(k.active(worker_id), 5 + len(active_keys))
+            args += (member, index)
+        return int(
+            (
+                yield Eval(
+                    scripts.REAP_EXPIRED_LEASES,
+                    (k.leases, k.scheduled, k.wake, k.stats, *active_keys),
+                    args,
+                )
+            )
+        )
+
+    def reap_worker(self, worker_id: str, stale_before_ms: int) -> Plan[int]:
+        now = yield from self.now()
+        k = self.keys
+        return int(
+            (
+                yield Eval(
+                    scripts.REAP_WORKER,
+                    (k.workers, k.active(worker_id), k.leases, k.scheduled, k.wake, k.stats),
+                    (now, worker_id, stale_before_ms),
+                )
+            )
+        )
+
+    def reap_dead_workers(self, worker_ttl_ms: int) -> Plan[int]:
+        """Re-enter the tasks of every worker silent for longer than ``worker_ttl_ms``."""
+        now = yield from self.now()
+        stale_before = now - worker_ttl_ms
+        stale = yield Command(("ZRANGE", self.keys.workers, "-inf", stale_before, "BYSCORE"))
+        total = 0
+        for raw in stale:
+            total += max(0, (yield from self.reap_worker(_text(raw), stale_before)))
+        return total
+
+    def sweep_orphan_lists(self) -> Plan[int]:
+        """Reap processing lists whose worker is not registered (a worker that was
+        reaped, came back for a moment and died again)."""
+        k = self.keys
+        orphans: list[str] = []
+        cursor: Any = 0
+        while True:
+            cursor, found = yield Command(("SCAN", cursor, "MATCH", k.active_pattern, "COUNT", 1000))
+            for raw in found:
+                worker_id = k.worker_of_active(_text(raw))
+                orphans.append(worker_id)
+            if int(cursor) == 0:
+                break
+        total = 0
+        for worker_id in orphans:
+            registered = yield Command(("ZSCORE", k.workers, worker_id))
+            if registered is None:
+                total += max(0, (yield from self.reap_worker(worker_id, 0)))
+        return total
+
+    # --- working ---------------------------------------------------------------------
+
+    def take_ready(self, worker_id: str, timeout: float) -> Plan[str | None]:
+        """Block until a task id is ready and move it into the worker's processing list."""
+        k = self.keys
+        reply = yield Command(
+            ("BLMOVE", k.ready, k.active(worker_id), "LEFT", "RIGHT", timeout), block=timeout
+        )
+        return None if reply is None else _text(reply)
+
+    def claim(
+        self, worker_id: str, lease_ms: int, most: int, taken: Sequence[str] = ()
+    ) -> Plan[list[Claimed]]:
+        """Lease the ids already ``taken`` by BLMOVE plus up to ``most`` more from ready."""
+        now = yield from self.now()
+        k = self.keys
+        reply = yield Eval(
+            scripts.CLAIM_TASKS,
+            (k.ready, k.active(worker_id), k.leases, k.attempts, k.tasks, k.workers),
+            (now, now + lease_ms, worker_id, most, *taken),
+        )
+        return [
+            Claimed(_text(reply[i]), int(reply[i + 1]), reply[i + 2])
+            for i in range(0, len(reply), 3)
+        ]
+
+    def heartbeat(
+        self, worker_id: str, lease_ms: int, running: Sequence[tuple[str, int]]
+    ) -> Plan[HeartbeatReply]:
+        now = yield from self.now()
+        k = self.keys
+        args: list[Any] = [now, now + lease_ms, worker_id]
+        for task_id, attempt in running:
+            args += (task_id, attempt)
+        known, lost, held = yield Eval(
+            scripts.HEARTBEAT, (k.workers, k.leases, k.attempts, k.active(worker_id)), args
+        )
+        return HeartbeatReply(bool(known), [_text(i) for i in lost], [_text(i) for i in held])
+
+    def ack(self, worker_id: str, outcomes: Sequence[Outcome]) -> Plan[list[bool]]:
+        now = yield from self.now()
+        k = self.keys
+        keys = [k.active(worker_id), k.leases, k.attempts, k.tasks, k.errors, k.stats]
+        args: list[Any] = [now, worker_id]
+        for outcome in outcomes:
+            args += (outcome.task_id, outcome.attempt, outcome.result_ttl_ms, outcome.result)
+            if outcome.result_ttl_ms > 0:
+                keys.append(k.result(outcome.task_id))
+        flags = yield Eval(scripts.ACK_TASKS, keys, args)
+        return [bool(flag) for flag in flags]
+
+    def fail(
+        self,
+        worker_id: str,
+        task_id: str,
+        attempt: int,
+        error: bytes,
+        retry_at_ms: int | None,
+        result_ttl_ms: int = 0,
+        result: bytes = b"",
+    ) -> Plan[bool]:
+        """Record a failed attempt: retry at ``retry_at_ms``, or dead when it is None."""
+        now = yield from self.now()
+        k = self.keys
+        applied = yield Eval(
+            scripts.FAIL_TASK,
+            (
+                k.active(worker_id), k.leases, k.attempts, k.errors, k.scheduled,
+                k.dead, k.wake, k.stats, k.result(task_id),
+            ),
+            (now, worker_id, task_id, attempt, error,
+             -1 if retry_at_ms is None else retry_at_ms, result_ttl_ms, result),
+        )  # fmt: skip
+        return bool(applied)
+
+    def release_worker(self, worker_id: str) -> Plan[int]:
+        k = self.keys
+        return int(
+            (
+                yield Eval(
+                    scripts.RELEASE_WORKER,
+                    (k.workers, k.active(worker_id), k.leases, k.attempts, k.ready, k.stats),
+                    (worker_id,),
+                )
+            )
+        )
+
+    # --- dead letters ----------------------------------------------------------------
+
+    def dead_entries(self, offset: int, count: int) -> Plan[list[DeadEntry]]:
+        """Dead tasks, most recent death first."""
+        k = self.keys
+        flat = yield Command(("ZRANGE", k.dead, offset, offset + count - 1, "REV", "WITHSCORES"))
+        ids = [_text(flat[i]) for i in range(0, len(flat), 2)]
+        if not ids:
+            return []
+        envelopes, errors = yield Batch(
+            (Command(("HMGET", k.tasks, *ids)), Command(("HMGET", k.errors, *ids)))
+        )
+        return [
+            DeadEntry(task_id, int(float(flat[2 * i + 1])), envelopes[i], errors[i])
+            for i, task_id in enumerate(ids)
+        ]
+
+    def requeue_dead(self, task_ids: Sequence[str]) -> Plan[int]:
+        k = self.keys
+        return int(
+            (yield Eval(scripts.REQUEUE_DEAD, (k.dead, k.attempts, k.errors, k.ready, k.stats), task_ids))
+        )
+
+    def purge_dead(
+        self,
+        task_ids: Sequence[str] = (),
+        died_before_ms: int = -1,
+        keep_at_most: int = -1,
+        limit: int = 1000,
+    ) -> Plan[int]:
+        k = self.keys
+        return int(
+            (
+                yield Eval(
+                    scripts.PURGE_DEAD,
+                    (k.dead, k.tasks, k.attempts, k.errors),
+                    (died_before_ms, keep_at_most, limit, *task_ids),
+                )
+            )
+        )
+
+    def dead_ids(self, count: int) -> Plan[list[str]]:
+        return [_text(i) for i in (yield Command(("ZRANGE", self.keys.dead, 0, count - 1)))]
+
+    # --- observing -------------------------------------------------------------------
+
+    def counts(self) -> Plan[dict[str, Any]]:
+        now = yield from self.now()
+        k = self.keys
+        scheduled, ready, leases, dead, workers, head, stats = yield Batch(
+            (
+                Command(("ZCARD", k.scheduled)),
+                Command(("LLEN", k.ready)),
+                Command(("ZCARD", k.leases)),
+                Command(("ZCARD", k.dead)),
+                Command(("ZRANGE", k.workers, "-inf", "+inf", "BYSCORE", "WITHSCORES")),
+                Command(("ZRANGE", k.scheduled, 0, 0, "WITHSCORES")),
+                Command(("HGETALL", k.stats)),
+            )
+        )
+        if isinstance(stats, list):  # some clients leave HGETALL as a flat list
+            stats = dict(zip(stats[::2], stats[1::2], strict=True))
+        return {
+            "now_ms": now,
+            "scheduled": int(scheduled),
+            "ready": int(ready),
+            "running": int(leases),
+            "dead": int(dead),
+            "workers": {
+                _text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
+            },
+            "next_due_ms": int(float(head[1])) if head else None,
+            "counters": {_text(name): int(value) for name, value in stats.items()},
+        }
+
+    def snapshot(self) -> Plan[Snapshot]:
+        """Read every structure of the queue in one MULTI/EXEC, for the invariant check."""
+        now = yield from self.now()
+        k = self.keys
+        list_keys: set[str] = set()
+        result_keys: list[str] = []
+        stray: list[str] = []
+        fixed = {k.tasks, k.scheduled, k.ready, k.leases, k.workers, k.attempts, k.errors,
+                 k.dead, k.wake, k.stats}  # fmt: skip
+        cursor: Any = 0
+        while True:
+            cursor, found = yield Command(("SCAN", cursor, "MATCH", f"duetime:{{{k.queue}}}:*", "COUNT", 1000))
+            for raw in found:
+                key = _text(raw)
+                if key.startswith(k.active("")):
+                    list_keys.add(key)
+                elif key.startswith(k.result("")):
+                    result_keys.append(key)
+                elif key not in fixed:
+                    stray.append(key)
+            if int(cursor) == 0:
+                break
+        for _ in range(3):
+            registered = yield Command(("ZRANGE", k.workers, 0, -1))
+            active_keys = sorted(list_keys | {k.active(_text(w)) for w in registered})
+            replies = yield Batch(
+                (
+                    Command(("HKEYS", k.tasks)),
+                    Command(("ZRANGE", k.scheduled, 0, -1)),
+                    Command(("LRANGE", k.ready, 0, -1)),
+                    Command(("ZRANGE", k.dead, 0, -1)),
+                    Command(("ZRANGE", k.leases, 0, -1, "WITHSCORES")),
+                    Command(("ZRANGE", k.workers, 0, -1, "WITHSCORES")),
+                    Command(("HKEYS", k.attempts)),
+                    Command(("HKEYS", k.errors)),
+                    Command(("LLEN", k.wake)),
+                    *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
+                    *(Command(("PTTL", key)) for key in result_keys),
+                ),
+                transaction=True,
+            )
+            tasks, scheduled, ready, dead, leases, workers, attempts, errors, wake = replies[:9]
+            lists = replies[9 : 9 + len(active_keys)]
+            ttls = replies[9 + len(active_keys) :]
+            snap = Snapshot(now_ms=now)
+            snap.workers = {_text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)}
+            if any(k.active(worker) not in active_keys for worker in snap.workers):
+                continue  # a worker registered between the scan and the snapshot
+            snap.tasks = {_text(i) for i in tasks}
+            snap.scheduled = [_text(i) for i in scheduled]
+            snap.ready = [_text(i) for i in ready]
+            snap.dead = [_text(i) for i in dead]
+            snap.leases = {_text(leases[i]): int(float(leases[i + 1])) for i in range(0, len(leases), 2)}
+            snap.attempts = {_text(i) for i in attempts}
+            snap.errors = {_text(i) for i in errors}
+            snap.wake_length = int(wake)
+            snap.active = {
+                k.worker_of_active(key): [_text(i) for i in ids]
+                for key, ids in zip(active_keys, lists, strict=True)
+                if ids
+            }
+            snap.results_without_ttl = [
+                key for key, ttl in zip(result_keys, ttls, strict=True) if int(ttl) == -1
+            ]
+            snap.stray_keys = stray
+            return snap
+        raise RuntimeError("workers kept registering during the snapshot; try again")
+

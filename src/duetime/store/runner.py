@@ -1,0 +1,190 @@
+"""Execute plans on redis-py: a synchronous runner and an asyncio one.
+
+Both open two connection pools from one address: one for ordinary commands with a
+short socket timeout, and one for blocking commands (BLMOVE, BLPOP) whose socket
+timeout is longer than the longest block, so a hung socket fails in bounded time
+either way. Scripts are called by SHA and loaded again after NOSCRIPT (a restarted
+or failed-over server has an empty script cache). redis-py errors become
+``duetime.errors`` here, with the URL's password masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from duetime.errors import ConfigurationError, RedisCommandError, RedisUnavailableError
+from duetime.settings import Settings
+from duetime.store.operations import Batch, Command, Eval, Plan, Request
+
+T = TypeVar("T")
+
+#: Extra seconds a blocking command's socket waits beyond the block itself.
+BLOCK_MARGIN = 5.0
+
+RedisSpec = str | redis.Redis | redis.asyncio.Redis | None
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", re.sub(r"(://)[^:/@]+@", r"\1***@", url))
+
+
+def resolve_url(spec: str | None) -> str:
+    """An explicit URL, else $DUETIME_REDIS_URL, else the embedded server's."""
+    import os
+
+    if spec:
+        return spec
+    from_env = os.environ.get("DUETIME_REDIS_URL")
+    if from_env:
+        return from_env
+    from duetime.embedded import ensure_server
+
+    return ensure_server().url
+
+
+def _overrides(settings: Settings, socket_timeout: float) -> dict[str, Any]:
+    return {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": settings.socket_timeout,
+        "socket_keepalive": True,
+        "health_check_interval": 30,
+        "decode_responses": False,
+        "protocol": 2,
+        # Short retries for a blip; daemons back off longer at their own loop level.
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+    }
+
+
+def _describe(client: Any) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+
+
+def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any, Any, str]:
+    """Main and blocking clients plus a printable (masked) address."""
+    module: Any = redis.asyncio if asynchronous else redis
+    timeouts = (settings.socket_timeout, settings.block_timeout + BLOCK_MARGIN)
+    if spec is None or isinstance(spec, str):
+        url = resolve_url(spec)
+        try:
+            clients = [
+                module.Redis(connection_pool=module.ConnectionPool.from_url(url, **_overrides(settings, t)))
+                for t in timeouts
+            ]
+        except ValueError as error:
+            raise ConfigurationError(f"invalid Redis URL {mask_url(url)}: {error}") from None
+        return clients[0], clients[1], mask_url(url)
+    expected = redis.asyncio.Redis if asynchronous else redis.Redis
+    if not isinstance(spec, expected):
+        kind = "an asyncio" if asynchronous else "a synchronous"
+        raise ConfigurationError(f"redis= must be a URL or {kind} redis-py client, got {type(spec).__name__}")
+    pool = spec.connection_pool
+    clients = []
+    for t in timeouts:
+        kwargs = {**pool.connection_kwargs, **_overrides(settings, t)}
+        kwargs.pop("retry", None)
+        clients.append(
+            module.Redis(
+                connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs),
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+            )
+        )
+    return clients[0], clients[1], _describe(spec)
+
+
+@contextmanager
+def _translated(address: str) -> Iterator[None]:
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        raise RedisUnavailableError(f"Redis at {address} is unavailable: {mask_url(str(error))}") from None
+    except redis.ResponseError as error:
+        raise RedisCommandError(f"Redis at {address} refused a command: {mask_url(str(error))}") from None
+
+
+class SyncRunner:
+    """Runs plans on a synchronous redis-py client."""
+
+    def __init__(self, spec: RedisSpec, settings: Settings) -> None:
+        self.client, self.blocking_client, self.address = _pools(spec, settings, asynchronous=False)
+
+    def run(self, plan: Plan[T]) -> T:
+        reply: Any = None
+        with _translated(self.address):
+            while True:
+                try:
+                    request = plan.send(reply)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                reply = self._execute(request)
+
+    def _execute(self, request: Request) -> Any:
+        if isinstance(request, Command):
+            client = self.client if request.block is None else self.blocking_client
+            return client.execute_command(*request.args)
+        if isinstance(request, Eval):
+            try:
+                return self.client.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
+            except redis.exceptions.NoScriptError:
+                self.client.script_load(request.script.source)
+                return self.client.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
+        pipe = self.client.pipeline(transaction=request.transaction)
+        for command in request.commands:
+            pipe.execute_command(*command.args)
+        return pipe.execute()
+
+    def close(self) -> None:
+        self.client.close()
+        self.blocking_client.close()
+
+
+class AsyncRunner:
+    """Runs the same plans on an asyncio redis-py client."""
+
+    def __init__(self, spec: RedisSpec, settings: Settings) -> None:
+        self.client, self.blocking_client, self.address = _pools(spec, settings, asynchronous=True)
+
+    async def run(self, plan: Plan[T]) -> T:
+        reply: Any = None
+        with _translated(self.address):
+            while True:
+                try:
+                    request = plan.send(reply)
+                except StopIteration as done:
+                    return done.value  # type: ignore[no-any-return]
+                reply = await self._execute(request)
+
+    async def _execute(self, request: Request) -> Any:
+        if isinstance(request, Command):
+            client = self.client if request.block is None else self.blocking_client
+            return await client.execute_command(*request.args)
+        if isinstance(request, Eval):
+            try:
+                return await self.client.evalsha(
+                    request.script.sha, len(request.keys), *request.keys, *request.args
+                )
+            except redis.exceptions.NoScriptError:
+                await self.client.script_load(request.script.source)
+                return await self.client.evalsha(
+                    request.script.sha, len(request.keys), *request.keys, *request.args
+                )
+        assert isinstance(request, Batch)
+        pipe = self.client.pipeline(transaction=request.transaction)
+        for command in request.commands:
+            pipe.execute_command(*command.args)
+        return await pipe.execute()
+
+    async def close(self) -> None:
+        await self.client.aclose()
+        await self.blocking_client.aclose()

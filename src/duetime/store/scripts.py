@@ -1,0 +1,35 @@
+"""The Lua scripts, read once from the package's .lua files and called by SHA."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: str
+    sha: str
+
+
+def _load(name: str) -> Script:
+    source = resources.files("duetime.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+SCHEDULE_TASKS = _load("schedule_tasks")
+PROMOTE_DUE = _load("promote_due")
+CLAIM_TASKS = _load("claim_tasks")
+HEARTBEAT = _load("heartbeat")
+ACK_TASKS = _load("ack_tasks")
+FAIL_TASK = _load("fail_task")
+REAP_EXPIRED_LEASES = _load("reap_expired_leases")
+REAP_WORKER = _load("reap_worker")
+RELEASE_WORKER = _load("release_worker")
+CANCEL_TASK = _load("cancel_task")
+RESCHEDULE_TASK = _load("reschedule_task")
+REQUEUE_DEAD = _load("requeue_dead")
+PURGE_DEAD = _load("purge_dead")
+TASK_STATUS = _load("task_status")

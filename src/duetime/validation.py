@@ -1,0 +1,93 @@
+"""Checks applied where input enters duetime, before anything is written."""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Any
+
+from duetime.errors import InvalidNameError, InvalidPayloadError, InvalidTimestampError
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# "|" is reserved: lease members are "<worker>|<task id>".
+TASK_ID = re.compile(r"[A-Za-z0-9_.:@/+=~-]{1,200}")
+TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+WORKER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,120}")
+# Year 9999: far enough, and keeps milliseconds exact in a double (sorted-set scores).
+LATEST_TIMESTAMP = 253_402_300_799.0
+
+
+def _require(pattern: re.Pattern[str], value: object, what: str, allowed: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise InvalidNameError(f"invalid {what} {value!r}: use {allowed}")
+    return value
+
+
+def queue_name(value: object) -> str:
+    return _require(QUEUE_NAME, value, "queue name", "1-64 characters of A-Z a-z 0-9 _ . -")
+
+
+def task_id(value: object) -> str:
+    return _require(TASK_ID, value, "task id", "1-200 characters of A-Z a-z 0-9 _ . : @ / + = ~ -")
+
+
+def task_name(value: object) -> str:
+    return _require(
+        TASK_NAME, value, "task name", "a letter or _ then up to 199 of A-Z a-z 0-9 _ . : -"
+    )
+
+
+def worker_id(value: object) -> str:
+    return _require(WORKER_ID, value, "worker id", "1-120 characters of A-Z a-z 0-9 _ . : -")
+
+
+def timestamp_ms(value: object) -> int:
+    """Epoch seconds (int/float) or an aware datetime, as integer milliseconds."""
+    if isinstance(value, datetime):
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise InvalidTimestampError(
+                f"naive datetime {value.isoformat()} has no time zone; pass an aware datetime "
+                "(e.g. datetime.now(timezone.utc)) or epoch seconds"
+            )
+        seconds = value.timestamp()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidTimestampError(
+            f"run-at must be epoch seconds (int or float) or an aware datetime, got {type(value).__name__}"
+        )
+    if not math.isfinite(seconds):
+        raise InvalidTimestampError(f"run-at must be a finite number, got {value!r}")
+    if seconds < 0:
+        raise InvalidTimestampError(f"run-at must not be negative, got {value!r}")
+    if seconds > LATEST_TIMESTAMP:
+        raise InvalidTimestampError(f"run-at {value!r} is after the year 9999; is it in milliseconds?")
+    return round(seconds * 1000)
+
+
+def positive_seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidPayloadError(f"{what} must be a finite number of seconds, got {value!r}")
+    if value <= 0:
+        raise InvalidPayloadError(f"{what} must be positive, got {value!r}")
+    return float(value)
+
+
+def attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+        raise InvalidPayloadError(f"max_attempts must be an integer from 1 to 1000, got {value!r}")
+    return value
+
+
+def payload(data: Any, encoded_size: int, limit: int) -> None:
+    if data is None or (isinstance(data, str | bytes) and not data):
+        raise InvalidPayloadError(
+            "task data is empty; pass a value (an empty dict {} is allowed for handlers "
+            "that need no arguments)"
+        )
+    if encoded_size > limit:
+        raise InvalidPayloadError(
+            f"task data is {encoded_size} bytes encoded, over the limit of {limit}; store large "
+            "data elsewhere and pass a reference, or raise Settings.max_payload_bytes"
+        )

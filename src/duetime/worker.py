@@ -1,0 +1,420 @@
+"""The worker daemon: claim, run under a lease, renew, ack / retry / dead-letter.
+
+One asyncio loop per process runs four small parts of one worker:
+- the claimer takes ids with BLMOVE from ``ready`` into the worker's own processing
+  list and leases them (a backlog is claimed in batches by one script call);
+- each claimed attempt runs its handler, async ones on the loop, plain functions in a
+  thread pool, under the task's timeout;
+- the acker sends finished attempts in batches (one script call per batch);
+- the heartbeater proves the worker alive, renews the leases of running attempts,
+  learns which attempts were fenced, and finds ids whose BLMOVE reply was lost.
+Shutdown (``stop``): stop claiming, let running attempts finish within the grace
+period, hand back the rest atomically and deregister. A second ``stop(now=True)``
+exits at once; the leases then bring the tasks back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import socket
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from duetime import codec, validation
+from duetime.app import App, Handler
+from duetime.backoff import Backoff, retry_delay
+from duetime.clock import Clock, ServerClock
+from duetime.codec import Envelope, ErrorRecord, ResultRecord
+from duetime.errors import DecodeError, DuetimeError, RedisUnavailableError, UnknownHandlerError
+from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.operations import Claimed, Outcome, QueueOperations
+from duetime.store.runner import RedisSpec
+
+log = logging.getLogger("duetime.worker")
+
+ACK_BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What a handler may want to know about the attempt it runs (``current_task()``)."""
+
+    id: str
+    queue: str
+    task: str
+    attempt: int
+    max_attempts: int
+    run_at: float  # epoch seconds
+    worker_id: str
+
+
+_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("duetime_task")
+
+
+def current_task() -> TaskContext:
+    """The attempt the calling handler runs; LookupError outside a handler."""
+    return _current.get()
+
+
+def new_worker_id() -> str:
+    host = "".join(c if c.isalnum() or c in "-_." else "-" for c in socket.gethostname())[:60]
+    return f"{host or 'host'}.{os.getpid()}.{os.urandom(3).hex()}"
+
+
+@dataclass(slots=True)
+class _Attempt:
+    task_id: str
+    attempt: int
+    timeout: float = 0.0
+    started: float = field(default_factory=time.monotonic)
+    fenced: bool = False
+    finished: bool = False  # handler returned; outcome being reported
+    runner: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True)
+class WorkerCounters:
+    succeeded: int = 0
+    failed: int = 0
+    dead: int = 0
+    fenced: int = 0  # outcomes dropped because the attempt's lease was gone
+    timed_out: int = 0
+    dropped: int = 0  # ids found without an envelope
+
+
+class Worker:
+    """Runs the handlers of ``app`` for one queue with up to ``concurrency`` attempts."""
+
+    def __init__(
+        self,
+        app: App | Any,
+        queue: str,
+        redis: RedisSpec = None,
+        *,
+        concurrency: int = 10,
+        settings: Settings = DEFAULT_SETTINGS,
+        clock: Clock | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise DuetimeError(f"concurrency must be a positive integer, got {concurrency!r}")
+        self.app = App.coerce(app)
+        self.queue = validation.queue_name(queue)
+        self.concurrency = concurrency
+        self.settings = settings
+        self.worker_id = validation.worker_id(worker_id or new_worker_id())
+        self.operations = QueueOperations(QueueKeys(self.queue), clock or ServerClock(settings.clock_resync_interval))
+        self.runner: AsyncRunner | None = None
+        self._redis = redis
+        self.counters = WorkerCounters()
+        self._held: dict[str, _Attempt] = {}  # running, or finished with outcome in flight
+        self._running = 0
+        self._slot_freed = asyncio.Event()
+        self._outcomes: list[Outcome] = []
+        self._outcome_ready = asyncio.Event()
+        self._untracked: list[str] = []
+        self._stop = asyncio.Event()
+        self._stop_now = False
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="duetime-task")
+        self._lease_ms = round(settings.lease_duration * 1000)
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    def stop(self, now: bool = False) -> None:
+        """Ask the worker to shut down gracefully, or at once with ``now``."""
+        self._stop_now = self._stop_now or now or self._stop.is_set()
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Work until ``stop()``; returns after the shutdown sequence."""
+        runner = self.runner = AsyncRunner(self._redis, self.settings)
+        await self._register()
+        claimer = asyncio.create_task(self._claim_loop(), name="duetime-claimer")
+        heartbeater = asyncio.create_task(self._heartbeat_loop(), name="duetime-heartbeater")
+        acker = asyncio.create_task(self._ack_loop(), name="duetime-acker")
+        try:
+            await self._stop.wait()
+            claimer.cancel()
+            await asyncio.gather(claimer, return_exceptions=True)
+            if not self._stop_now:
+                await self._drain()
+            acker.cancel()
+            heartbeater.cancel()
+            await asyncio.gather(acker, heartbeater, return_exceptions=True)
+            if not self._stop_now:
+                await self._flush_outcomes()
+                handed_back = await runner.run(self.operations.release_worker(self.worker_id))
+                log.info("worker %s stopped; %d task(s) handed back", self.worker_id, handed_back)
+        finally:
+            for attempt in self._held.values():
+                if attempt.runner is not None:
+                    attempt.runner.cancel()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            await runner.close()
+
+    async def _register(self) -> None:
+        backoff = Backoff()
+        while True:
+            try:
+                assert self.runner is not None
+                await self.runner.run(self.operations.heartbeat(self.worker_id, self._lease_ms, ()))
+                return
+            except RedisUnavailableError as error:
+                if self._stop.is_set():
+                    raise
+                pause = backoff.next()
+                log.warning("%s; retrying in %.1fs", error, pause)
+                await asyncio.sleep(pause)
+
+    async def _drain(self) -> None:
+        """Let running attempts finish within the grace period; cancel the rest."""
+        deadline = time.monotonic() + self.settings.shutdown_grace
+        while self._running and time.monotonic() < deadline and not self._stop_now:
+            self._slot_freed.clear()
+            try:
+                await asyncio.wait_for(self._slot_freed.wait(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                break
+        for attempt in self._held.values():
+            if not attempt.finished and attempt.runner is not None:
+                attempt.runner.cancel()  # its id stays in the list and is handed back
+
+    # --- claiming --------------------------------------------------------------------
+
+    async def _claim_loop(self) -> None:
+        assert self.runner is not None
+        run = self.runner.run
+        backoff = Backoff()
+        while True:
+            free = self.concurrency - self._running
+            if free <= 0:
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+                continue
+            try:
+                taken = [i for i in self._untracked if i not in self._held][:free]
+                self._untracked = []
+                most = min(free, self.settings.claim_batch) - len(taken)
+                claimed = await run(self.operations.claim(self.worker_id, self._lease_ms, most, taken))
+                if not claimed:
+                    task_id = await run(self.operations.take_ready(self.worker_id, self.settings.block_timeout))
+                    if task_id is None:
+                        continue
+                    claimed = await run(
+                        self.operations.claim(
+                            self.worker_id, self._lease_ms, min(free, self.settings.claim_batch) - 1, [task_id]
+                        )
+                    )
+                backoff.reset()
+            except RedisUnavailableError as error:
+                pause = backoff.next()
+                log.warning("%s; claiming again in %.1fs", error, pause)
+                await asyncio.sleep(pause)
+                continue
+            for item in claimed:
+                self._start(item)
+
+    def _start(self, item: Claimed) -> None:
+        if item.envelope is None:
+            self.counters.dropped += 1
+            log.warning("dropped task id %s from ready: it has no envelope", item.task_id)
+            return
+        attempt = _Attempt(item.task_id, item.attempt)
+        self._held[item.task_id] = attempt
+        self._running += 1
+        attempt.runner = asyncio.create_task(self._execute(attempt, item.envelope))
+
+    # --- running ---------------------------------------------------------------------
+
+    async def _execute(self, attempt: _Attempt, blob: bytes) -> None:
+        try:
+            try:
+                envelope = codec.decode_envelope(blob)
+                handler = self.app.handler(envelope.task)
+            except (DecodeError, UnknownHandlerError) as error:
+                # Poison: retrying cannot help, so it goes straight to dead.
+                await self._report_failure(attempt, None, error, "", final=True)
+                return
+            if attempt.attempt > envelope.max_attempts:
+                problem = DuetimeError(
+                    f"attempt {attempt.attempt - 1} of {envelope.max_attempts} lost its lease "
+                    "(the worker died, hung or was cut off) and no attempts are left"
+                )
+                await self._report_failure(attempt, envelope, problem, "", final=True)
+                return
+            attempt.timeout = envelope.timeout_ms / 1000
+            try:
+                value = await self._call(handler, envelope, attempt)
+            except asyncio.CancelledError:
+                if attempt.fenced:  # cancelled because its lease is gone: nothing to report
+                    self.counters.fenced += 1
+                    self._held.pop(attempt.task_id, None)
+                raise
+            except Exception as error:
+                if isinstance(error, TimeoutError):
+                    self.counters.timed_out += 1
+                    error = TimeoutError(f"timed out after {attempt.timeout:g}s")
+                final = attempt.attempt >= envelope.max_attempts
+                await self._report_failure(attempt, envelope, error, traceback.format_exc(), final=final)
+                return
+            attempt.finished = True
+            self._release_slot()
+            if attempt.fenced:
+                self.counters.fenced += 1
+                self._held.pop(attempt.task_id, None)
+                return
+            result = b""
+            if envelope.result_ttl_ms:
+                result = codec.encode_result(ResultRecord(True, value))
+            self._outcomes.append(Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result))
+            self._outcome_ready.set()
+        finally:
+            if not attempt.finished:
+                attempt.finished = True
+                self._release_slot()
+
+    async def _call(self, handler: Handler, envelope: Envelope, attempt: _Attempt) -> Any:
+        _current.set(
+            TaskContext(
+                attempt.task_id, self.queue, handler.name, attempt.attempt,
+                envelope.max_attempts, envelope.run_at_ms / 1000, self.worker_id,
+            )
+        )  # fmt: skip
+        if handler.is_async:
+            return await asyncio.wait_for(handler.function(envelope.data), attempt.timeout)
+        context = contextvars.copy_context()
+        future = asyncio.get_running_loop().run_in_executor(
+            self._pool, context.run, handler.function, envelope.data
+        )
+        try:
+            return await asyncio.wait_for(future, attempt.timeout)
+        except TimeoutError:
+            # The thread cannot be stopped; give later tasks a fresh pool so a hung
+            # handler does not eat the worker's capacity.
+            old, self._pool = self._pool, ThreadPoolExecutor(self.concurrency, thread_name_prefix="duetime-task")
+            old.shutdown(wait=False)
+            raise
+
+    def _release_slot(self) -> None:
+        self._running -= 1
+        self._slot_freed.set()
+
+    async def _report_failure(
+        self,
+        attempt: _Attempt,
+        envelope: Envelope | None,
+        error: BaseException,
+        trace: str,
+        *,
+        final: bool,
+    ) -> None:
+        attempt.finished = True
+        self._release_slot()
+        try:
+            if attempt.fenced:
+                self.counters.fenced += 1
+                return
+            assert self.runner is not None
+            text = f"{type(error).__name__}: {error}"
+            record = codec.encode_error(
+                ErrorRecord(text, trace, attempt.attempt, int(time.time() * 1000), self.worker_id)
+            )
+            retry_at = None
+            if not final:
+                delay = retry_delay(attempt.attempt, self.settings.retry_base, self.settings.retry_max)
+                retry_at = (await self.runner.run(self.operations.now())) + round(delay * 1000)
+            ttl = envelope.result_ttl_ms if envelope else 0
+            result = codec.encode_result(ResultRecord(False, text)) if ttl and final else b""
+            applied = await self._with_retries(
+                lambda: self.operations.fail(
+                    self.worker_id, attempt.task_id, attempt.attempt, record, retry_at, ttl, result
+                )
+            )
+            if not applied:
+                self.counters.fenced += 1
+            elif final:
+                self.counters.dead += 1
+                log.error("task %s is dead after attempt %d: %s", attempt.task_id, attempt.attempt, text)
+            else:
+                self.counters.failed += 1
+                log.warning("task %s attempt %d failed (%s); retrying", attempt.task_id, attempt.attempt, text)
+        finally:
+            self._held.pop(attempt.task_id, None)
+
+    async def _with_retries(self, plan_factory: Any) -> Any:
+        """Run a reporting plan, retrying through a Redis outage while the lease may
+        still hold; after that the lease decides and the outcome no longer matters."""
+        assert self.runner is not None
+        backoff = Backoff(cap=1.0)
+        deadline = time.monotonic() + self.settings.lease_duration
+        while True:
+            try:
+                return await self.runner.run(plan_factory())
+            except RedisUnavailableError as error:
+                if time.monotonic() > deadline:
+                    log.error("could not report an outcome (%s); its lease will bring it back", error)
+                    return False
+                await asyncio.sleep(backoff.next())
+
+    # --- acknowledging ---------------------------------------------------------------
+
+    async def _ack_loop(self) -> None:
+        while True:
+            await self._outcome_ready.wait()
+            self._outcome_ready.clear()
+            await self._flush_outcomes()
+
+    async def _flush_outcomes(self) -> None:
+        while self._outcomes:
+            batch, self._outcomes = self._outcomes[:ACK_BATCH], self._outcomes[ACK_BATCH:]
+            flags = await self._with_retries(lambda: self.operations.ack(self.worker_id, batch))
+            if flags is False:
+                flags = [False] * len(batch)
+            for outcome, acked in zip(batch, flags, strict=True):
+                self._held.pop(outcome.task_id, None)
+                if acked:
+                    self.counters.succeeded += 1
+                else:
+                    self.counters.fenced += 1
+                    log.warning(
+                        "late result of task %s attempt %d dropped: its lease had expired",
+                        outcome.task_id, outcome.attempt,
+                    )  # fmt: skip
+
+    # --- heartbeat -------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        assert self.runner is not None
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval)
+            now = time.monotonic()
+            running = [
+                (a.task_id, a.attempt)
+                for a in self._held.values()
+                if not a.finished and not a.fenced and (not a.timeout or now - a.started < a.timeout + 1)
+            ]
+            try:
+                reply = await self.runner.run(self.operations.heartbeat(self.worker_id, self._lease_ms, running))
+            except RedisUnavailableError as error:
+                log.warning("heartbeat failed: %s", error)
+                continue
+            if not reply.was_registered:
+                log.warning("worker %s had been presumed dead; its attempts were taken back", self.worker_id)
+            for task_id in reply.lost:
+                attempt = self._held.get(task_id)
+                if attempt is not None and not attempt.fenced:
+                    attempt.fenced = True
+                    log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
+                                task_id, attempt.attempt)  # fmt: skip
+                    if attempt.runner is not None and not attempt.finished:
+                        attempt.runner.cancel()
+            self._untracked = [i for i in reply.held if i not in self._held]
+            if self._untracked:
+                self._slot_freed.set()  # let the claimer pick them up now
