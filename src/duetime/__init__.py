@@ -1,8 +1,8 @@
 """duetime: punctual, at-least-once scheduled tasks on Redis or Valkey.
 
-    import duetime
-    queue = duetime.Queue("emails", redis="redis://localhost:6379/0")
-    task_id = queue.schedule_task(1795320000, {"to": "a@example.com"})
+import duetime
+queue = duetime.Queue("emails", redis="redis://localhost:6379/0")
+task_id = queue.schedule_task(1795320000, {"to": "a@example.com"})
 """
 
 from duetime.app import App

@@ -7,6 +7,7 @@ make a worker execute arbitrary code. ``App`` maps names to functions; a raw
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -62,10 +63,8 @@ class App:
         self._handlers[name] = Handler(name, function, inspect.iscoroutinefunction(function))
         if name:
             # Lets callers pass the function itself as task=... when scheduling.
-            try:
+            with contextlib.suppress(AttributeError):  # e.g. a builtin function
                 function.duetime_name = name  # type: ignore[attr-defined]
-            except AttributeError:
-                pass
 
     def handler(self, name: str) -> Handler:
         try:
@@ -73,7 +72,9 @@ class App:
         except KeyError:
             known = ", ".join(sorted(repr(n) for n in self._handlers if n)) or "none"
             what = "no default handler" if not name else f"no handler named {name!r}"
-            raise UnknownHandlerError(f"{what} is registered in this worker's app (registered: {known})") from None
+            raise UnknownHandlerError(
+                f"{what} is registered in this worker's app (registered: {known})"
+            ) from None
 
     def names(self) -> list[str]:
         return sorted(self._handlers)

@@ -45,37 +45,53 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
             problems.append(Violation("lost", task_id, "envelope stored but the id is in no place"))
         elif len(found) > 1:
             problems.append(
-                Violation("duplicated", task_id, f"in {len(found)} places: {', '.join(sorted(found))}")
+                Violation(
+                    "duplicated", task_id, f"in {len(found)} places: {', '.join(sorted(found))}"
+                )
             )
     for task_id, found in sorted(places.items()):
         if task_id not in snapshot.tasks:
-            problems.append(Violation("orphan id", task_id, f"in {', '.join(found)} without an envelope"))
+            problems.append(
+                Violation("orphan id", task_id, f"in {', '.join(found)} without an envelope")
+            )
 
-    for name, ids in (("attempts", snapshot.attempts), ("errors", snapshot.errors)):
-        for task_id in sorted(ids - snapshot.tasks):
+    for name, entries in (("attempts", snapshot.attempts), ("errors", snapshot.errors)):
+        for task_id in sorted(entries - snapshot.tasks):
             problems.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
 
     for member in sorted(snapshot.leases):
         worker, task_id = split_lease_member(member)
         if task_id not in snapshot.active.get(worker, []):
-            problems.append(Violation("leak", member, "lease whose task is not in that worker's list"))
+            problems.append(
+                Violation("leak", member, "lease whose task is not in that worker's list")
+            )
     for worker, ids in sorted(snapshot.active.items()):
         if worker not in snapshot.workers:
             problems.append(
-                Violation("orphan list", worker, f"processing list of an unregistered worker ({len(ids)} ids)")
+                Violation(
+                    "orphan list",
+                    worker,
+                    f"processing list of an unregistered worker ({len(ids)} ids)",
+                )
             )
         for task_id, count in Counter(ids).items():
             if count > 1:
-                problems.append(Violation("duplicated", task_id, f"{count} times in {worker}'s list"))
+                problems.append(
+                    Violation("duplicated", task_id, f"{count} times in {worker}'s list")
+                )
         for task_id in ids:
             if task_id in snapshot.tasks and lease_member(worker, task_id) not in snapshot.leases:
                 # Normal for an instant between BLMOVE and the claim; a quiet queue has none.
-                problems.append(Violation("unleased", task_id, f"in {worker}'s list without a lease"))
+                problems.append(
+                    Violation("unleased", task_id, f"in {worker}'s list without a lease")
+                )
 
     for key in snapshot.results_without_ttl:
         problems.append(Violation("leak", key, "result without a TTL"))
     for key in snapshot.stray_keys:
         problems.append(Violation("stray key", key, "not a key duetime writes"))
     if snapshot.wake_length > 1:
-        problems.append(Violation("leak", "wake", f"wake list holds {snapshot.wake_length} elements"))
+        problems.append(
+            Violation("leak", "wake", f"wake list holds {snapshot.wake_length} elements")
+        )
     return problems

@@ -65,7 +65,9 @@ def unpack(blob: bytes) -> Any:
     try:
         return msgpack.unpackb(blob, raw=False, strict_map_key=False, timestamp=0)
     except Exception as error:  # msgpack raises several unrelated types on bad input
-        raise DecodeError(f"not a valid msgpack document ({type(error).__name__}: {error})") from error
+        raise DecodeError(
+            f"not a valid msgpack document ({type(error).__name__}: {error})"
+        ) from error
 
 
 def encode_envelope(envelope: Envelope) -> bytes:

@@ -20,6 +20,7 @@ from duetime.backoff import Backoff
 from duetime.clock import Clock, ServerClock
 from duetime.errors import ConfigurationError, RedisUnavailableError
 from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Promotion, QueueOperations
 from duetime.store.runner import RedisSpec
@@ -53,11 +54,18 @@ class QueueDispatcher:
         if promotion.next_lease_deadline_ms is not None and promotion.next_lease_deadline_ms <= now:
             reaped = await run(self.operations.reap_expired_leases(REAP_BATCH))
             if reaped:
-                log.warning("queue %s: %d task(s) re-entered after their lease expired", self.queue, reaped)
+                log.warning(
+                    "queue %s: %d task(s) re-entered after their lease expired", self.queue, reaped
+                )
             busy = True
-        if promotion.oldest_heartbeat_ms is not None and promotion.oldest_heartbeat_ms + self._worker_ttl_ms <= now:
+        if (
+            promotion.oldest_heartbeat_ms is not None
+            and promotion.oldest_heartbeat_ms + self._worker_ttl_ms <= now
+        ):
             reaped = await run(self.operations.reap_dead_workers(self._worker_ttl_ms))
-            log.warning("queue %s: reaped silent worker(s); %d task(s) re-entered", self.queue, reaped)
+            log.warning(
+                "queue %s: reaped silent worker(s); %d task(s) re-entered", self.queue, reaped
+            )
             busy = True
         if now >= self._next_maintenance_ms:
             await self._maintain(now)
@@ -80,7 +88,9 @@ class QueueDispatcher:
         run = self.runner.run
         orphans = await run(self.operations.sweep_orphan_lists())
         if orphans:
-            log.warning("queue %s: %d task(s) re-entered from orphan processing lists", self.queue, orphans)
+            log.warning(
+                "queue %s: %d task(s) re-entered from orphan processing lists", self.queue, orphans
+            )
         purged = await run(
             self.operations.purge_dead(
                 died_before_ms=now - round(self.settings.dead_ttl * 1000),
@@ -109,12 +119,18 @@ class QueueDispatcher:
                 # The wake BLPOP is never cancelled by the timer: a timed-out local wait
                 # leaves it pending for the next sleep, so no connection is torn down.
                 if wake is None:
-                    wake = asyncio.create_task(self.runner.run(self.operations.wait_wake(self.settings.block_timeout)))
-                await asyncio.wait((wake, stopping), timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                    wake = asyncio.create_task(
+                        self.runner.run(self.operations.wait_wake(self.settings.block_timeout))
+                    )
+                await asyncio.wait(
+                    (wake, stopping), timeout=delay, return_when=asyncio.FIRST_COMPLETED
+                )
                 if wake.done():
                     finished, wake = wake, None
                     if not finished.cancelled() and finished.exception() is not None:
-                        log.warning("queue %s: wake wait failed: %s", self.queue, finished.exception())
+                        log.warning(
+                            "queue %s: wake wait failed: %s", self.queue, finished.exception()
+                        )
                         await asyncio.sleep(backoff.next())
         finally:
             stopping.cancel()
@@ -148,8 +164,12 @@ class Dispatcher:
     async def run(self) -> None:
         runner = AsyncRunner(self._redis, self.settings)
         try:
+            await warn_if_evicting(runner, QueueOperations(QueueKeys(self.queues[0]), self.clock))
             await asyncio.gather(
-                *(QueueDispatcher(q, runner, self.settings, self.clock).run(self._stop) for q in self.queues)
+                *(
+                    QueueDispatcher(q, runner, self.settings, self.clock).run(self._stop)
+                    for q in self.queues
+                )
             )
         finally:
             await runner.close()

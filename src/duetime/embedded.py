@@ -51,7 +51,9 @@ def data_dir() -> Path:
 def _alive(socket_path: Path) -> bool:
     if not socket_path.exists():
         return False
-    client = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=2, socket_connect_timeout=2)
+    client = redis.Redis(
+        unix_socket_path=str(socket_path), socket_timeout=2, socket_connect_timeout=2
+    )
     try:
         return bool(client.ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -78,7 +80,8 @@ def ensure_server(start_timeout: float = 15.0) -> EmbeddedServer:
     socket_path = directory / "valkey.sock"
     if len(str(socket_path)) > _MAX_SOCKET_PATH:
         raise EmbeddedServerError(
-            f"socket path {socket_path} is too long for a Unix socket; set DUETIME_HOME to a shorter path"
+            f"socket path {socket_path} is too long for a Unix socket; "
+            "set DUETIME_HOME to a shorter path"
         )
     with open(directory / "server.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -109,7 +112,8 @@ def ensure_server(start_timeout: float = 15.0) -> EmbeddedServer:
         while not _alive(socket_path):
             if time.monotonic() > deadline:
                 raise EmbeddedServerError(
-                    f"embedded Valkey did not answer within {start_timeout}s; see {directory / 'valkey.log'}"
+                    f"embedded Valkey did not answer within {start_timeout}s; "
+                    f"see {directory / 'valkey.log'}"
                 )
             time.sleep(0.02)
         return EmbeddedServer(directory, socket_path, started=True)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Self
 
 from duetime import codec, validation
+from duetime.checker import Violation, check_invariants
 from duetime.clock import Clock, ServerClock
 from duetime.codec import Envelope
 from duetime.errors import (
@@ -24,7 +25,6 @@ from duetime.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from duetime.checker import Violation, check_invariants
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store import AsyncRunner, QueueKeys, SyncRunner
 from duetime.store.operations import Plan, QueueOperations
@@ -135,9 +135,8 @@ class QueueCore:
             raise InvalidInputError("give exactly one of a run-at time or a delay")
         at_ms = None if job.at is None else validation.timestamp_ms(job.at)
         delay_ms = 0
-        if job.delay is not None:
-            if job.delay != 0:
-                delay_ms = round(validation.positive_seconds(job.delay, "delay") * 1000)
+        if job.delay is not None and job.delay != 0:
+            delay_ms = round(validation.positive_seconds(job.delay, "delay") * 1000)
         task_id = new_task_id() if job.id is None else validation.task_id(job.id)
         max_attempts = self.settings.max_attempts if job.max_attempts is None else job.max_attempts
         timeout = self.settings.task_timeout if job.timeout is None else job.timeout
@@ -161,7 +160,9 @@ class QueueCore:
         for position, job in enumerate(jobs):
             if isinstance(job, tuple):
                 if len(job) != 2:
-                    raise InvalidInputError(f"item {position}: expected a Job or an (at, data) pair")
+                    raise InvalidInputError(
+                        f"item {position}: expected a Job or an (at, data) pair"
+                    )
                 job = Job(at=job[0], data=job[1])
             elif not isinstance(job, Job):
                 raise InvalidInputError(f"item {position}: expected a Job or an (at, data) pair")
@@ -198,7 +199,8 @@ class QueueCore:
         place = yield from self.operations.cancel(validation.task_id(task_id))
         if place == "running":
             raise TaskStateError(
-                f"task {task_id} is running and cannot be cancelled; it will finish or fail on its own"
+                f"task {task_id} is running and cannot be cancelled; "
+                "it will finish or fail on its own"
             )
         return place is not None
 
@@ -209,7 +211,14 @@ class QueueCore:
         def rewrite(blob: bytes) -> bytes:
             old = codec.decode_envelope(blob)
             return codec.encode_envelope(
-                Envelope(old.task, old.data, run_at_ms, old.max_attempts, old.timeout_ms, old.result_ttl_ms)
+                Envelope(
+                    old.task,
+                    old.data,
+                    run_at_ms,
+                    old.max_attempts,
+                    old.timeout_ms,
+                    old.result_ttl_ms,
+                )
             )
 
         outcome = yield from self.operations.reschedule(task_id, run_at_ms, rewrite)
@@ -255,8 +264,13 @@ class QueueCore:
                     f"no task {task_id!r} in queue {self.name!r}, and no stored result "
                     "(finished without result_ttl, or its result expired)"
                 )
-            if reply.envelope is not None and codec.decode_envelope(reply.envelope).result_ttl_ms == 0:
-                raise TaskStateError(f"task {task_id} was scheduled without result_ttl; it keeps no result")
+            if (
+                reply.envelope is not None
+                and codec.decode_envelope(reply.envelope).result_ttl_ms == 0
+            ):
+                raise TaskStateError(
+                    f"task {task_id} was scheduled without result_ttl; it keeps no result"
+                )
         blob = reply.result
         waited = 0.0
         while blob is None:

@@ -58,7 +58,9 @@ class Settings:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
             if not isinstance(value, int | float) or value <= 0:
-                raise ConfigurationError(f"setting {field.name} must be a positive number, got {value!r}")
+                raise ConfigurationError(
+                    f"setting {field.name} must be a positive number, got {value!r}"
+                )
         if self.heartbeat_interval * 2 > self.lease_duration:
             raise ConfigurationError(
                 "lease_duration must be at least twice heartbeat_interval, "

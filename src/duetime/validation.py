@@ -55,14 +55,17 @@ def timestamp_ms(value: object) -> int:
         seconds = float(value)
     else:
         raise InvalidTimestampError(
-            f"run-at must be epoch seconds (int or float) or an aware datetime, got {type(value).__name__}"
+            "run-at must be epoch seconds (int or float) or an aware datetime, "
+            f"got {type(value).__name__}"
         )
     if not math.isfinite(seconds):
         raise InvalidTimestampError(f"run-at must be a finite number, got {value!r}")
     if seconds < 0:
         raise InvalidTimestampError(f"run-at must not be negative, got {value!r}")
     if seconds > LATEST_TIMESTAMP:
-        raise InvalidTimestampError(f"run-at {value!r} is after the year 9999; is it in milliseconds?")
+        raise InvalidTimestampError(
+            f"run-at {value!r} is after the year 9999; is it in milliseconds?"
+        )
     return round(seconds * 1000)
 
 

@@ -33,6 +33,7 @@ from duetime.clock import Clock, ServerClock
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
 from duetime.errors import DecodeError, DuetimeError, RedisUnavailableError, UnknownHandlerError
 from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Claimed, Outcome, QueueOperations
 from duetime.store.runner import RedisSpec
@@ -110,7 +111,9 @@ class Worker:
         self.concurrency = concurrency
         self.settings = settings
         self.worker_id = validation.worker_id(worker_id or new_worker_id())
-        self.operations = QueueOperations(QueueKeys(self.queue), clock or ServerClock(settings.clock_resync_interval))
+        self.operations = QueueOperations(
+            QueueKeys(self.queue), clock or ServerClock(settings.clock_resync_interval)
+        )
         self.runner: AsyncRunner | None = None
         self._redis = redis
         self.counters = WorkerCounters()
@@ -135,6 +138,7 @@ class Worker:
     async def run(self) -> None:
         """Work until ``stop()``; returns after the shutdown sequence."""
         runner = self.runner = AsyncRunner(self._redis, self.settings)
+        await warn_if_evicting(runner, self.operations)
         await self._register()
         claimer = asyncio.create_task(self._claim_loop(), name="duetime-claimer")
         heartbeater = asyncio.create_task(self._heartbeat_loop(), name="duetime-heartbeater")
@@ -179,7 +183,9 @@ class Worker:
         while self._running and time.monotonic() < deadline and not self._stop_now:
             self._slot_freed.clear()
             try:
-                await asyncio.wait_for(self._slot_freed.wait(), max(0.0, deadline - time.monotonic()))
+                await asyncio.wait_for(
+                    self._slot_freed.wait(), max(0.0, deadline - time.monotonic())
+                )
             except TimeoutError:
                 break
         for attempt in self._held.values():
@@ -202,14 +208,21 @@ class Worker:
                 taken = [i for i in self._untracked if i not in self._held][:free]
                 self._untracked = []
                 most = min(free, self.settings.claim_batch) - len(taken)
-                claimed = await run(self.operations.claim(self.worker_id, self._lease_ms, most, taken))
+                claimed = await run(
+                    self.operations.claim(self.worker_id, self._lease_ms, most, taken)
+                )
                 if not claimed:
-                    task_id = await run(self.operations.take_ready(self.worker_id, self.settings.block_timeout))
+                    task_id = await run(
+                        self.operations.take_ready(self.worker_id, self.settings.block_timeout)
+                    )
                     if task_id is None:
                         continue
                     claimed = await run(
                         self.operations.claim(
-                            self.worker_id, self._lease_ms, min(free, self.settings.claim_batch) - 1, [task_id]
+                            self.worker_id,
+                            self._lease_ms,
+                            min(free, self.settings.claim_batch) - 1,
+                            [task_id],
                         )
                     )
                 backoff.reset()
@@ -262,7 +275,9 @@ class Worker:
                     self.counters.timed_out += 1
                     error = TimeoutError(f"timed out after {attempt.timeout:g}s")
                 final = attempt.attempt >= envelope.max_attempts
-                await self._report_failure(attempt, envelope, error, traceback.format_exc(), final=final)
+                await self._report_failure(
+                    attempt, envelope, error, traceback.format_exc(), final=final
+                )
                 return
             attempt.finished = True
             self._release_slot()
@@ -273,7 +288,9 @@ class Worker:
             result = b""
             if envelope.result_ttl_ms:
                 result = codec.encode_result(ResultRecord(True, value))
-            self._outcomes.append(Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result))
+            self._outcomes.append(
+                Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result)
+            )
             self._outcome_ready.set()
         finally:
             if not attempt.finished:
@@ -298,7 +315,10 @@ class Worker:
         except TimeoutError:
             # The thread cannot be stopped; give later tasks a fresh pool so a hung
             # handler does not eat the worker's capacity.
-            old, self._pool = self._pool, ThreadPoolExecutor(self.concurrency, thread_name_prefix="duetime-task")
+            old, self._pool = (
+                self._pool,
+                ThreadPoolExecutor(self.concurrency, thread_name_prefix="duetime-task"),
+            )
             old.shutdown(wait=False)
             raise
 
@@ -328,7 +348,9 @@ class Worker:
             )
             retry_at = None
             if not final:
-                delay = retry_delay(attempt.attempt, self.settings.retry_base, self.settings.retry_max)
+                delay = retry_delay(
+                    attempt.attempt, self.settings.retry_base, self.settings.retry_max
+                )
                 retry_at = (await self.runner.run(self.operations.now())) + round(delay * 1000)
             ttl = envelope.result_ttl_ms if envelope else 0
             result = codec.encode_result(ResultRecord(False, text)) if ttl and final else b""
@@ -341,10 +363,17 @@ class Worker:
                 self.counters.fenced += 1
             elif final:
                 self.counters.dead += 1
-                log.error("task %s is dead after attempt %d: %s", attempt.task_id, attempt.attempt, text)
+                log.error(
+                    "task %s is dead after attempt %d: %s", attempt.task_id, attempt.attempt, text
+                )
             else:
                 self.counters.failed += 1
-                log.warning("task %s attempt %d failed (%s); retrying", attempt.task_id, attempt.attempt, text)
+                log.warning(
+                    "task %s attempt %d failed (%s); retrying",
+                    attempt.task_id,
+                    attempt.attempt,
+                    text,
+                )
         finally:
             self._held.pop(attempt.task_id, None)
 
@@ -359,7 +388,9 @@ class Worker:
                 return await self.runner.run(plan_factory())
             except RedisUnavailableError as error:
                 if time.monotonic() > deadline:
-                    log.error("could not report an outcome (%s); its lease will bring it back", error)
+                    log.error(
+                        "could not report an outcome (%s); its lease will bring it back", error
+                    )
                     return False
                 await asyncio.sleep(backoff.next())
 
@@ -374,7 +405,9 @@ class Worker:
     async def _flush_outcomes(self) -> None:
         while self._outcomes:
             batch, self._outcomes = self._outcomes[:ACK_BATCH], self._outcomes[ACK_BATCH:]
-            flags = await self._with_retries(lambda: self.operations.ack(self.worker_id, batch))
+            flags = await self._with_retries(
+                lambda batch=batch: self.operations.ack(self.worker_id, batch)
+            )
             if flags is False:
                 flags = [False] * len(batch)
             for outcome, acked in zip(batch, flags, strict=True):
@@ -398,15 +431,21 @@ class Worker:
             running = [
                 (a.task_id, a.attempt)
                 for a in self._held.values()
-                if not a.finished and not a.fenced and (not a.timeout or now - a.started < a.timeout + 1)
+                if not a.finished
+                and not a.fenced
+                and (not a.timeout or now - a.started < a.timeout + 1)
             ]
             try:
-                reply = await self.runner.run(self.operations.heartbeat(self.worker_id, self._lease_ms, running))
+                reply = await self.runner.run(
+                    self.operations.heartbeat(self.worker_id, self._lease_ms, running)
+                )
             except RedisUnavailableError as error:
                 log.warning("heartbeat failed: %s", error)
                 continue
             if not reply.was_registered:
-                log.warning("worker %s had been presumed dead; its attempts were taken back", self.worker_id)
+                log.warning(
+                    "worker %s had been presumed dead; its attempts were taken back", self.worker_id
+                )
             for task_id in reply.lost:
                 attempt = self._held.get(task_id)
                 if attempt is not None and not attempt.fenced:

@@ -139,7 +139,7 @@ def current_time(clock: Clock) -> Plan[int]:
     now = clock.now_ms()
     while now is None:
         sent = time.monotonic()
-        seconds, micros = (yield Command(("TIME",)))
+        seconds, micros = yield Command(("TIME",))
         clock.observe(int(seconds) * 1000 + int(micros) // 1000, time.monotonic() - sent)
         now = clock.now_ms()
     return now
@@ -164,7 +164,9 @@ class QueueOperations:
         args: list[Any] = [now]
         for task_id, run_at_ms, envelope in items:
             args += (task_id, run_at_ms, envelope)
-        created = yield Eval(scripts.SCHEDULE_TASKS, (k.tasks, k.scheduled, k.ready, k.wake, k.stats), args)
+        created = yield Eval(
+            scripts.SCHEDULE_TASKS, (k.tasks, k.scheduled, k.ready, k.wake, k.stats), args
+        )
         return [bool(flag) for flag in created]
 
     def cancel(self, task_id: str) -> Plan[str | None]:
@@ -204,15 +206,16 @@ class QueueOperations:
             (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.result(task_id)),
             (task_id,),
         )
-        return StatusReply(
-            _text(state), _score(score), int(attempts or 0), error, envelope, result
-        )
+        return StatusReply(_text(state), _score(score), int(attempts or 0), error, envelope, result)
 
     def wait_result(self, task_id: str, timeout: float) -> Plan[bytes | None]:
         """Block until the task's result exists (without consuming it), up to ``timeout``."""
         key = self.keys.result(task_id)
         # BLMOVE from a list to itself rotates its single element: a non-destructive wait.
-        return (yield Command(("BLMOVE", key, key, "LEFT", "LEFT", timeout), block=timeout))
+        blob: bytes | None = yield Command(
+            ("BLMOVE", key, key, "LEFT", "LEFT", timeout), block=timeout
+        )
+        return blob
 
     # --- dispatching -----------------------------------------------------------------
 
@@ -289,7 +292,9 @@ class QueueOperations:
         orphans: list[str] = []
         cursor: Any = 0
         while True:
-            cursor, found = yield Command(("SCAN", cursor, "MATCH", k.active_pattern, "COUNT", 1000))
+            cursor, found = yield Command(
+                ("SCAN", cursor, "MATCH", k.active_pattern, "COUNT", 1000)
+            )
             for raw in found:
                 worker_id = k.worker_of_active(_text(raw))
                 orphans.append(worker_id)
@@ -409,7 +414,11 @@ class QueueOperations:
     def requeue_dead(self, task_ids: Sequence[str]) -> Plan[int]:
         k = self.keys
         return int(
-            (yield Eval(scripts.REQUEUE_DEAD, (k.dead, k.attempts, k.errors, k.ready, k.stats), task_ids))
+            (
+                yield Eval(
+                    scripts.REQUEUE_DEAD, (k.dead, k.attempts, k.errors, k.ready, k.stats), task_ids
+                )
+            )
         )
 
     def purge_dead(
@@ -475,7 +484,9 @@ class QueueOperations:
                  k.dead, k.wake, k.stats}  # fmt: skip
         cursor: Any = 0
         while True:
-            cursor, found = yield Command(("SCAN", cursor, "MATCH", f"duetime:{{{k.queue}}}:*", "COUNT", 1000))
+            cursor, found = yield Command(
+                ("SCAN", cursor, "MATCH", f"duetime:{{{k.queue}}}:*", "COUNT", 1000)
+            )
             for raw in found:
                 key = _text(raw)
                 if key.startswith(k.active("")):
@@ -509,14 +520,18 @@ class QueueOperations:
             lists = replies[9 : 9 + len(active_keys)]
             ttls = replies[9 + len(active_keys) :]
             snap = Snapshot(now_ms=now)
-            snap.workers = {_text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)}
+            snap.workers = {
+                _text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
+            }
             if any(k.active(worker) not in active_keys for worker in snap.workers):
                 continue  # a worker registered between the scan and the snapshot
             snap.tasks = {_text(i) for i in tasks}
             snap.scheduled = [_text(i) for i in scheduled]
             snap.ready = [_text(i) for i in ready]
             snap.dead = [_text(i) for i in dead]
-            snap.leases = {_text(leases[i]): int(float(leases[i + 1])) for i in range(0, len(leases), 2)}
+            snap.leases = {
+                _text(leases[i]): int(float(leases[i + 1])) for i in range(0, len(leases), 2)
+            }
             snap.attempts = {_text(i) for i in attempts}
             snap.errors = {_text(i) for i in errors}
             snap.wake_length = int(wake)
@@ -531,4 +546,3 @@ class QueueOperations:
             snap.stray_keys = stray
             return snap
         raise RuntimeError("workers kept registering during the snapshot; try again")
-

@@ -68,7 +68,8 @@ def _describe(client: Any) -> str:
     kwargs = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
-    return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
+    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
+    return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
 
 
 def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any, Any, str]:
@@ -79,7 +80,9 @@ def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any
         url = resolve_url(spec)
         try:
             clients = [
-                module.Redis(connection_pool=module.ConnectionPool.from_url(url, **_overrides(settings, t)))
+                module.Redis(
+                    connection_pool=module.ConnectionPool.from_url(url, **_overrides(settings, t))
+                )
                 for t in timeouts
             ]
         except ValueError as error:
@@ -88,7 +91,9 @@ def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any
     expected = redis.asyncio.Redis if asynchronous else redis.Redis
     if not isinstance(spec, expected):
         kind = "an asyncio" if asynchronous else "a synchronous"
-        raise ConfigurationError(f"redis= must be a URL or {kind} redis-py client, got {type(spec).__name__}")
+        raise ConfigurationError(
+            f"redis= must be a URL or {kind} redis-py client, got {type(spec).__name__}"
+        )
     pool = spec.connection_pool
     clients = []
     for t in timeouts:
@@ -108,9 +113,13 @@ def _translated(address: str) -> Iterator[None]:
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as error:
-        raise RedisUnavailableError(f"Redis at {address} is unavailable: {mask_url(str(error))}") from None
+        raise RedisUnavailableError(
+            f"Redis at {address} is unavailable: {mask_url(str(error))}"
+        ) from None
     except redis.ResponseError as error:
-        raise RedisCommandError(f"Redis at {address} refused a command: {mask_url(str(error))}") from None
+        raise RedisCommandError(
+            f"Redis at {address} refused a command: {mask_url(str(error))}"
+        ) from None
 
 
 class SyncRunner:
@@ -135,10 +144,14 @@ class SyncRunner:
             return client.execute_command(*request.args)
         if isinstance(request, Eval):
             try:
-                return self.client.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
+                return self.client.evalsha(
+                    request.script.sha, len(request.keys), *request.keys, *request.args
+                )
             except redis.exceptions.NoScriptError:
                 self.client.script_load(request.script.source)
-                return self.client.evalsha(request.script.sha, len(request.keys), *request.keys, *request.args)
+                return self.client.evalsha(
+                    request.script.sha, len(request.keys), *request.keys, *request.args
+                )
         pipe = self.client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command.args)
