@@ -29,6 +29,10 @@ T = TypeVar("T")
 #: Extra seconds a blocking command's socket waits beyond the block itself.
 BLOCK_MARGIN = 5.0
 
+_ADDRESS_KWARGS = frozenset(
+    {"host", "port", "db", "username", "password", "path", "client_name", "credential_provider"}
+)
+
 RedisSpec = str | redis.Redis | redis.asyncio.Redis | None
 
 
@@ -95,9 +99,16 @@ def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any
             f"redis= must be a URL or {kind} redis-py client, got {type(spec).__name__}"
         )
     pool = spec.connection_pool
+    # Only the address, credentials and TLS come from the caller's client; protocol,
+    # timeouts and retries are ours (redis-py also keeps RESP3-only handlers there).
+    address = {
+        name: value
+        for name, value in pool.connection_kwargs.items()
+        if name in _ADDRESS_KWARGS or name.startswith("ssl")
+    }
     clients = []
     for t in timeouts:
-        kwargs = {**pool.connection_kwargs, **_overrides(settings, t)}
+        kwargs = {**address, **_overrides(settings, t)}
         kwargs.pop("retry", None)
         clients.append(
             module.Redis(
@@ -158,8 +169,10 @@ class SyncRunner:
         return pipe.execute()
 
     def close(self) -> None:
-        self.client.close()
-        self.blocking_client.close()
+        # The clients were given their pools, so closing them leaves the pools open.
+        for client in (self.client, self.blocking_client):
+            client.close()
+            client.connection_pool.disconnect()
 
 
 class AsyncRunner:
@@ -199,5 +212,6 @@ class AsyncRunner:
         return await pipe.execute()
 
     async def close(self) -> None:
-        await self.client.aclose()
-        await self.blocking_client.aclose()
+        for client in (self.client, self.blocking_client):
+            await client.aclose()
+            await client.connection_pool.disconnect()

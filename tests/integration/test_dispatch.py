@@ -1,0 +1,149 @@
+"""The dispatcher against a real server, with the clock driven by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from unittest import mock
+
+import redis
+
+from duetime import App, Dispatcher, Job, ManualClock, Queue, Settings, Worker
+from duetime.dispatcher import QueueDispatcher
+from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.operations import QueueOperations
+from tests.helpers import running, wait_until
+
+T0 = 1_800_000_000_000  # ms; a fixed "server time" the test controls
+
+
+def ready_ids(raw: redis.Redis, queue_name: str) -> list[str]:
+    return [i.decode() for i in raw.lrange(QueueKeys(queue_name).ready, 0, -1)]
+
+
+def test_never_promotes_before_run_at_and_sleeps_until_it(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        first = queue.schedule_task((T0 + 1000) / 1000, {"n": 1})
+        second = queue.schedule_task((T0 + 1001) / 1000, {"n": 2})
+
+    async def scenario() -> None:
+        runner = AsyncRunner(redis_url, Settings())
+        dispatcher = QueueDispatcher(queue_name, runner, Settings(), clock)
+        try:
+            clock.set(T0 + 999)
+            assert await dispatcher.step() == 0.001  # sleeps exactly until the first is due
+            assert ready_ids(raw, queue_name) == []
+            clock.set(T0 + 1000)
+            await dispatcher.step()
+            assert ready_ids(raw, queue_name) == [first]
+            clock.set(T0 + 5000)
+            await dispatcher.step()
+            assert ready_ids(raw, queue_name) == [first, second]
+        finally:
+            await runner.close()
+
+    asyncio.run(scenario())
+
+
+def test_promotion_is_batched_and_reports_more_work(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    clock = ManualClock(T0)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        queue.schedule_many([Job({"i": i}, at=(T0 + 10 + i) / 1000) for i in range(25)])
+    settings = Settings(promote_batch=10)
+
+    async def scenario() -> None:
+        runner = AsyncRunner(redis_url, settings)
+        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
+        clock.set(T0 + 1000)
+        try:
+            assert await dispatcher.step() == 0  # a full batch: more is waiting
+            assert len(ready_ids(raw, queue_name)) == 10
+            await dispatcher.step()
+            await dispatcher.step()
+            assert len(ready_ids(raw, queue_name)) == 25
+        finally:
+            await runner.close()
+
+    asyncio.run(scenario())
+
+
+def test_racing_dispatchers_never_promote_a_task_twice(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        ids = queue.schedule_many([Job({"i": i}, at=(T0 + 1 + i) / 1000) for i in range(5000)])
+    clock.set(T0 + 10_000)
+
+    async def one_dispatcher() -> int:
+        runner = AsyncRunner(redis_url, Settings())
+        operations = QueueOperations(QueueKeys(queue_name), clock)
+        moved = 0
+        try:
+            while (promotion := await runner.run(operations.promote_due(37))).moved:
+                moved += promotion.moved
+        finally:
+            await runner.close()
+        return moved
+
+    async def race() -> list[int]:
+        return list(await asyncio.gather(*(one_dispatcher() for _ in range(6))))
+
+    moved = asyncio.run(race())
+    promoted = ready_ids(raw, queue_name)
+    assert sum(moved) == 5000
+    assert sorted(promoted) == sorted(ids)
+    assert max(Counter(promoted).values()) == 1
+    assert sum(1 for m in moved if m) > 1  # they really raced
+
+
+def test_earlier_task_wakes_a_dispatcher_sleeping_for_an_hour(redis_url: str, queue_name: str) -> None:
+    # block_timeout is long so only the wake signal (not a timed-out BLPOP) can explain
+    # a prompt promotion.
+    settings = Settings(block_timeout=60.0)
+    done: list[float] = []
+
+    async def scenario() -> None:
+        async_queue_url = redis_url
+        with Queue(queue_name, async_queue_url) as queue:
+            queue.schedule_in(3600, {"later": True})
+            dispatcher = Dispatcher([queue_name], redis_url, settings=settings)
+            worker = Worker(App(default=lambda data: done.append(time.time())), queue_name, redis_url)
+            async with running(dispatcher, worker):
+                await asyncio.sleep(0.2)  # the dispatcher is now asleep for ~an hour
+                queue.schedule_in(0.3, {"soon": True})
+                await wait_until(lambda: bool(done), timeout=10, what="the early task to run")
+
+    asyncio.run(scenario())
+    assert len(done) == 1
+
+
+def test_host_clock_skew_does_not_move_due_times(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    """Every decision uses the server's TIME: a host clock an hour fast changes nothing."""
+    starts: list[int] = []
+    probe = redis.Redis.from_url(redis_url)
+
+    def handler(data: dict[str, int]) -> None:
+        seconds, micros = probe.time()
+        starts.append(seconds * 1000 + micros // 1000 - data["run_at_ms"])
+
+    async def scenario() -> None:
+        seconds, micros = raw.time()
+        server_now = seconds * 1000 + micros // 1000
+        real_time = time.time
+        with mock.patch("time.time", lambda: real_time() + 3600):
+            with Queue(queue_name, redis_url) as queue:
+                for offset in (300, 600):
+                    run_at = server_now + offset
+                    queue.schedule_task(run_at / 1000, {"run_at_ms": run_at})
+            app = App(default=handler)
+            async with running(Dispatcher([queue_name], redis_url), Worker(app, queue_name, redis_url)):
+                await wait_until(lambda: len(starts) == 2, what="both tasks")
+
+    asyncio.run(scenario())
+    probe.close()
+    assert all(lateness >= 0 for lateness in starts), starts

@@ -1,0 +1,231 @@
+"""The client API against a real server: state before and after each operation."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from datetime import datetime
+from typing import Any
+
+import pytest
+import redis
+
+import duetime
+from duetime import Job, Queue, Settings
+from duetime.errors import (
+    InvalidInputError,
+    InvalidNameError,
+    InvalidPayloadError,
+    InvalidTimestampError,
+    RedisUnavailableError,
+    TaskNotFoundError,
+    TaskStateError,
+)
+from duetime.store import QueueKeys
+
+
+def evalsha_calls(raw: redis.Redis) -> int:
+    stats = raw.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_future_task_waits_in_scheduled_with_its_run_at(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        at = time.time() + 3600
+        task_id = queue.schedule_task(at, {"to": "a@example.com"})
+        assert raw.zscore(keys.scheduled, task_id) == round(at * 1000)
+        assert raw.llen(keys.ready) == 0
+        assert raw.hexists(keys.tasks, task_id)
+        status = queue.status(task_id)
+        assert status is not None and status.state == "scheduled"
+        assert status.data == {"to": "a@example.com"} and status.run_at == round(at * 1000) / 1000
+        stats = queue.stats()
+        assert (stats.scheduled, stats.ready, stats.running, stats.dead) == (1, 0, 0, 0)
+        assert stats.next_due == round(at * 1000) / 1000
+        assert queue.check() == []
+
+
+def test_due_task_goes_straight_to_ready(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        past = queue.schedule_task(time.time() - 10, {"n": 1})
+        now = queue.schedule_now({"n": 2})
+        assert [i.decode() for i in raw.lrange(keys.ready, 0, -1)] == [past, now]
+        assert raw.zcard(keys.scheduled) == 0
+        assert queue.status(now).state == "ready"  # type: ignore[union-attr]
+
+
+def test_same_id_twice_is_one_task(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        at = time.time() + 60
+        assert queue.schedule_task(at, {"v": 1}, id="welcome-42") == "welcome-42"
+        assert queue.schedule_task(at + 100, {"v": 2}, id="welcome-42") == "welcome-42"
+        assert raw.zcard(keys.scheduled) == 1
+        assert raw.zscore(keys.scheduled, "welcome-42") == round(at * 1000)
+        assert queue.status("welcome-42").data == {"v": 1}  # type: ignore[union-attr]
+
+
+def test_schedule_many_uses_one_script_call_per_thousand(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_now({"warm": True})  # loads the script
+        before = evalsha_calls(raw)
+        at = time.time() + 60
+        ids = queue.schedule_many([Job({"i": i}, at=at + i) for i in range(2500)])
+        assert evalsha_calls(raw) - before == 3
+        assert len(set(ids)) == 2500
+        assert raw.zcard(QueueKeys(queue_name).scheduled) == 2500
+        assert queue.schedule_many([(at, {"pair": True})])  # (at, data) pairs work too
+
+
+def test_schedule_many_writes_nothing_when_one_item_is_bad(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        jobs: list[Any] = [Job({"i": i}, at=time.time() + 60) for i in range(10)]
+        jobs.insert(5, Job({"i": "bad"}, at=math.nan))
+        with pytest.raises(InvalidTimestampError, match="item 5"):
+            queue.schedule_many(jobs)
+        with pytest.raises(InvalidInputError, match="same task id twice"):
+            queue.schedule_many([Job({}, delay=1, id="x"), Job({}, delay=2, id="x")])
+    assert raw.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda q: q.schedule_task(datetime(2030, 1, 1), {"a": 1}), InvalidTimestampError),
+        (lambda q: q.schedule_task(math.inf, {"a": 1}), InvalidTimestampError),
+        (lambda q: q.schedule_task(-5, {"a": 1}), InvalidTimestampError),
+        (lambda q: q.schedule_task(time.time(), None), InvalidPayloadError),
+        (lambda q: q.schedule_task(time.time(), ""), InvalidPayloadError),
+        (lambda q: q.schedule_task(time.time(), {"big": "x" * 2000}), InvalidPayloadError),
+        (lambda q: q.schedule_task(time.time(), {"when": datetime.now()}), InvalidPayloadError),
+        (lambda q: q.schedule_task(time.time(), {"a": 1}, id="has|bar"), InvalidNameError),
+        (lambda q: q.schedule_task(time.time(), {"a": 1}, task="9bad"), InvalidNameError),
+        (lambda q: q.schedule_task(time.time(), {"a": 1}, max_attempts=0), InvalidPayloadError),
+        (lambda q: q.schedule_task(time.time(), {"a": 1}, timeout=-1), InvalidPayloadError),
+        (lambda q: q.schedule_in(-3, {"a": 1}), InvalidPayloadError),
+    ],
+)
+def test_bad_input_is_refused_and_nothing_is_written(
+    redis_url: str, raw: redis.Redis, queue_name: str, call: Any, error: type[Exception]
+) -> None:
+    with Queue(queue_name, redis_url, settings=Settings(max_payload_bytes=1024)) as queue:
+        with pytest.raises(error):
+            call(queue)
+    assert raw.dbsize() == 0
+
+
+def test_bad_queue_name_is_refused_before_connecting() -> None:
+    with pytest.raises(InvalidNameError, match="queue name"):
+        Queue("has{brace}", "redis://127.0.0.1:1/0")
+
+
+def test_cancel_from_each_place_leaves_nothing(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        scheduled = queue.schedule_in(3600, {"a": 1})
+        ready = queue.schedule_now({"a": 2})
+        assert queue.cancel(scheduled) and queue.cancel(ready)
+        assert queue.cancel(scheduled) is False
+        assert queue.cancel("never-existed") is False
+        assert queue.status(scheduled) is None
+        assert queue.check() == []
+    keys = QueueKeys(queue_name)
+    # Counters and an unconsumed wake signal (one element at most) are all that remain.
+    assert set(raw.keys("*")) <= {keys.stats.encode(), keys.wake.encode()}
+    assert raw.llen(keys.wake) <= 1
+
+
+def test_cancel_refuses_a_running_task(redis_url: str, queue_name: str) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_now({"a": 1})
+        queue.runner.run(queue.core.operations.claim("w1", 10_000, 10))
+        assert queue.status(task_id).state == "running"  # type: ignore[union-attr]
+        with pytest.raises(TaskStateError, match="running"):
+            queue.cancel(task_id)
+
+
+def test_reschedule_moves_waiting_tasks_and_refuses_others(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_in(3600, {"a": 1})
+        later = time.time() + 7200
+        queue.reschedule(task_id, later)
+        assert raw.zscore(keys.scheduled, task_id) == round(later * 1000)
+        assert queue.status(task_id).data == {"a": 1}  # type: ignore[union-attr]
+        queue.reschedule(task_id, time.time() - 1)  # due: straight to ready
+        assert raw.lrange(keys.ready, 0, -1) == [task_id.encode()]
+        queue.reschedule(task_id, later)  # from ready back to scheduled
+        assert raw.llen(keys.ready) == 0 and raw.zscore(keys.scheduled, task_id)
+        with pytest.raises(TaskNotFoundError):
+            queue.reschedule("nope", later)
+        running = queue.schedule_now({"b": 1})
+        queue.runner.run(queue.core.operations.claim("w1", 10_000, 10))
+        with pytest.raises(TaskStateError, match="running"):
+            queue.reschedule(running, later)
+
+
+def test_earlier_task_rings_the_wake_list_once(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    wake = QueueKeys(queue_name).wake
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(3600, {"a": 1})
+        assert raw.llen(wake) == 1
+        raw.delete(wake)
+        queue.schedule_in(7200, {"a": 2})  # not earlier: no wake
+        assert raw.llen(wake) == 0
+        queue.schedule_in(60, {"a": 3})
+        queue.schedule_in(30, {"a": 4})
+        assert raw.llen(wake) == 1  # one element at most
+
+
+def test_scripts_reload_after_the_server_forgets_them(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_now({"a": 1})
+        raw.script_flush()
+        queue.schedule_now({"a": 2})
+        assert queue.stats().ready == 2
+
+
+def test_unreachable_server_error_masks_the_password(queue_name: str) -> None:
+    with Queue(queue_name, "redis://user:s3cret@127.0.0.1:1/0") as queue:
+        with pytest.raises(RedisUnavailableError) as raised:
+            queue.schedule_now({"a": 1})
+    assert "s3cret" not in str(raised.value)
+    assert "***" in str(raised.value)
+
+
+def test_queue_accepts_a_redis_py_client(redis_url: str, queue_name: str) -> None:
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    with Queue(queue_name, client) as queue:
+        task_id = queue.schedule_now({"bytes": b"\x00\x01"})
+        assert queue.status(task_id).data == {"bytes": b"\x00\x01"}  # type: ignore[union-attr]
+    client.close()
+
+
+def test_async_queue_shares_behaviour(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    keys = QueueKeys(queue_name)
+
+    async def scenario() -> None:
+        async with duetime.AsyncQueue(queue_name, redis_url) as queue:
+            first = await queue.schedule_task(time.time() + 60, {"a": 1}, id="same")
+            again = await queue.schedule_task(time.time() + 90, {"a": 2}, id="same")
+            assert first == again == "same"
+            ids = await queue.schedule_many([Job({"i": i}, delay=0) for i in range(3)])
+            assert len(ids) == 3
+            assert (await queue.status("same")).state == "scheduled"  # type: ignore[union-attr]
+            assert await queue.cancel("same")
+            stats = await queue.stats()
+            assert (stats.scheduled, stats.ready) == (0, 3)
+            assert await queue.check() == []
+            with pytest.raises(InvalidPayloadError):
+                await queue.schedule_now(None)
+
+    asyncio.run(scenario())
+    assert raw.llen(keys.ready) == 3

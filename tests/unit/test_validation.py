@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from duetime import validation
+from duetime.errors import InvalidNameError, InvalidPayloadError, InvalidTimestampError
+
+
+@pytest.mark.parametrize(
+    ("value", "expected_ms"),
+    [
+        (0, 0),
+        (1795320000, 1795320000000),
+        (1795320000.1234, 1795320000123),
+        (datetime(2026, 11, 22, 12, 0, tzinfo=UTC), 1795348800000),
+        (datetime(2026, 11, 22, 13, 0, tzinfo=timezone(timedelta(hours=1))), 1795348800000),
+    ],
+)
+def test_accepted_timestamps_become_milliseconds(value: object, expected_ms: int) -> None:
+    assert validation.timestamp_ms(value) == expected_ms
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (datetime(2026, 11, 22, 12, 0), "naive datetime"),
+        (math.nan, "finite"),
+        (math.inf, "finite"),
+        (-math.inf, "finite"),
+        (-1, "negative"),
+        (True, "epoch seconds"),
+        ("1795320000", "epoch seconds"),
+        (None, "epoch seconds"),
+        (1795320000000, "year 9999"),
+    ],
+)
+def test_refused_timestamps_say_why(value: object, message: str) -> None:
+    with pytest.raises(InvalidTimestampError, match=message):
+        validation.timestamp_ms(value)
+
+
+@pytest.mark.parametrize("name", ["emails", "a", "x" * 64, "team.jobs-v2_b"])
+def test_queue_names_accepted(name: str) -> None:
+    assert validation.queue_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "x" * 65, "a{b}", "a:b", "a b", "é", None, 3])
+def test_queue_names_refused(name: object) -> None:
+    with pytest.raises(InvalidNameError, match="queue name"):
+        validation.queue_name(name)
+
+
+@pytest.mark.parametrize("task_id", ["a|b", "", "x" * 201, "with space", "new\nline"])
+def test_task_ids_refused(task_id: str) -> None:
+    # "|" separates worker and task in lease members, so it must never enter an id.
+    with pytest.raises(InvalidNameError, match="task id"):
+        validation.task_id(task_id)
+
+
+@pytest.mark.parametrize("data", [None, "", b""])
+def test_empty_payload_refused(data: object) -> None:
+    with pytest.raises(InvalidPayloadError, match="empty"):
+        validation.payload(data, 1, 100)
+
+
+def test_oversized_payload_refused_with_the_limit_named() -> None:
+    with pytest.raises(InvalidPayloadError, match="over the limit of 100"):
+        validation.payload({"a": 1}, 101, 100)
+
+
+def test_empty_mapping_is_a_valid_payload() -> None:
+    validation.payload({}, 1, 100)
+
+
+@pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, True, "5"])
+def test_positive_seconds_refuses_non_positive_or_non_numbers(value: object) -> None:
+    with pytest.raises(InvalidPayloadError):
+        validation.positive_seconds(value, "timeout")
+
+
+@pytest.mark.parametrize("value", [0, 1001, 2.5, True, None])
+def test_attempts_bounds(value: object) -> None:
+    with pytest.raises(InvalidPayloadError, match="max_attempts"):
+        validation.attempts(value)
