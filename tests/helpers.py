@@ -26,7 +26,9 @@ async def wait_until(
         await asyncio.sleep(0.01)
 
 
-def wait_until_sync(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+def wait_until_sync(
+    condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition"
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

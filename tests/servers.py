@@ -68,7 +68,9 @@ class Server:
             except redis.ConnectionError:
                 pass
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{self.kind} server did not start; see {self.directory}/server.log")
+                raise RuntimeError(
+                    f"{self.kind} server did not start; see {self.directory}/server.log"
+                )
             time.sleep(0.02)
         client.close()
 

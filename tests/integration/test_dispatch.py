@@ -49,7 +49,9 @@ def test_never_promotes_before_run_at_and_sleeps_until_it(
     asyncio.run(scenario())
 
 
-def test_promotion_is_batched_and_reports_more_work(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_promotion_is_batched_and_reports_more_work(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     clock = ManualClock(T0)
     with Queue(queue_name, redis_url, clock=clock) as queue:
         queue.schedule_many([Job({"i": i}, at=(T0 + 10 + i) / 1000) for i in range(25)])
@@ -101,7 +103,9 @@ def test_racing_dispatchers_never_promote_a_task_twice(
     assert sum(1 for m in moved if m) > 1  # they really raced
 
 
-def test_earlier_task_wakes_a_dispatcher_sleeping_for_an_hour(redis_url: str, queue_name: str) -> None:
+def test_earlier_task_wakes_a_dispatcher_sleeping_for_an_hour(
+    redis_url: str, queue_name: str
+) -> None:
     # block_timeout is long so only the wake signal (not a timed-out BLPOP) can explain
     # a prompt promotion.
     settings = Settings(block_timeout=60.0)
@@ -112,7 +116,9 @@ def test_earlier_task_wakes_a_dispatcher_sleeping_for_an_hour(redis_url: str, qu
         with Queue(queue_name, async_queue_url) as queue:
             queue.schedule_in(3600, {"later": True})
             dispatcher = Dispatcher([queue_name], redis_url, settings=settings)
-            worker = Worker(App(default=lambda data: done.append(time.time())), queue_name, redis_url)
+            worker = Worker(
+                App(default=lambda data: done.append(time.time())), queue_name, redis_url
+            )
             async with running(dispatcher, worker):
                 await asyncio.sleep(0.2)  # the dispatcher is now asleep for ~an hour
                 queue.schedule_in(0.3, {"soon": True})
@@ -122,7 +128,9 @@ def test_earlier_task_wakes_a_dispatcher_sleeping_for_an_hour(redis_url: str, qu
     assert len(done) == 1
 
 
-def test_host_clock_skew_does_not_move_due_times(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_host_clock_skew_does_not_move_due_times(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     """Every decision uses the server's TIME: a host clock an hour fast changes nothing."""
     starts: list[int] = []
     probe = redis.Redis.from_url(redis_url)
@@ -141,7 +149,9 @@ def test_host_clock_skew_does_not_move_due_times(redis_url: str, raw: redis.Redi
                     run_at = server_now + offset
                     queue.schedule_task(run_at / 1000, {"run_at_ms": run_at})
             app = App(default=handler)
-            async with running(Dispatcher([queue_name], redis_url), Worker(app, queue_name, redis_url)):
+            async with running(
+                Dispatcher([queue_name], redis_url), Worker(app, queue_name, redis_url)
+            ):
                 await wait_until(lambda: len(starts) == 2, what="both tasks")
 
     asyncio.run(scenario())

@@ -30,7 +30,9 @@ def evalsha_calls(raw: redis.Redis) -> int:
     return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
 
 
-def test_future_task_waits_in_scheduled_with_its_run_at(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_future_task_waits_in_scheduled_with_its_run_at(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     keys = QueueKeys(queue_name)
     with Queue(queue_name, redis_url) as queue:
         at = time.time() + 3600
@@ -126,7 +128,9 @@ def test_bad_queue_name_is_refused_before_connecting() -> None:
         Queue("has{brace}", "redis://127.0.0.1:1/0")
 
 
-def test_cancel_from_each_place_leaves_nothing(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_cancel_from_each_place_leaves_nothing(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     with Queue(queue_name, redis_url) as queue:
         scheduled = queue.schedule_in(3600, {"a": 1})
         ready = queue.schedule_now({"a": 2})
@@ -172,7 +176,9 @@ def test_reschedule_moves_waiting_tasks_and_refuses_others(
             queue.reschedule(running, later)
 
 
-def test_earlier_task_rings_the_wake_list_once(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_earlier_task_rings_the_wake_list_once(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     wake = QueueKeys(queue_name).wake
     with Queue(queue_name, redis_url) as queue:
         queue.schedule_in(3600, {"a": 1})
@@ -185,7 +191,9 @@ def test_earlier_task_rings_the_wake_list_once(redis_url: str, raw: redis.Redis,
         assert raw.llen(wake) == 1  # one element at most
 
 
-def test_scripts_reload_after_the_server_forgets_them(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_scripts_reload_after_the_server_forgets_them(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     with Queue(queue_name, redis_url) as queue:
         queue.schedule_now({"a": 1})
         raw.script_flush()

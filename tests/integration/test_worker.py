@@ -50,7 +50,9 @@ def test_named_and_default_handlers_run_with_their_context(redis_url: str, queue
         default_id = queue.schedule_in(0.05, {"n": 1})
 
         async def scenario() -> None:
-            async with running(Dispatcher([queue_name], redis_url), Worker(app, queue_name, redis_url)):
+            async with running(
+                Dispatcher([queue_name], redis_url), Worker(app, queue_name, redis_url)
+            ):
                 await wait_until(lambda: len(seen) == 2, what="both handlers")
 
         run(scenario())
@@ -58,7 +60,12 @@ def test_named_and_default_handlers_run_with_their_context(redis_url: str, queue
         assert queue.stats().counters["completed"] == 2
     data, context = seen["greet"]
     assert data == {"name": "ada"}
-    assert (context.id, context.task, context.attempt, context.queue) == (greet_id, "greet", 1, queue_name)
+    assert (context.id, context.task, context.attempt, context.queue) == (
+        greet_id,
+        "greet",
+        1,
+        queue_name,
+    )
     assert seen["default"][1].id == default_id and seen["default"][1].task == ""
 
 
@@ -101,8 +108,12 @@ def test_exhausted_attempts_go_to_dead_and_can_be_requeued_or_purged(
         dispatcher = Dispatcher([queue_name], redis_url, settings=FAST)
 
         async def until_dead(count: int) -> None:
-            async with running(dispatcher, Worker(App(default=broken), queue_name, redis_url, settings=FAST)):
-                await wait_until(lambda: queue.stats().dead == 1 and len(calls) == count, what="death")
+            async with running(
+                dispatcher, Worker(App(default=broken), queue_name, redis_url, settings=FAST)
+            ):
+                await wait_until(
+                    lambda: queue.stats().dead == 1 and len(calls) == count, what="death"
+                )
 
         run(until_dead(2))
         status = queue.status(task_id)
@@ -112,7 +123,11 @@ def test_exhausted_attempts_go_to_dead_and_can_be_requeued_or_purged(
         with pytest.raises(TaskFailedError, match="always broken"):
             queue.result(task_id, timeout=1)
         [entry] = queue.dead_tasks()
-        assert (entry.id, entry.error, entry.attempts) == (task_id, "RuntimeError: always broken", 2)
+        assert (entry.id, entry.error, entry.attempts) == (
+            task_id,
+            "RuntimeError: always broken",
+            2,
+        )
         assert queue.check() == []
 
         assert queue.requeue_dead([task_id]) == 1
@@ -147,7 +162,9 @@ def test_poison_goes_to_dead_and_the_worker_carries_on(
 
         async def scenario() -> None:
             async with running(worker):
-                await wait_until(lambda: bool(done) and queue.stats().dead == 1, what="poison and healthy")
+                await wait_until(
+                    lambda: bool(done) and queue.stats().dead == 1, what="poison and healthy"
+                )
 
         run(scenario())
         status = queue.status("poison")
@@ -200,7 +217,9 @@ def test_timeouts_fail_the_attempt_and_a_hung_thread_does_not_stall_the_worker(
         assert all(queue.status(i) is None for i in quick_ids)
 
 
-def test_results_are_stored_with_a_ttl_and_waited_for(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_results_are_stored_with_a_ttl_and_waited_for(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     with Queue(queue_name, redis_url) as queue:
         kept = queue.schedule_in(0.3, {"a": 2}, result_ttl=30)
         not_kept = queue.schedule_now({"a": 3})
@@ -241,8 +260,12 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
             assert await runner.run(operations.reap_expired_leases(100)) == 1
             late = Outcome(task_id, claimed.attempt, 60_000, b"late")
             assert await runner.run(operations.ack("stale", [late])) == [False]
-            assert not await runner.run(operations.fail("stale", task_id, claimed.attempt, b"e", None))
-            beat = await runner.run(operations.heartbeat("stale", 1000, [(task_id, claimed.attempt)]))
+            assert not await runner.run(
+                operations.fail("stale", task_id, claimed.attempt, b"e", None)
+            )
+            beat = await runner.run(
+                operations.heartbeat("stale", 1000, [(task_id, claimed.attempt)])
+            )
             assert beat.lost == [task_id]
             # The same worker claiming the task again does not revive the old attempt.
             await runner.run(operations.promote_due(10))
@@ -260,7 +283,9 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
     assert raw.lrange(keys.result(task_id), 0, -1) == [b"\xc3"]
 
 
-def test_graceful_shutdown_hands_back_what_did_not_finish(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_graceful_shutdown_hands_back_what_did_not_finish(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     started = asyncio.Event()
     keys = QueueKeys(queue_name)
 
@@ -314,7 +339,9 @@ def _dead_worker_leaves(redis_url: str, queue_name: str, step: str) -> str:
     "step",
     ["after BLMOVE, before the lease", "mid-task (leased)", "handler done, before the ack"],
 )
-def test_a_task_survives_its_worker_dying_at_any_step(redis_url: str, queue_name: str, step: str) -> None:
+def test_a_task_survives_its_worker_dying_at_any_step(
+    redis_url: str, queue_name: str, step: str
+) -> None:
     task_id = _dead_worker_leaves(redis_url, queue_name, step)
     runs: list[str] = []
     with Queue(queue_name, redis_url) as queue:
@@ -356,7 +383,9 @@ def test_an_id_whose_blmove_reply_was_lost_is_found_and_run(
         assert queue.check() == []
 
 
-def test_orphan_processing_lists_are_swept(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+def test_orphan_processing_lists_are_swept(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
     keys = QueueKeys(queue_name)
     runs: list[object] = []
     with Queue(queue_name, redis_url) as queue:
@@ -366,7 +395,10 @@ def test_orphan_processing_lists_are_swept(redis_url: str, raw: redis.Redis, que
         assert [v.kind for v in queue.check()] == ["orphan list", "unleased"]
 
         async def scenario() -> None:
-            async with running(Dispatcher([queue_name], redis_url), Worker(App(default=runs.append), queue_name, redis_url)):
+            async with running(
+                Dispatcher([queue_name], redis_url),
+                Worker(App(default=runs.append), queue_name, redis_url),
+            ):
                 await wait_until(lambda: len(runs) == 1, what="the swept task")
 
         run(scenario())

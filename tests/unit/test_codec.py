@@ -12,7 +12,9 @@ from duetime.errors import DecodeError, InvalidPayloadError
 
 
 def test_envelope_round_trip_keeps_bytes_and_text_apart() -> None:
-    envelope = Envelope("send", {"to": "a@b", "blob": b"\x00\xff", "n": [1, 2.5, None]}, 5, 3, 1000, 0)
+    envelope = Envelope(
+        "send", {"to": "a@b", "blob": b"\x00\xff", "n": [1, 2.5, None]}, 5, 3, 1000, 0
+    )
     assert codec.decode_envelope(codec.encode_envelope(envelope)) == envelope
 
 

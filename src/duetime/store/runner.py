@@ -55,11 +55,12 @@ def resolve_url(spec: str | None) -> str:
     return ensure_server().url
 
 
-def _overrides(settings: Settings, socket_timeout: float) -> dict[str, Any]:
+def _overrides(settings: Settings, socket_timeout: float, tcp: bool) -> dict[str, Any]:
     return {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": settings.socket_timeout,
-        "socket_keepalive": True,
+        # Keepalive notices a peer that vanished without a FIN (TCP only).
+        **({"socket_keepalive": True} if tcp else {}),
         "health_check_interval": 30,
         "decode_responses": False,
         "protocol": 2,
@@ -85,7 +86,9 @@ def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any
         try:
             clients = [
                 module.Redis(
-                    connection_pool=module.ConnectionPool.from_url(url, **_overrides(settings, t))
+                    connection_pool=module.ConnectionPool.from_url(
+                        url, **_overrides(settings, t, tcp=not url.startswith("unix:"))
+                    )
                 )
                 for t in timeouts
             ]
@@ -108,7 +111,7 @@ def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any
     }
     clients = []
     for t in timeouts:
-        kwargs = {**address, **_overrides(settings, t)}
+        kwargs = {**address, **_overrides(settings, t, tcp="path" not in address)}
         kwargs.pop("retry", None)
         clients.append(
             module.Redis(
