@@ -35,7 +35,7 @@ def flaky_sync(data: dict[str, Any]) -> str:
     flaky_attempts.append(attempt)
     if attempt == 1:
         raise ConnectionError("upstream hiccup (first attempt fails on purpose)")
-    return "synced on attempt %d" % attempt
+    return f"synced on attempt {attempt}"
 
 
 @app.task
@@ -93,9 +93,8 @@ def main() -> None:
             table.add_row(task_id, time.strftime("%H:%M:%S", time.localtime(run_ats[task_id]))
                           + f".{int(run_ats[task_id] % 1 * 1000):03d}", lateness)  # fmt: skip
         console.print(table)
-        console.print(
-            f"retry: flaky_sync ran attempts {flaky_attempts}; result: {queue.result(flaky_id, 5)!r}"
-        )
+        result = queue.result(flaky_id, 5)
+        console.print(f"retry: flaky_sync ran attempts {flaky_attempts}; result: {result!r}")
         [dead] = [d for d in queue.dead_tasks() if d.id == dead_id]
         console.print(f"dead letter: {dead.task} after {dead.attempts} attempts: {dead.error}")
         console.print(f"  inspect it: duetime dead show --queue {QUEUE} {dead_id}")

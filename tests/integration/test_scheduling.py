@@ -117,9 +117,9 @@ def test_schedule_many_writes_nothing_when_one_item_is_bad(
 def test_bad_input_is_refused_and_nothing_is_written(
     redis_url: str, raw: redis.Redis, queue_name: str, call: Any, error: type[Exception]
 ) -> None:
-    with Queue(queue_name, redis_url, settings=Settings(max_payload_bytes=1024)) as queue:
-        with pytest.raises(error):
-            call(queue)
+    settings = Settings(max_payload_bytes=1024)
+    with Queue(queue_name, redis_url, settings=settings) as queue, pytest.raises(error):
+        call(queue)
     assert raw.dbsize() == 0
 
 
@@ -202,9 +202,9 @@ def test_scripts_reload_after_the_server_forgets_them(
 
 
 def test_unreachable_server_error_masks_the_password(queue_name: str) -> None:
-    with Queue(queue_name, "redis://user:s3cret@127.0.0.1:1/0") as queue:
-        with pytest.raises(RedisUnavailableError) as raised:
-            queue.schedule_now({"a": 1})
+    url = "redis://user:s3cret@127.0.0.1:1/0"
+    with Queue(queue_name, url) as queue, pytest.raises(RedisUnavailableError) as raised:
+        queue.schedule_now({"a": 1})
     assert "s3cret" not in str(raised.value)
     assert "***" in str(raised.value)
 

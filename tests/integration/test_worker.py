@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any
 
 import msgpack
@@ -348,8 +347,8 @@ def test_a_task_survives_its_worker_dying_at_any_step(
         assert queue.status(task_id).state == "running"  # type: ignore[union-attr]
 
         async def scenario() -> None:
-            rescuer = Worker(App(default=lambda d: runs.append(duetime.current_task().id)), queue_name,
-                             redis_url, settings=FAST)  # fmt: skip
+            app = App(default=lambda d: runs.append(duetime.current_task().id))
+            rescuer = Worker(app, queue_name, redis_url, settings=FAST)
             async with running(Dispatcher([queue_name], redis_url, settings=FAST), rescuer):
                 await wait_until(lambda: bool(runs), what="the rescue run")
                 await wait_until(lambda: queue.status(task_id) is None, what="the ack")

@@ -81,7 +81,7 @@ def test_app_registry_names_defaults_and_errors() -> None:
     assert app.handler("reports.daily").is_async
     assert app.handler("").function is fallback
     assert send.duetime_name == "send"  # type: ignore[attr-defined]
-    with pytest.raises(UnknownHandlerError, match="'nope'.*registered: 'reports.daily', 'send'"):
+    with pytest.raises(UnknownHandlerError, match=r"'nope'.*registered: 'reports\.daily', 'send'"):
         app.handler("nope")
     with pytest.raises(ConfigurationError, match="two handlers"):
         app.task(lambda d: None, name="send")
