@@ -4,6 +4,7 @@ daemons in the test's event loop."""
 from __future__ import annotations
 
 import asyncio
+import io
 import inspect
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -45,7 +46,15 @@ async def running(*daemons: Any) -> AsyncIterator[None]:
     finally:
         for daemon in daemons:
             daemon.stop()
-        done = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+        finished, pending = await asyncio.wait(tasks, timeout=30)
+        if pending:
+            stacks = io.StringIO()
+            for task in asyncio.all_tasks():
+                task.print_stack(limit=20, file=stacks)
+            for task in pending:
+                task.cancel()
+            raise AssertionError(f"daemons did not stop within 30 s:\n{stacks.getvalue()}")
+        done = [task.exception() for task in tasks]
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome

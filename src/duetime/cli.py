@@ -33,6 +33,7 @@ from duetime.errors import (
     TaskNotFoundError,
 )
 from duetime.scheduler import Queue
+from duetime.settings import Settings
 from duetime.store.runner import mask_url
 from duetime.worker import Worker
 
@@ -51,6 +52,15 @@ log = logging.getLogger("duetime")
 def _fail(message: str, code: int) -> NoReturn:
     errors.print(f"[red]error:[/red] {message}", highlight=False)
     sys.exit(code)
+
+
+def _settings() -> Settings:
+    """Settings for this command: defaults, overridden by $DUETIME_<FIELD> variables."""
+    return Settings.from_env()
+
+
+def _queue(name: str, redis_url: str | None) -> Queue:
+    return Queue(name, _redis_url(redis_url), settings=_settings())
 
 
 def _redis_url(redis_url: str | None) -> str:
@@ -179,11 +189,12 @@ def dispatcher(queues: tuple[str, ...], redis_url: str | None) -> None:
       duetime dispatcher --queue emails --queue reports --redis redis://localhost:6379/0
     """
     url = _redis_url(redis_url)
-    _run_daemons(lambda: [Dispatcher(list(queues), url)])
+    _run_daemons(lambda: [Dispatcher(list(queues), url, settings=_settings())])
 
 
 def _workers(app: App, queues: tuple[str, ...], url: str, concurrency: int) -> list[Any]:
-    return [Worker(app, q, url, concurrency=concurrency) for q in queues]
+    settings = _settings()
+    return [Worker(app, q, url, concurrency=concurrency, settings=settings) for q in queues]
 
 
 @main.command()
@@ -272,7 +283,12 @@ def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str
     """
     app = load_app(app_path)
     url = _redis_url(redis_url)
-    _run_daemons(lambda: [Dispatcher(list(queues), url), *_workers(app, queues, url, concurrency)])
+    _run_daemons(
+        lambda: [
+            Dispatcher(list(queues), url, settings=_settings()),
+            *_workers(app, queues, url, concurrency),
+        ]
+    )
 
 
 # --- client commands -----------------------------------------------------------------
@@ -315,7 +331,7 @@ def schedule(
         payload = json.loads(data)
     except json.JSONDecodeError as error:
         raise click.BadParameter(f"not valid JSON: {error}", param_hint="DATA") from None
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         options: dict[str, Any] = {"task": task_name, "id": task_id, "max_attempts": max_attempts,
                                    "timeout": timeout, "result_ttl": result_ttl}  # fmt: skip
         if at is not None:
@@ -338,7 +354,7 @@ def _when(seconds: float | None) -> str:
 @_guarded
 def status(queue: str, task_id: str, redis_url: str | None) -> None:
     """Show where a task is and its last error."""
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         found = client.status(task_id)
     if found is None:
         raise TaskNotFoundError(f"no task {task_id!r} in queue {queue!r}")
@@ -358,7 +374,7 @@ def _asdict(value: Any) -> dict[str, Any]:
 @_guarded
 def cancel(queue: str, task_id: str, redis_url: str | None) -> None:
     """Cancel a task that has not started (or is dead)."""
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         if not client.cancel(task_id):
             raise TaskNotFoundError(f"no live task {task_id!r} in queue {queue!r}")
     click.echo(f"cancelled {task_id}")
@@ -377,7 +393,7 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
     Example:
       duetime inspect --queue emails --check
     """
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         stats = client.stats()
         violations = client.check() if check else []
     report = _asdict(stats)
@@ -421,7 +437,7 @@ def dead() -> None:
 @_guarded
 def dead_list(queue: str, limit: int, as_json: bool, redis_url: str | None) -> None:
     """The most recent dead tasks."""
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         entries = client.dead_tasks(limit)
     if as_json:
         click.echo(json.dumps([_asdict(e) for e in entries], default=str, indent=2))
@@ -445,7 +461,7 @@ def dead_list(queue: str, limit: int, as_json: bool, redis_url: str | None) -> N
 @_guarded
 def dead_show(queue: str, task_id: str, redis_url: str | None) -> None:
     """A dead task's data, error and traceback."""
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         found = client.status(task_id)
     if found is None or found.state != "dead":
         raise TaskNotFoundError(f"no dead task {task_id!r} in queue {queue!r}")
@@ -464,7 +480,7 @@ def dead_requeue(
     """Give dead tasks a fresh set of attempts, due now."""
     if not task_ids and not everything:
         raise click.UsageError("name task ids or pass --all")
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         count = client.requeue_dead(None if everything else list(task_ids))
     click.echo(f"requeued {count}")
 
@@ -481,7 +497,7 @@ def dead_purge(
     """Delete dead tasks for good."""
     if not task_ids and not everything:
         raise click.UsageError("name task ids or pass --all")
-    with Queue(queue, _redis_url(redis_url)) as client:
+    with _queue(queue, redis_url) as client:
         count = client.purge_dead(None if everything else list(task_ids))
     click.echo(f"purged {count}")
 

@@ -23,7 +23,7 @@ from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Promotion, QueueOperations
-from duetime.store.runner import RedisSpec
+from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 
 log = logging.getLogger("duetime.dispatcher")
 
@@ -135,8 +135,10 @@ class QueueDispatcher:
         finally:
             stopping.cancel()
             if wake is not None:
+                # The BLPOP ends by itself within block_timeout even if the client
+                # loses this cancellation.
                 wake.cancel()
-                await asyncio.gather(wake, return_exceptions=True)
+                await asyncio.wait([wake], timeout=self.settings.block_timeout + BLOCK_MARGIN)
 
 
 class Dispatcher:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from duetime.errors import ConfigurationError
@@ -68,6 +70,23 @@ class Settings:
             )
         if self.heartbeat_interval * 2 > self.worker_ttl:
             raise ConfigurationError("worker_ttl must be at least twice heartbeat_interval")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Defaults overridden by $DUETIME_<FIELD> variables (e.g. DUETIME_LEASE_DURATION=30)."""
+        environ = os.environ if environ is None else environ
+        changes: dict[str, float | int] = {}
+        for field in dataclasses.fields(cls):
+            variable = f"DUETIME_{field.name.upper()}"
+            raw = environ.get(variable)
+            if raw is None:
+                continue
+            try:
+                changes[field.name] = int(raw) if field.type == "int" else float(raw)
+            except ValueError:
+                kind = "an integer" if field.type == "int" else "a number"
+                raise ConfigurationError(f"{variable} must be {kind}, got {raw!r}") from None
+        return cls(**changes)  # type: ignore[arg-type]
 
     def replace(self, **changes: float | int) -> Settings:
         """A copy with some fields changed (validated again)."""

@@ -16,6 +16,7 @@ exits at once; the leases then bring the tasks back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
@@ -36,7 +37,7 @@ from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Claimed, Outcome, QueueOperations
-from duetime.store.runner import RedisSpec
+from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 
 log = logging.getLogger("duetime.worker")
 
@@ -123,7 +124,8 @@ class Worker:
         self._outcomes: list[Outcome] = []
         self._outcome_ready = asyncio.Event()
         self._untracked: list[str] = []
-        self._stop = asyncio.Event()
+        self._stop = asyncio.Event()  # stop claiming
+        self._closing = asyncio.Event()  # running attempts are done or abandoned
         self._stop_now = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="duetime-task")
         self._lease_ms = round(settings.lease_duration * 1000)
@@ -145,13 +147,13 @@ class Worker:
         acker = asyncio.create_task(self._ack_loop(), name="duetime-acker")
         try:
             await self._stop.wait()
-            claimer.cancel()
-            await asyncio.gather(claimer, return_exceptions=True)
+            await self._end(claimer)
             if not self._stop_now:
                 await self._drain()
-            acker.cancel()
-            heartbeater.cancel()
-            await asyncio.gather(acker, heartbeater, return_exceptions=True)
+            self._closing.set()
+            self._outcome_ready.set()
+            await self._end(acker)
+            await self._end(heartbeater)
             if not self._stop_now:
                 await self._flush_outcomes()
                 handed_back = await runner.run(self.operations.release_worker(self.worker_id))
@@ -162,6 +164,15 @@ class Worker:
                     attempt.runner.cancel()
             self._pool.shutdown(wait=False, cancel_futures=True)
             await runner.close()
+
+    async def _end(self, task: asyncio.Task[None]) -> None:
+        """Stop a loop. Each loop also ends on its own at its next check of the stop
+        flags, so a cancellation that gets lost inside the Redis client (redis-py's
+        asyncio client can swallow one mid-command) only delays this by one call."""
+        task.cancel()
+        _, pending = await asyncio.wait([task], timeout=self.settings.block_timeout + BLOCK_MARGIN)
+        if pending:
+            log.warning("%s did not stop in time; leaving it behind", task.get_name())
 
     async def _register(self) -> None:
         backoff = Backoff()
@@ -180,7 +191,7 @@ class Worker:
     async def _drain(self) -> None:
         """Let running attempts finish within the grace period; cancel the rest."""
         deadline = time.monotonic() + self.settings.shutdown_grace
-        while self._running and time.monotonic() < deadline and not self._stop_now:
+        while self._running > 0 and time.monotonic() < deadline and not self._stop_now:
             self._slot_freed.clear()
             try:
                 await asyncio.wait_for(
@@ -198,7 +209,7 @@ class Worker:
         assert self.runner is not None
         run = self.runner.run
         backoff = Backoff()
-        while True:
+        while not self._stop.is_set():
             free = self.concurrency - self._running
             if free <= 0:
                 self._slot_freed.clear()
@@ -397,7 +408,7 @@ class Worker:
     # --- acknowledging ---------------------------------------------------------------
 
     async def _ack_loop(self) -> None:
-        while True:
+        while not self._closing.is_set():
             await self._outcome_ready.wait()
             self._outcome_ready.clear()
             await self._flush_outcomes()
@@ -425,8 +436,11 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         assert self.runner is not None
-        while True:
-            await asyncio.sleep(self.settings.heartbeat_interval)
+        while not self._closing.is_set():
+            # Keeps renewing leases while running attempts drain; ends once closing.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), self.settings.heartbeat_interval)
+                return
             now = time.monotonic()
             running = [
                 (a.task_id, a.attempt)

@@ -1,0 +1,5 @@
+"""``python -m duetime`` runs the command-line interface."""
+
+from duetime.cli import main
+
+main()

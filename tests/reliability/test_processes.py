@@ -1,0 +1,112 @@
+"""Real daemon processes: kill -9 mid-task, forked workers, graceful SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from duetime import Queue
+from duetime.store import QueueKeys
+from tests.apps import RUNS
+from tests.helpers import wait_until_sync
+
+FAST_ENV = {
+    "DUETIME_HEARTBEAT_INTERVAL": "0.2",
+    "DUETIME_WORKER_TTL": "1.0",
+    "DUETIME_LEASE_DURATION": "2.0",
+    "DUETIME_RETRY_BASE": "0.05",
+    "DUETIME_SHUTDOWN_GRACE": "5",
+}
+
+
+class Daemons:
+    def __init__(self, redis_url: str) -> None:
+        self.env = {**os.environ, **FAST_ENV, "DUETIME_REDIS_URL": redis_url,
+                    "DUETIME_TEST_RECORD_URL": redis_url}  # fmt: skip
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *arguments: str) -> subprocess.Popen[bytes]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "duetime", "--log-level", "warning", *arguments],
+            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        self.processes.append(process)
+        return process
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+            if process.stderr:
+                process.stderr.close()
+
+
+@pytest.fixture
+def daemons(redis_url: str) -> Iterator[Daemons]:
+    group = Daemons(redis_url)
+    yield group
+    group.stop_all()
+
+
+def runs(raw: redis.Redis) -> list[str]:
+    return [entry.decode() for entry in raw.lrange(RUNS, 0, -1)]
+
+
+def test_kill_9_mid_task_the_task_runs_exactly_once_more(
+    daemons: Daemons, raw: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    daemons.start("dispatcher", "--queue", queue_name)
+    victim = daemons.start("worker", "tests.apps:app", "--queue", queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_now({"a": 1}, task="stall_first_attempt", max_attempts=3)
+        wait_until_sync(lambda: runs(raw) == [f"{task_id}:1"], timeout=20, what="the first attempt")
+        victim.kill()  # SIGKILL while the handler runs
+        victim.wait(10)
+        daemons.start("worker", "tests.apps:app", "--queue", queue_name)
+        wait_until_sync(lambda: queue.status(task_id) is None, timeout=20, what="the recovery")
+        assert runs(raw) == [f"{task_id}:1", f"{task_id}:2"]
+        assert queue.check() == []
+
+
+def test_forked_workers_share_the_queue_and_stop_gracefully(
+    daemons: Daemons, raw: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    daemons.start("dispatcher", "--queue", queue_name)
+    parent = daemons.start("worker", "tests.apps:app", "--queue", queue_name, "--processes", "2")
+    wait_until_sync(lambda: raw.zcard(keys.workers) == 2, timeout=20, what="two worker processes")
+    with Queue(queue_name, redis_url) as queue:
+        ids = [queue.schedule_now({"n": n}, task="slow") for n in range(40)]
+        wait_until_sync(lambda: len(runs(raw)) == 40, timeout=30, what="all tasks")
+        assert sorted(entry.split(":")[0] for entry in runs(raw)) == sorted(ids)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(20) == 0
+        assert raw.zcard(keys.workers) == 0  # both children deregistered
+        assert queue.check() == []
+
+
+def test_sigterm_hands_back_running_tasks_and_exits_0(
+    daemons: Daemons, raw: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    process = daemons.start("run", "tests.apps:app", "--queue", queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        quick = queue.schedule_now({"n": 1})
+        wait_until_sync(lambda: len(runs(raw)) == 1, timeout=20, what="a quick task")
+        stuck = queue.schedule_now({"seconds": 30}, task="slow")
+        wait_until_sync(lambda: queue.status(stuck).state == "running", timeout=20)  # type: ignore[union-attr]
+        daemons.env["DUETIME_SHUTDOWN_GRACE"] = "0.5"
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(20) == 0
+        assert queue.status(quick) is None
+        status = queue.status(stuck)
+        assert status is not None and status.state == "ready"
+        assert raw.zcard(keys.workers) == 0
+        assert queue.check() == []
