@@ -4,8 +4,8 @@ daemons in the test's event loop."""
 from __future__ import annotations
 
 import asyncio
-import io
 import inspect
+import io
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -46,7 +46,7 @@ async def running(*daemons: Any) -> AsyncIterator[None]:
     finally:
         for daemon in daemons:
             daemon.stop()
-        finished, pending = await asyncio.wait(tasks, timeout=30)
+        _, pending = await asyncio.wait(tasks, timeout=30)
         if pending:
             stacks = io.StringIO()
             for task in asyncio.all_tasks():

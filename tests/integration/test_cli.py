@@ -24,8 +24,8 @@ def test_schedule_prints_the_id_and_stores_the_task(
     cli: CliRunner, redis_url: str, queue_name: str
 ) -> None:
     at = int(time.time()) + 3600
-    result = cli.invoke(main, ["schedule", "-q", queue_name, "--at", str(at), "--id", "job-1",
-                               "--task", "send", "--max-attempts", "2", '{"to": "a@b"}'])  # fmt: skip
+    arguments = ["--at", str(at), "--id", "job-1", "--task", "send", "--max-attempts", "2"]
+    result = cli.invoke(main, ["schedule", "-q", queue_name, *arguments, '{"to": "a@b"}'])
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "job-1"
     with Queue(queue_name, redis_url) as queue:
