@@ -18,8 +18,14 @@ class Clock(Protocol):
     def now_ms(self) -> int | None:
         """The server time estimate in ms, or None when a fresh TIME sample is needed."""
 
+    def wants_sample(self) -> bool:
+        """True when a TIME sample would be welcome (taken where it costs no latency)."""
+
     def observe(self, server_ms: int, round_trip: float) -> None:
         """Record a TIME reply that took ``round_trip`` seconds to come back."""
+
+    def seconds_until(self, server_ms: int) -> float:
+        """Seconds from now until the server clock reads ``server_ms`` (for sleeping)."""
 
 
 class ServerClock:
@@ -37,15 +43,25 @@ class ServerClock:
     def now_ms(self) -> int | None:
         local = time.monotonic()
         offset = self._offset_ms
-        if offset is None or local - self._synced_at > self._resync_interval:
+        # Daemons resample every resync_interval off their hot path (wants_sample);
+        # the estimate is only refused, forcing a sample inline, well past that.
+        if offset is None or local - self._synced_at > 4 * self._resync_interval:
             return None
         return int(local * 1000.0 + offset)
+
+    def wants_sample(self) -> bool:
+        return time.monotonic() - self._synced_at > self._resync_interval
+
+    def seconds_until(self, server_ms: int) -> float:
+        # Sub-millisecond precision, and a slightly stale offset is fine for a sleep.
+        offset = self._offset_ms or 0.0
+        return (server_ms - (time.monotonic() * 1000.0 + offset)) / 1000.0
 
     def observe(self, server_ms: int, round_trip: float) -> None:
         local = time.monotonic()
         offset = server_ms - local * 1000.0
         with self._lock:
-            fresh = self._offset_ms is None or local - self._synced_at > 4 * self._resync_interval
+            fresh = self._offset_ms is None or local - self._synced_at > 8 * self._resync_interval
             # A slow reply makes a worse (more trailing) estimate; keep the better one
             # while it is recent, and take the new one when it is better or the old is stale.
             if fresh or round_trip <= self._SLOW_ROUND_TRIP or offset > (self._offset_ms or 0):
@@ -64,6 +80,12 @@ class ManualClock:
 
     def observe(self, server_ms: int, round_trip: float) -> None:
         del server_ms, round_trip  # a manual clock ignores the server
+
+    def wants_sample(self) -> bool:
+        return False
+
+    def seconds_until(self, server_ms: int) -> float:
+        return (server_ms - self._now_ms) / 1000.0
 
     def set(self, now_ms: int) -> None:
         self._now_ms = now_ms

@@ -12,7 +12,9 @@ new earliest task is scheduled. (Server-side blocking timeouts tick at the serve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Sequence
 
 from duetime import validation
@@ -30,6 +32,10 @@ log = logging.getLogger("duetime.dispatcher")
 # promote_due passes the batch to ZREM/RPUSH through Lua's unpack(), whose stack is bounded.
 MAX_PROMOTE_BATCH = 5000
 REAP_BATCH = 1000
+#: A pause long enough to resample the clock in it without delaying promotion.
+IDLE_ENOUGH = 0.02
+#: The timer wakes this much early; the rest of the wait yields to the event loop.
+TIMER_SLACK = 0.0015
 
 
 class QueueDispatcher:
@@ -39,14 +45,15 @@ class QueueDispatcher:
         self.queue = validation.queue_name(queue)
         self.runner = runner
         self.settings = settings
+        self.clock = clock
         self.operations = QueueOperations(QueueKeys(self.queue), clock)
         self._batch = min(settings.promote_batch, MAX_PROMOTE_BATCH)
         self._worker_ttl_ms = round(settings.worker_ttl * 1000)
         self._next_maintenance_ms = 0
 
-    async def step(self) -> float:
-        """Promote, reap and maintain once; returns seconds until work may be due
-        (0 when more is waiting right now)."""
+    async def step(self) -> int | None:
+        """Promote, reap and maintain once; returns the server time (ms) at which work
+        may next be due, or None when more is waiting right now."""
         run = self.runner.run
         promotion = await run(self.operations.promote_due(self._batch))
         now = promotion.now_ms
@@ -70,11 +77,10 @@ class QueueDispatcher:
         if now >= self._next_maintenance_ms:
             await self._maintain(now)
         if busy:
-            return 0.0
-        return self._sleep_seconds(promotion)
+            return None
+        return self._wake_at(promotion)
 
-    def _sleep_seconds(self, promotion: Promotion) -> float:
-        now = promotion.now_ms
+    def _wake_at(self, promotion: Promotion) -> int:
         wake_at = [self._next_maintenance_ms]
         if promotion.next_due_ms is not None:
             wake_at.append(promotion.next_due_ms)
@@ -82,7 +88,7 @@ class QueueDispatcher:
             wake_at.append(promotion.next_lease_deadline_ms)
         if promotion.oldest_heartbeat_ms is not None:
             wake_at.append(promotion.oldest_heartbeat_ms + self._worker_ttl_ms)
-        return max(0.0, (min(wake_at) - now) / 1000)
+        return min(wake_at)
 
     async def _maintain(self, now: int) -> None:
         run = self.runner.run
@@ -108,23 +114,37 @@ class QueueDispatcher:
         try:
             while not stop.is_set():
                 try:
-                    delay = await self.step()
+                    wake_at = await self.step()
                     backoff.reset()
+                    # Measured now, after the round trip, not from the step's "now".
+                    delay = 0.0 if wake_at is None else self.clock.seconds_until(wake_at)
                 except RedisUnavailableError as error:
-                    delay = backoff.next()
+                    wake_at, delay = None, backoff.next()
                     log.warning("queue %s: %s; retrying in %.2fs", self.queue, error, delay)
                 if delay <= 0:
                     await asyncio.sleep(0)  # let other queues and the wake task run
                     continue
+                if delay > IDLE_ENOUGH and self.clock.wants_sample():
+                    with contextlib.suppress(RedisUnavailableError):
+                        await self.runner.run(self.operations.refresh_clock())
+                    continue  # recompute the sleep with the fresh clock
                 # The wake BLPOP is never cancelled by the timer: a timed-out local wait
                 # leaves it pending for the next sleep, so no connection is torn down.
                 if wake is None:
                     wake = asyncio.create_task(
                         self.runner.run(self.operations.wait_wake(self.settings.block_timeout))
                     )
+                # epoll rounds timeouts up to whole milliseconds: wake a little early on
+                # the timer, then sleep the last fraction precisely (nanosleep). Blocking
+                # the loop for at most TIMER_SLACK costs less than a millisecond of
+                # lateness, and unlike spinning it burns no CPU.
                 await asyncio.wait(
-                    (wake, stopping), timeout=delay, return_when=asyncio.FIRST_COMPLETED
+                    (wake, stopping),
+                    timeout=max(0.0, delay - TIMER_SLACK),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
+                if wake_at is not None and not wake.done():
+                    time.sleep(min(TIMER_SLACK, max(0.0, self.clock.seconds_until(wake_at))))
                 if wake.done():
                     finished, wake = wake, None
                     if not finished.cancelled() and finished.exception() is not None:

@@ -450,6 +450,7 @@ class Worker:
                 and (not a.timeout or now - a.started < a.timeout + 1)
             ]
             try:
+                await self.runner.run(self.operations.refresh_clock())
                 reply = await self.runner.run(
                     self.operations.heartbeat(self.worker_id, self._lease_ms, running)
                 )

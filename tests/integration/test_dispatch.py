@@ -35,7 +35,7 @@ def test_never_promotes_before_run_at_and_sleeps_until_it(
         dispatcher = QueueDispatcher(queue_name, runner, Settings(), clock)
         try:
             clock.set(T0 + 999)
-            assert await dispatcher.step() == 0.001  # sleeps exactly until the first is due
+            assert await dispatcher.step() == T0 + 1000  # sleeps exactly until the first is due
             assert ready_ids(raw, queue_name) == []
             clock.set(T0 + 1000)
             await dispatcher.step()
@@ -62,7 +62,7 @@ def test_promotion_is_batched_and_reports_more_work(
         dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
         clock.set(T0 + 1000)
         try:
-            assert await dispatcher.step() == 0  # a full batch: more is waiting
+            assert await dispatcher.step() is None  # a full batch: more is waiting
             assert len(ready_ids(raw, queue_name)) == 10
             await dispatcher.step()
             await dispatcher.step()

@@ -44,7 +44,9 @@ def test_server_clock_needs_a_sample_then_extrapolates_and_expires() -> None:
         frozen.tick(2.5)
         assert clock.now_ms() == 1_002_500
         frozen.tick(3.0)
-        assert clock.now_ms() is None  # too old: must sample TIME again
+        assert clock.wants_sample() and clock.now_ms() == 1_005_500  # stale: resample soon
+        frozen.tick(15.0)
+        assert clock.now_ms() is None  # expired: must sample TIME before any use
 
 
 def test_server_clock_keeps_the_better_sample_over_a_slow_one() -> None:

@@ -134,13 +134,18 @@ def _score(value: bytes | str | None) -> int | None:
     return None if number < 0 else int(number)
 
 
+def sample_clock(clock: Clock) -> Plan[None]:
+    """Take one TIME sample for the clock."""
+    sent = time.monotonic()
+    seconds, micros = yield Command(("TIME",))
+    clock.observe(int(seconds) * 1000 + int(micros) // 1000, time.monotonic() - sent)
+
+
 def current_time(clock: Clock) -> Plan[int]:
     """The server time in ms, sampling TIME only when the clock asks for it."""
     now = clock.now_ms()
     while now is None:
-        sent = time.monotonic()
-        seconds, micros = yield Command(("TIME",))
-        clock.observe(int(seconds) * 1000 + int(micros) // 1000, time.monotonic() - sent)
+        yield from sample_clock(clock)
         now = clock.now_ms()
     return now
 
@@ -154,6 +159,11 @@ class QueueOperations:
 
     def now(self) -> Plan[int]:
         return (yield from current_time(self.clock))
+
+    def refresh_clock(self) -> Plan[None]:
+        """Resample the server clock if it is due, so hot paths need not."""
+        if self.clock.wants_sample():
+            yield from sample_clock(self.clock)
 
     # --- producing -------------------------------------------------------------------
 
