@@ -69,7 +69,7 @@ def test_inspect_reports_counts_and_check_fails_on_violation(
         queue.schedule_now({"a": 2})
     result = cli.invoke(main, ["inspect", "-q", queue_name, "--json", "--check"])
     assert result.exit_code == 0, result.output
-    report = json.loads(result.output)
+    report = json.loads(result.stdout)
     assert (report["scheduled"], report["ready"], report["violations"]) == (1, 1, [])
     table = cli.invoke(main, ["inspect", "-q", queue_name, "--check"])
     assert table.exit_code == 0 and "invariants hold" in table.output
@@ -90,9 +90,9 @@ def test_dead_commands_list_show_requeue_purge(
             raw.zadd(keys.dead, {task_id: 1_795_000_000_000})
     listed = cli.invoke(main, ["dead", "list", "-q", queue_name, "--json"])
     assert listed.exit_code == 0
-    assert sorted(entry["id"] for entry in json.loads(listed.output)) == sorted(ids)
+    assert sorted(entry["id"] for entry in json.loads(listed.stdout)) == sorted(ids)
     shown = cli.invoke(main, ["dead", "show", "-q", queue_name, ids[0]])
-    assert shown.exit_code == 0 and json.loads(shown.output)["state"] == "dead"
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["state"] == "dead"
     missing = cli.invoke(main, ["dead", "show", "-q", queue_name, "nope"])
     assert missing.exit_code == EXIT_NOT_FOUND
     assert cli.invoke(main, ["dead", "requeue", "-q", queue_name]).exit_code == EXIT_USAGE
@@ -108,7 +108,7 @@ def test_status_and_cancel(cli: CliRunner, redis_url: str, queue_name: str) -> N
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_in(60, {"a": 1})
     status = cli.invoke(main, ["status", "-q", queue_name, task_id])
-    assert json.loads(status.output)["state"] == "scheduled"
+    assert json.loads(status.stdout)["state"] == "scheduled"
     assert cli.invoke(main, ["cancel", "-q", queue_name, task_id]).exit_code == 0
     assert cli.invoke(main, ["cancel", "-q", queue_name, task_id]).exit_code == EXIT_NOT_FOUND
     assert cli.invoke(main, ["status", "-q", queue_name, task_id]).exit_code == EXIT_NOT_FOUND
