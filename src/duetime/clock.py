@@ -3,8 +3,8 @@
 Hosts' own clocks may disagree; the server's does not. A ``ServerClock`` samples
 TIME now and then and extrapolates with the local monotonic clock, anchoring each
 sample at the moment its reply arrived, so the estimate trails the server by at
-most half a round trip and is never ahead of it (never early). Tests inject a
-``ManualClock`` to drive time against a real server.
+most the time the reply took to travel back and is never ahead of it (never
+early). Tests inject a ``ManualClock`` to drive time against a real server.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Clock(Protocol):
     def wants_sample(self) -> bool:
         """True when a TIME sample would be welcome (taken where it costs no latency)."""
 
-    def observe(self, server_ms: int, round_trip: float) -> None:
+    def observe(self, server_ms: float, round_trip: float) -> None:
         """Record a TIME reply that took ``round_trip`` seconds to come back."""
 
     def seconds_until(self, server_ms: int) -> float:
@@ -57,16 +57,18 @@ class ServerClock:
         offset = self._offset_ms or 0.0
         return (server_ms - (time.monotonic() * 1000.0 + offset)) / 1000.0
 
-    def observe(self, server_ms: int, round_trip: float) -> None:
+    def observe(self, server_ms: float, round_trip: float) -> None:
         local = time.monotonic()
         offset = server_ms - local * 1000.0
         with self._lock:
-            fresh = self._offset_ms is None or local - self._synced_at > 8 * self._resync_interval
-            # A slow reply makes a worse (more trailing) estimate; keep the better one
-            # while it is recent, and take the new one when it is better or the old is stale.
-            if fresh or round_trip <= self._SLOW_ROUND_TRIP or offset > (self._offset_ms or 0):
+            current = self._offset_ms
+            stale = local - self._synced_at > 2 * self._resync_interval
+            # A slow reply gives a worse (more trailing) estimate: keep the current one
+            # unless the new one is better or the current one is getting old. A refused
+            # sample leaves wants_sample() true, so the next quiet moment tries again.
+            if current is None or stale or round_trip <= self._SLOW_ROUND_TRIP or offset > current:
                 self._offset_ms = offset
-            self._synced_at = local
+                self._synced_at = local
 
 
 class ManualClock:
@@ -78,7 +80,7 @@ class ManualClock:
     def now_ms(self) -> int:
         return self._now_ms
 
-    def observe(self, server_ms: int, round_trip: float) -> None:
+    def observe(self, server_ms: float, round_trip: float) -> None:
         del server_ms, round_trip  # a manual clock ignores the server
 
     def wants_sample(self) -> bool:

@@ -71,17 +71,30 @@ def unpack(blob: bytes) -> Any:
 
 
 def encode_envelope(envelope: Envelope) -> bytes:
-    return pack(
-        [
-            ENVELOPE_VERSION,
-            envelope.task,
-            envelope.data,
-            envelope.run_at_ms,
-            envelope.max_attempts,
-            envelope.timeout_ms,
-            envelope.result_ttl_ms,
-        ]
+    return envelope_from_packed_data(
+        envelope.task,
+        pack(envelope.data),
+        envelope.run_at_ms,
+        envelope.max_attempts,
+        envelope.timeout_ms,
+        envelope.result_ttl_ms,
     )
+
+
+def envelope_from_packed_data(
+    task: str,
+    packed_data: bytes,
+    run_at_ms: int,
+    max_attempts: int,
+    timeout_ms: int,
+    result_ttl_ms: int,
+) -> bytes:
+    """The envelope around data already packed (when validated): msgpack elements
+    concatenate, so the data is encoded once. 0x97 heads a 7-element array; the
+    [1:] slices drop the headers of the two short lists packed around the data."""
+    head: bytes = msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)
+    tail: bytes = msgpack.packb([run_at_ms, max_attempts, timeout_ms, result_ttl_ms])
+    return b"\x97" + head[1:] + packed_data + tail[1:]
 
 
 def decode_envelope(blob: bytes) -> Envelope:

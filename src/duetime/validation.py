@@ -66,7 +66,9 @@ def timestamp_ms(value: object) -> int:
         raise InvalidTimestampError(
             f"run-at {value!r} is after the year 9999; is it in milliseconds?"
         )
-    return round(seconds * 1000)
+    # Round up to the next whole ms (after dropping float noise below a nanosecond),
+    # so a task due at 12.0004 s is never started at 12.000 s.
+    return math.ceil(round(seconds * 1000, 6))
 
 
 def positive_seconds(value: object, what: str) -> float:

@@ -14,7 +14,9 @@ from duetime.errors import InvalidNameError, InvalidPayloadError, InvalidTimesta
     [
         (0, 0),
         (1795320000, 1795320000000),
-        (1795320000.1234, 1795320000123),
+        (1795320000.1234, 1795320000124),  # rounded up: never before the exact time
+        (1795320000.123, 1795320000123),  # float noise does not push a whole ms up
+        (0.0001, 1),
         (datetime(2026, 11, 22, 12, 0, tzinfo=UTC), 1795348800000),
         (datetime(2026, 11, 22, 13, 0, tzinfo=timezone(timedelta(hours=1))), 1795348800000),
     ],

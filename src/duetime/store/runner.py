@@ -11,7 +11,7 @@ or failed-over server has an empty script cache). redis-py errors become
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -22,7 +22,8 @@ from redis.retry import Retry
 
 from duetime.errors import ConfigurationError, RedisCommandError, RedisUnavailableError
 from duetime.settings import Settings
-from duetime.store.operations import Batch, Command, Eval, Plan, Request
+from duetime.store.operations import Command, Eval, EvalMany, Plan, Request
+from duetime.store.scripts import Script
 
 T = TypeVar("T")
 
@@ -122,6 +123,27 @@ def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any
     return clients[0], clients[1], _describe(spec)
 
 
+Call = tuple[Sequence[str], Sequence[Any]]
+
+
+def _eval_args(script: Script, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
+    return [script.sha, len(keys), *keys, *args]
+
+
+def _missing_script(replies: list[Any]) -> list[int]:
+    """Positions of pipelined script calls the server answered with NOSCRIPT."""
+    return [
+        i for i, reply in enumerate(replies) if isinstance(reply, redis.exceptions.NoScriptError)
+    ]
+
+
+def _raise_first_error(replies: list[Any]) -> list[Any]:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
 @contextmanager
 def _translated(address: str) -> Iterator[None]:
     try:
@@ -158,18 +180,28 @@ class SyncRunner:
             return client.execute_command(*request.args)
         if isinstance(request, Eval):
             try:
-                return self.client.evalsha(
-                    request.script.sha, len(request.keys), *request.keys, *request.args
-                )
+                return self.client.evalsha(*_eval_args(request.script, request.keys, request.args))
             except redis.exceptions.NoScriptError:
                 self.client.script_load(request.script.source)
-                return self.client.evalsha(
-                    request.script.sha, len(request.keys), *request.keys, *request.args
-                )
+                return self.client.evalsha(*_eval_args(request.script, request.keys, request.args))
+        if isinstance(request, EvalMany):
+            replies = self._pipelined(request, request.calls)
+            if missing := _missing_script(replies):
+                self.client.script_load(request.script.source)
+                again = self._pipelined(request, [request.calls[i] for i in missing])
+                for index, reply in zip(missing, again, strict=True):
+                    replies[index] = reply
+            return _raise_first_error(replies)
         pipe = self.client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command.args)
         return pipe.execute()
+
+    def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(*_eval_args(request.script, keys, args))
+        return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
         # The clients were given their pools, so closing them leaves the pools open.
@@ -199,20 +231,30 @@ class AsyncRunner:
             client = self.client if request.block is None else self.blocking_client
             return await client.execute_command(*request.args)
         if isinstance(request, Eval):
+            arguments = _eval_args(request.script, request.keys, request.args)
             try:
-                return await self.client.evalsha(
-                    request.script.sha, len(request.keys), *request.keys, *request.args
-                )
+                return await self.client.evalsha(*arguments)
             except redis.exceptions.NoScriptError:
                 await self.client.script_load(request.script.source)
-                return await self.client.evalsha(
-                    request.script.sha, len(request.keys), *request.keys, *request.args
-                )
-        assert isinstance(request, Batch)
+                return await self.client.evalsha(*arguments)
+        if isinstance(request, EvalMany):
+            replies = await self._pipelined(request, request.calls)
+            if missing := _missing_script(replies):
+                await self.client.script_load(request.script.source)
+                again = await self._pipelined(request, [request.calls[i] for i in missing])
+                for index, reply in zip(missing, again, strict=True):
+                    replies[index] = reply
+            return _raise_first_error(replies)
         pipe = self.client.pipeline(transaction=request.transaction)
         for command in request.commands:
             pipe.execute_command(*command.args)
         return await pipe.execute()
+
+    async def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(*_eval_args(request.script, keys, args))
+        return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
         for client in (self.client, self.blocking_client):
