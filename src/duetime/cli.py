@@ -175,6 +175,12 @@ def _run_daemons(build: Callable[[], list[Any]]) -> None:
         await asyncio.gather(*(daemon.run() for daemon in daemons))
 
     asyncio.run(supervise())
+    # A handler thread that overran its timeout cannot be stopped, and the interpreter
+    # joins such threads at exit; its task is already handed back, so leave now.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 @main.command()
@@ -239,11 +245,17 @@ def _fork_workers(processes: int, child_main: Callable[[], None]) -> None:
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            # Ctrl-C reaches the whole process group; the parent forwards it as
+            # SIGTERM, so a child acting on both would count two signals and stop hard.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            status = 1
             try:
                 child_main()
+                status = 0
+            except BaseException:
+                log.exception("worker process failed")
             finally:
-                os._exit(0)
+                os._exit(status)
         children[pid] = slot
 
     def forward(signum: int, frame: Any) -> None:

@@ -70,9 +70,10 @@ class QueueDispatcher:
             and promotion.oldest_heartbeat_ms + self._worker_ttl_ms <= now
         ):
             reaped = await run(self.operations.reap_dead_workers(self._worker_ttl_ms))
-            log.warning(
-                "queue %s: reaped silent worker(s); %d task(s) re-entered", self.queue, reaped
-            )
+            if reaped:
+                log.warning(
+                    "queue %s: reaped silent worker(s); %d task(s) re-entered", self.queue, reaped
+                )
             busy = True
         if now >= self._next_maintenance_ms:
             await self._maintain(now)

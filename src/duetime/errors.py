@@ -23,6 +23,10 @@ class InvalidPayloadError(InvalidInputError):
     """Task data that is empty, too large or cannot be encoded with msgpack."""
 
 
+class InvalidOptionError(InvalidInputError):
+    """A delay, timeout, result TTL or attempt count that is out of range."""
+
+
 class InvalidNameError(InvalidInputError):
     """A queue name, task id, task name or worker id with forbidden characters."""
 
@@ -44,6 +48,10 @@ class TaskNotFoundError(DuetimeError, KeyError):
 
 class TaskStateError(DuetimeError):
     """The operation does not apply to the task in its current state (e.g. it is running)."""
+
+
+class TaskTimeoutError(DuetimeError, TimeoutError):
+    """An attempt ran longer than its task's timeout (recorded as the attempt's error)."""
 
 
 class ResultTimeoutError(DuetimeError, TimeoutError):
@@ -69,10 +77,6 @@ class RedisUnavailableError(DuetimeError, ConnectionError):
 
 class EmbeddedServerError(DuetimeError):
     """The embedded Valkey server could not be started or attached to."""
-
-
-class LeaseLostError(DuetimeError):
-    """This attempt's lease expired or was taken over; its outcome is dropped (fencing)."""
 
 
 class RedisCommandError(DuetimeError):

@@ -27,7 +27,7 @@ class Settings:
     #: A worker silent for this long is dead: its processing list is re-entered.
     worker_ttl: float = 5.0
     #: Longest a blocking call (BLMOVE, BLPOP) waits on the server before it
-    #: returns so the daemon can check its watchdog and shutdown flag.
+    #: returns, so a daemon notices shutdown and a silent connection in bounded time.
     block_timeout: float = 2.0
     #: Socket timeout for ordinary commands; a hung socket fails after this.
     socket_timeout: float = 5.0
@@ -44,8 +44,6 @@ class Settings:
     #: Exponential back-off between attempts: base * 2**(attempt-1), capped, jittered.
     retry_base: float = 1.0
     retry_max: float = 600.0
-    #: How long a stored result is kept when a task asks for one without a TTL.
-    result_ttl: float = 24 * 3600.0
     #: Dead tasks are dropped after this long, and beyond this many (oldest first).
     dead_ttl: float = 7 * 24 * 3600.0
     dead_max: int = 10_000

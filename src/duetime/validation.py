@@ -7,7 +7,12 @@ import re
 from datetime import datetime
 from typing import Any
 
-from duetime.errors import InvalidNameError, InvalidPayloadError, InvalidTimestampError
+from duetime.errors import (
+    InvalidNameError,
+    InvalidOptionError,
+    InvalidPayloadError,
+    InvalidTimestampError,
+)
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # "|" is reserved: lease members are "<worker>|<task id>".
@@ -73,15 +78,15 @@ def timestamp_ms(value: object) -> int:
 
 def positive_seconds(value: object, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidPayloadError(f"{what} must be a finite number of seconds, got {value!r}")
+        raise InvalidOptionError(f"{what} must be a finite number of seconds, got {value!r}")
     if value <= 0:
-        raise InvalidPayloadError(f"{what} must be positive, got {value!r}")
+        raise InvalidOptionError(f"{what} must be positive, got {value!r}")
     return float(value)
 
 
 def attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-        raise InvalidPayloadError(f"max_attempts must be an integer from 1 to 1000, got {value!r}")
+        raise InvalidOptionError(f"max_attempts must be an integer from 1 to 1000, got {value!r}")
     return value
 
 

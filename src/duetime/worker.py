@@ -32,7 +32,14 @@ from duetime.app import App, Handler
 from duetime.backoff import Backoff, retry_delay
 from duetime.clock import Clock, ServerClock
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
-from duetime.errors import DecodeError, DuetimeError, RedisUnavailableError, UnknownHandlerError
+from duetime.errors import (
+    ConfigurationError,
+    DecodeError,
+    DuetimeError,
+    RedisUnavailableError,
+    TaskTimeoutError,
+    UnknownHandlerError,
+)
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
@@ -106,7 +113,7 @@ class Worker:
         worker_id: str | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise DuetimeError(f"concurrency must be a positive integer, got {concurrency!r}")
+            raise ConfigurationError(f"concurrency must be a positive integer, got {concurrency!r}")
         self.app = App.coerce(app)
         self.queue = validation.queue_name(queue)
         self.concurrency = concurrency
@@ -281,9 +288,8 @@ class Worker:
                     self._held.pop(attempt.task_id, None)
                 raise
             except Exception as error:
-                if isinstance(error, TimeoutError):
+                if isinstance(error, TaskTimeoutError):
                     self.counters.timed_out += 1
-                    error = TimeoutError(f"timed out after {attempt.timeout:g}s")
                 final = attempt.attempt >= envelope.max_attempts
                 await self._report_failure(
                     attempt, envelope, error, traceback.format_exc(), final=final
@@ -316,25 +322,27 @@ class Worker:
         )  # fmt: skip
         # asyncio.timeout, not wait_for: no extra task per attempt, and on 3.11 wait_for
         # can lose a cancellation that arrives as the handler finishes.
-        if handler.is_async:
-            async with asyncio.timeout(attempt.timeout):
-                return await handler.function(envelope.data)
-        context = contextvars.copy_context()
-        future = asyncio.get_running_loop().run_in_executor(
-            self._pool, context.run, handler.function, envelope.data
-        )
+        scope = asyncio.timeout(attempt.timeout)
         try:
-            async with asyncio.timeout(attempt.timeout):
-                return await future
+            async with scope:
+                if handler.is_async:
+                    return await handler.function(envelope.data)
+                context = contextvars.copy_context()
+                return await asyncio.get_running_loop().run_in_executor(
+                    self._pool, context.run, handler.function, envelope.data
+                )
         except TimeoutError:
-            # The thread cannot be stopped; give later tasks a fresh pool so a hung
-            # handler does not eat the worker's capacity.
-            old, self._pool = (
-                self._pool,
-                ThreadPoolExecutor(self.concurrency, thread_name_prefix="duetime-task"),
-            )
-            old.shutdown(wait=False)
-            raise
+            if not scope.expired():
+                raise  # the handler's own TimeoutError (a socket timeout, say)
+            if not handler.is_async:
+                # The thread cannot be stopped; give later tasks a fresh pool so a hung
+                # handler does not eat the worker's capacity.
+                old, self._pool = (
+                    self._pool,
+                    ThreadPoolExecutor(self.concurrency, thread_name_prefix="duetime-task"),
+                )
+                old.shutdown(wait=False)
+            raise TaskTimeoutError(f"timed out after {attempt.timeout:g}s") from None
 
     def _release_slot(self) -> None:
         self._running -= 1
@@ -360,17 +368,23 @@ class Worker:
             record = codec.encode_error(
                 ErrorRecord(text, trace, attempt.attempt, int(time.time() * 1000), self.worker_id)
             )
-            retry_at = None
+            retry_delay_ms = None
             if not final:
                 delay = retry_delay(
                     attempt.attempt, self.settings.retry_base, self.settings.retry_max
                 )
-                retry_at = (await self.runner.run(self.operations.now())) + round(delay * 1000)
+                retry_delay_ms = round(delay * 1000)
             ttl = envelope.result_ttl_ms if envelope else 0
             result = codec.encode_result(ResultRecord(False, text)) if ttl and final else b""
             applied = await self._with_retries(
                 lambda: self.operations.fail(
-                    self.worker_id, attempt.task_id, attempt.attempt, record, retry_at, ttl, result
+                    self.worker_id,
+                    attempt.task_id,
+                    attempt.attempt,
+                    record,
+                    retry_delay_ms,
+                    ttl,
+                    result,
                 )
             )
             if not applied:

@@ -16,6 +16,7 @@ from duetime import Job, Queue, Settings
 from duetime.errors import (
     InvalidInputError,
     InvalidNameError,
+    InvalidOptionError,
     InvalidPayloadError,
     InvalidTimestampError,
     RedisUnavailableError,
@@ -109,9 +110,9 @@ def test_schedule_many_writes_nothing_when_one_item_is_bad(
         (lambda q: q.schedule_task(time.time(), {"when": datetime.now()}), InvalidPayloadError),
         (lambda q: q.schedule_task(time.time(), {"a": 1}, id="has|bar"), InvalidNameError),
         (lambda q: q.schedule_task(time.time(), {"a": 1}, task="9bad"), InvalidNameError),
-        (lambda q: q.schedule_task(time.time(), {"a": 1}, max_attempts=0), InvalidPayloadError),
-        (lambda q: q.schedule_task(time.time(), {"a": 1}, timeout=-1), InvalidPayloadError),
-        (lambda q: q.schedule_in(-3, {"a": 1}), InvalidPayloadError),
+        (lambda q: q.schedule_task(time.time(), {"a": 1}, max_attempts=0), InvalidOptionError),
+        (lambda q: q.schedule_task(time.time(), {"a": 1}, timeout=-1), InvalidOptionError),
+        (lambda q: q.schedule_in(-3, {"a": 1}), InvalidOptionError),
     ],
 )
 def test_bad_input_is_refused_and_nothing_is_written(

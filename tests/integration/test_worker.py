@@ -211,7 +211,7 @@ def test_timeouts_fail_the_attempt_and_a_hung_thread_does_not_stall_the_worker(
         for task_id in (slow, hung):
             status = queue.status(task_id)
             assert status is not None and status.state == "dead"
-            assert status.last_error == "TimeoutError: timed out after 0.2s"
+            assert status.last_error == "TaskTimeoutError: timed out after 0.2s"
         assert worker.counters.timed_out == 2
         assert all(queue.status(i) is None for i in quick_ids)
 
@@ -402,3 +402,23 @@ def test_orphan_processing_lists_are_swept(
 
         run(scenario())
         assert queue.check() == []
+
+
+def test_a_handlers_own_timeout_error_is_an_ordinary_failure(
+    redis_url: str, queue_name: str
+) -> None:
+    def talks_to_a_slow_service(data: object) -> None:
+        raise TimeoutError("upstream did not answer")
+
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_now({}, max_attempts=1)
+        worker = Worker(App(default=talks_to_a_slow_service), queue_name, redis_url, settings=FAST)
+
+        async def scenario() -> None:
+            async with running(worker):
+                await wait_until(lambda: queue.stats().dead == 1, what="the failure")
+
+        run(scenario())
+        status = queue.status(task_id)
+        assert status is not None and status.last_error == "TimeoutError: upstream did not answer"
+        assert worker.counters.timed_out == 0

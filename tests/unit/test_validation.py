@@ -6,7 +6,12 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from duetime import validation
-from duetime.errors import InvalidNameError, InvalidPayloadError, InvalidTimestampError
+from duetime.errors import (
+    InvalidNameError,
+    InvalidOptionError,
+    InvalidPayloadError,
+    InvalidTimestampError,
+)
 
 
 @pytest.mark.parametrize(
@@ -79,11 +84,11 @@ def test_empty_mapping_is_a_valid_payload() -> None:
 
 @pytest.mark.parametrize("value", [0, -1, math.nan, math.inf, True, "5"])
 def test_positive_seconds_refuses_non_positive_or_non_numbers(value: object) -> None:
-    with pytest.raises(InvalidPayloadError):
+    with pytest.raises(InvalidOptionError):
         validation.positive_seconds(value, "timeout")
 
 
 @pytest.mark.parametrize("value", [0, 1001, 2.5, True, None])
 def test_attempts_bounds(value: object) -> None:
-    with pytest.raises(InvalidPayloadError, match="max_attempts"):
+    with pytest.raises(InvalidOptionError, match="max_attempts"):
         validation.attempts(value)

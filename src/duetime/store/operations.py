@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from duetime.clock import Clock
+from duetime.errors import DuetimeError
 from duetime.store import scripts
 from duetime.store.keys import QueueKeys, split_lease_member
 from duetime.store.scripts import Script
@@ -388,11 +389,12 @@ class QueueOperations:
         task_id: str,
         attempt: int,
         error: bytes,
-        retry_at_ms: int | None,
+        retry_delay_ms: int | None,
         result_ttl_ms: int = 0,
         result: bytes = b"",
     ) -> Plan[bool]:
-        """Record a failed attempt: retry at ``retry_at_ms``, or dead when it is None."""
+        """Record a failed attempt: retry ``retry_delay_ms`` from now (server clock), or
+        move the task to dead when it is None."""
         now = yield from self.now()
         k = self.keys
         applied = yield Eval(
@@ -402,7 +404,7 @@ class QueueOperations:
                 k.dead, k.wake, k.stats, k.result(task_id),
             ),
             (now, worker_id, task_id, attempt, error,
-             -1 if retry_at_ms is None else retry_at_ms, result_ttl_ms, result),
+             -1 if retry_delay_ms is None else now + retry_delay_ms, result_ttl_ms, result),
         )  # fmt: skip
         return bool(applied)
 
@@ -569,4 +571,4 @@ class QueueOperations:
             ]
             snap.stray_keys = stray
             return snap
-        raise RuntimeError("workers kept registering during the snapshot; try again")
+        raise DuetimeError("workers kept registering during the snapshot; run the check again")

@@ -13,16 +13,19 @@ for i = 4, #ARGV do
   ids[#ids + 1] = ARGV[i]
 end
 local limit = tonumber(ARGV[3])
+-- The expired ones are the oldest, so the cap counts on from just after them.
+local expired = 0
 if tonumber(ARGV[1]) >= 0 then
   local old = redis.call('ZRANGE', KEYS[1], '-inf', '(' .. ARGV[1], 'BYSCORE', 'LIMIT', 0, limit)
   for _, id in ipairs(old) do
     ids[#ids + 1] = id
   end
+  expired = #old
 end
 if tonumber(ARGV[2]) >= 0 then
-  local over = redis.call('ZCARD', KEYS[1]) - #ids - tonumber(ARGV[2])
+  local over = redis.call('ZCARD', KEYS[1]) - expired - tonumber(ARGV[2])
   if over > 0 then
-    local oldest = redis.call('ZRANGE', KEYS[1], #ids, #ids + math.min(over, limit) - 1)
+    local oldest = redis.call('ZRANGE', KEYS[1], expired, expired + math.min(over, limit) - 1)
     for _, id in ipairs(oldest) do
       ids[#ids + 1] = id
     end
