@@ -191,7 +191,10 @@ class QueueOperations:
             for task_id, run_at_ms, envelope in items[start : start + SCHEDULE_BATCH]:
                 args += (task_id, run_at_ms, envelope)
             calls.append((keys, args))
-        replies = yield EvalMany(scripts.SCHEDULE_TASKS, calls)
+        if len(calls) == 1:  # a plain call costs less than a pipeline of one
+            replies = [(yield Eval(scripts.SCHEDULE_TASKS, *calls[0]))]
+        else:
+            replies = yield EvalMany(scripts.SCHEDULE_TASKS, calls)
         return [bool(flag) for created in replies for flag in created]
 
     def cancel(self, task_id: str) -> Plan[str | None]:
