@@ -37,3 +37,48 @@ async def slow(data: dict[str, float]) -> None:
     context = duetime.current_task()
     await asyncio.sleep(float(data.get("seconds", 0.5)))
     _record.rpush(RUNS, f"{context.id}:{context.attempt}")
+
+
+# --- ledger handlers for the fault-injection tests (tests/reliability/test_faults.py) ---
+#: Each attempt appends "start" when it begins and "done" when its handler finishes:
+#: "<kind> <task id> <attempt> <pid> <wall ms> <run-at ms>". The wall clock is this
+#: host's, which on loopback is the clock the server's TIME reads too.
+LEDGER = "test:ledger"
+
+
+def _ledger(kind: str) -> None:
+    context = duetime.current_task()
+    _record.rpush(
+        LEDGER,
+        f"{kind} {context.id} {context.attempt} {os.getpid()} {time.time() * 1000:.3f} "
+        f"{round(context.run_at * 1000)}",
+    )
+
+
+@app.task
+def ledger(data: dict[str, float]) -> None:
+    """Records start and end; works for ``data["work"]`` seconds in between."""
+    _ledger("start")
+    if data.get("work"):
+        time.sleep(float(data["work"]))
+    _ledger("done")
+
+
+@app.task
+def hang_first_attempt(data: dict[str, object]) -> None:
+    """The first attempt never returns (a thread cannot be interrupted); later ones do."""
+    import threading
+
+    _ledger("start")
+    if duetime.current_task().attempt == 1:
+        threading.Event().wait()
+    _ledger("done")
+
+
+@app.task
+def hang_always(data: dict[str, object]) -> None:
+    """Never returns, on any attempt."""
+    import threading
+
+    _ledger("start")
+    threading.Event().wait()

@@ -8,7 +8,16 @@ task_id = queue.schedule_task(1795320000, {"to": "a@example.com"})
 from duetime.app import App
 from duetime.clock import ManualClock, ServerClock
 from duetime.dispatcher import Dispatcher
-from duetime.scheduler import AsyncQueue, DeadTask, Job, Queue, QueueStats, TaskStatus
+from duetime.scheduler import (
+    AsyncQueue,
+    CronInfo,
+    CronRun,
+    DeadTask,
+    Job,
+    Queue,
+    QueueStats,
+    TaskStatus,
+)
 from duetime.settings import Settings
 from duetime.worker import TaskContext, Worker, current_task
 
@@ -17,6 +26,8 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "AsyncQueue",
+    "CronInfo",
+    "CronRun",
     "DeadTask",
     "Dispatcher",
     "Job",

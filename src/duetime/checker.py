@@ -86,6 +86,9 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
                     Violation("unleased", task_id, f"in {worker}'s list without a lease")
                 )
 
+    for part, names in sorted(snapshot.cron_entries.items()):
+        for name in sorted(names - snapshot.cron):
+            problems.append(Violation("leak", name, f"{part} entry of a cron job that is gone"))
     for key in snapshot.results_without_ttl:
         problems.append(Violation("leak", key, "result without a TTL"))
     for key in snapshot.stray_keys:

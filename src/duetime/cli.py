@@ -339,10 +339,7 @@ def schedule(
     """
     if (at is None) == (delay is None):
         raise click.UsageError("give exactly one of --at or --in")
-    try:
-        payload = json.loads(data)
-    except json.JSONDecodeError as error:
-        raise click.BadParameter(f"not valid JSON: {error}", param_hint="DATA") from None
+    payload = _json_argument(data)
     with _queue(queue, redis_url) as client:
         options: dict[str, Any] = {"task": task_name, "id": task_id, "max_attempts": max_attempts,
                                    "timeout": timeout, "result_ttl": result_ttl}  # fmt: skip
@@ -351,6 +348,13 @@ def schedule(
         else:
             assert delay is not None
             click.echo(client.schedule_in(delay, payload, **options))
+
+
+def _json_argument(data: str) -> Any:
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as error:
+        raise click.BadParameter(f"not valid JSON: {error}", param_hint="DATA") from None
 
 
 def _when(seconds: float | None) -> str:
@@ -512,6 +516,132 @@ def dead_purge(
     with _queue(queue, redis_url) as client:
         count = client.purge_dead(None if everything else list(task_ids))
     click.echo(f"purged {count}")
+
+
+# --- cron ------------------------------------------------------------------------------
+
+
+@main.group(name="cron")
+def cron_group() -> None:
+    """Recurring jobs: add, list, pause, resume, remove.
+
+    \b
+    Example:
+      duetime cron add -q reports daily-report '0 9 * * *' '{"kind": "daily"}' \\
+          --tz Europe/Paris --task send_report
+    """
+
+
+@cron_group.command("add")
+@queue_option
+@click.argument("name")
+@click.argument("expression")
+@click.argument("data")
+@click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the expression.")
+@click.option("--task", "task_name", help="Registered handler name (default handler if omitted).")
+@click.option(
+    "--missed",
+    type=click.Choice(["skip", "once", "all"]),
+    default="skip",
+    show_default=True,
+    help="What to do with ticks missed while no dispatcher ran.",
+)
+@click.option(
+    "--overlap",
+    type=click.Choice(["allow", "skip", "delay"]),
+    default="allow",
+    show_default=True,
+    help="A tick while the previous run is still live.",
+)
+@click.option("--max-attempts", type=int)
+@click.option("--timeout", type=float)
+@redis_option
+@_guarded
+def cron_add(
+    queue: str,
+    name: str,
+    expression: str,
+    data: str,
+    tz: str,
+    task_name: str | None,
+    missed: str,
+    overlap: str,
+    max_attempts: int | None,
+    timeout: float | None,
+    redis_url: str | None,
+) -> None:
+    """Create or update the cron job NAME firing EXPRESSION with the JSON document DATA."""
+    payload = _json_argument(data)
+    with _queue(queue, redis_url) as client:
+        outcome = client.add_cron(
+            name, expression, payload, tz=tz, task=task_name, missed=missed, overlap=overlap,
+            max_attempts=max_attempts, timeout=timeout,
+        )  # fmt: skip
+    click.echo(f"{outcome} {name}")
+
+
+@cron_group.command("list")
+@queue_option
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--upcoming", default=3, show_default=True, type=click.IntRange(1, 100))
+@redis_option
+@_guarded
+def cron_list(queue: str, as_json: bool, upcoming: int, redis_url: str | None) -> None:
+    """Every cron job with its policies, next fire times and last run."""
+    with _queue(queue, redis_url) as client:
+        jobs = client.list_cron(upcoming)
+    if as_json:
+        click.echo(json.dumps([_asdict(job) for job in jobs], default=str, indent=2))
+        return
+    table = Table("name", "expression", "tz", "missed", "overlap", "next", "last run")
+    for job in jobs:
+        upcoming_text = "paused" if job.paused else "\n".join(_when(t) for t in job.next_runs)
+        last = "-"
+        if job.last_run is not None:
+            run = job.last_run
+            outcome = {True: "ok", False: "failed", None: run.state}[run.succeeded]
+            late = "" if run.lateness_ms is None else f", {run.lateness_ms:.0f} ms late"
+            last = f"{_when(run.tick)} {outcome}{late}"
+        table.add_row(job.name, job.expression, job.timezone, job.missed, job.overlap,
+                      upcoming_text, last)  # fmt: skip
+    console.print(table)
+
+
+@cron_group.command("pause")
+@queue_option
+@click.argument("name")
+@redis_option
+@_guarded
+def cron_pause(queue: str, name: str, redis_url: str | None) -> None:
+    """Stop firing NAME until resumed."""
+    with _queue(queue, redis_url) as client:
+        client.pause_cron(name)
+    click.echo(f"paused {name}")
+
+
+@cron_group.command("resume")
+@queue_option
+@click.argument("name")
+@redis_option
+@_guarded
+def cron_resume(queue: str, name: str, redis_url: str | None) -> None:
+    """Fire NAME again from its next tick after now."""
+    with _queue(queue, redis_url) as client:
+        client.resume_cron(name)
+    click.echo(f"resumed {name}")
+
+
+@cron_group.command("remove")
+@queue_option
+@click.argument("name")
+@redis_option
+@_guarded
+def cron_remove(queue: str, name: str, redis_url: str | None) -> None:
+    """Forget NAME (ticks already enqueued still run)."""
+    with _queue(queue, redis_url) as client:
+        if not client.remove_cron(name):
+            raise TaskNotFoundError(f"no cron job {name!r} in queue {queue!r}")
+    click.echo(f"removed {name}")
 
 
 # --- embedded server -------------------------------------------------------------------

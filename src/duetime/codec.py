@@ -48,6 +48,8 @@ class ResultRecord:
 
     ok: bool
     value: Any  # the handler's return value, or the error text when not ok
+    started_ms: int = 0  # server clock, when the attempt started (0: unknown)
+    finished_ms: int = 0
 
 
 def pack(value: Any) -> bytes:
@@ -134,12 +136,15 @@ def decode_error(blob: bytes) -> ErrorRecord:
 
 def encode_result(record: ResultRecord) -> bytes:
     try:
-        return pack([record.ok, record.value])
+        return pack([record.ok, record.value, record.started_ms, record.finished_ms])
     except InvalidPayloadError as error:
         # A return value msgpack cannot hold must not fail a task that succeeded.
-        return pack([record.ok, f"<result not storable: {error}>"])
+        text = f"<result not storable: {error}>"
+        return pack([record.ok, text, record.started_ms, record.finished_ms])
 
 
 def decode_result(blob: bytes) -> ResultRecord:
-    ok, value = unpack(blob)
-    return ResultRecord(bool(ok), value)
+    fields = unpack(blob)
+    if not isinstance(fields, list) or len(fields) not in (2, 4):
+        raise DecodeError("not a result record")
+    return ResultRecord(bool(fields[0]), *fields[1:])

@@ -17,10 +17,11 @@ import logging
 import time
 from collections.abc import Sequence
 
-from duetime import validation
+from duetime import cron, validation
 from duetime.backoff import Backoff
 from duetime.clock import Clock, ServerClock
-from duetime.errors import ConfigurationError, RedisUnavailableError
+from duetime.codec import Envelope, encode_envelope
+from duetime.errors import ConfigurationError, DecodeError, RedisUnavailableError
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
@@ -32,10 +33,24 @@ log = logging.getLogger("duetime.dispatcher")
 # promote_due passes the batch to ZREM/RPUSH through Lua's unpack(), whose stack is bounded.
 MAX_PROMOTE_BATCH = 5000
 REAP_BATCH = 1000
+#: Most cron jobs fired per pass.
+CRON_BATCH = 100
+#: With overlap="delay", how often a held tick looks again whether the previous run ended.
+CRON_OVERLAP_RECHECK_MS = 1000
 #: A pause long enough to resample the clock in it without delaying promotion.
 IDLE_ENOUGH = 0.02
 #: The timer wakes this much early; the rest of the wait yields to the event loop.
 TIMER_SLACK = 0.0015
+
+
+#: A tick's outcome is kept this long, so `cron list` can show the last run.
+CRON_RESULT_TTL_MS = 3600 * 1000
+
+
+def cron_envelope(job: cron.CronJob, tick_ms: int) -> bytes:
+    return encode_envelope(
+        Envelope(job.task, job.data, tick_ms, job.max_attempts, job.timeout_ms, CRON_RESULT_TTL_MS)
+    )
 
 
 class QueueDispatcher:
@@ -75,6 +90,8 @@ class QueueDispatcher:
                     "queue %s: reaped silent worker(s); %d task(s) re-entered", self.queue, reaped
                 )
             busy = True
+        if promotion.next_cron_tick_ms is not None and promotion.next_cron_tick_ms <= now:
+            busy = await self._fire_cron(now) or busy
         if now >= self._next_maintenance_ms:
             await self._maintain(now)
         if busy:
@@ -89,7 +106,35 @@ class QueueDispatcher:
             wake_at.append(promotion.next_lease_deadline_ms)
         if promotion.oldest_heartbeat_ms is not None:
             wake_at.append(promotion.oldest_heartbeat_ms + self._worker_ttl_ms)
+        if promotion.next_cron_tick_ms is not None:
+            wake_at.append(promotion.next_cron_tick_ms)
         return min(wake_at)
+
+    async def _fire_cron(self, now: int) -> bool:
+        """Enqueue the due ticks of cron jobs; True if more may be due right away."""
+        due = await self.runner.run(self.operations.due_cron(now, CRON_BATCH))
+        for entry in due:
+            try:
+                if entry.definition is None:
+                    raise DecodeError("its definition is missing")
+                job = cron.decode_job(entry.definition)
+            except DecodeError as problem:
+                log.error("queue %s: cron job %r paused: %s", self.queue, entry.name, problem)
+                await self.runner.run(self.operations.set_cron_next(entry.name, None))
+                continue
+            first = entry.held_tick_ms if entry.held_tick_ms is not None else entry.next_tick_ms
+            fire = job.ticks_to_fire(first, now)
+            ticks = [(job.tick_id(tick), tick, cron_envelope(job, tick)) for tick in fire]
+            outcome = await self.runner.run(
+                self.operations.fire_cron(
+                    job.name, entry.next_tick_ms, job.next_tick(now), job.overlap,
+                    now + CRON_OVERLAP_RECHECK_MS, first, ticks,
+                )
+            )  # fmt: skip
+            if outcome in ("skipped", "delayed"):
+                log.info("queue %s: cron job %r tick %s: previous run still live", self.queue,
+                         job.name, outcome)  # fmt: skip
+        return len(due) == CRON_BATCH
 
     async def _maintain(self, now: int) -> None:
         run = self.runner.run

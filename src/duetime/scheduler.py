@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Self
 
-from duetime import codec, validation
+from duetime import codec, cron, validation
 from duetime.checker import Violation, check_invariants
 from duetime.clock import Clock, ServerClock
 from duetime.codec import Envelope
@@ -87,6 +87,33 @@ class DeadTask:
     error: str
     traceback: str
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class CronRun:
+    """The latest fired tick of a cron job."""
+
+    tick: float  # epoch seconds the tick was due
+    task_id: str
+    state: str  # scheduled | ready | running | dead | finished | unknown (result expired)
+    started: float | None  # when its last attempt started, if known
+    lateness_ms: float | None  # started - tick
+    succeeded: bool | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CronInfo:
+    name: str
+    expression: str
+    timezone: str
+    task: str
+    data: Any
+    missed: str
+    overlap: str
+    paused: bool
+    next_runs: list[float]  # epoch seconds of the next few ticks (none while paused)
+    last_run: CronRun | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +383,109 @@ class QueueCore:
             total += yield from self.operations.purge_dead(ids)
         return total
 
+    # --- cron ------------------------------------------------------------------------
+
+    def cron_job(
+        self,
+        name: str,
+        expression: str,
+        data: Any,
+        *,
+        tz: str = "UTC",
+        task: TaskRef | None = None,
+        missed: str = "skip",
+        overlap: str = "allow",
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+    ) -> cron.CronJob:
+        """A validated cron definition; raises InvalidInputError, nothing stored."""
+        return cron.define(
+            name, expression, data, timezone=tz, task=task_name_of(task), missed=missed,
+            overlap=overlap,
+            max_attempts=self.settings.max_attempts if max_attempts is None else max_attempts,
+            timeout=self.settings.task_timeout if timeout is None else timeout,
+            max_payload_bytes=self.settings.max_payload_bytes,
+        )  # fmt: skip
+
+    def declare_cron_plan(self, jobs: Sequence[cron.CronJob]) -> Plan[dict[str, str]]:
+        """Create or update each job; returns name -> created | updated | unchanged."""
+        now = yield from self.operations.now()
+        outcomes = {}
+        for job in jobs:
+            first = job.next_tick(now)
+            assert first is not None  # cron.define refuses expressions that never fire
+            code = yield from self.operations.declare_cron(job.name, cron.encode_job(job), first)
+            outcomes[job.name] = ("unchanged", "created", "updated")[code]
+        return outcomes
+
+    def sync_cron_plan(self, jobs: Sequence[cron.CronJob], prune: bool) -> Plan[dict[str, str]]:
+        """Converge on exactly these jobs: declare them, and with ``prune`` remove the rest."""
+        names = [job.name for job in jobs]
+        if len(set(names)) != len(names):
+            raise InvalidInputError("sync_cron got the same cron job name twice")
+        outcomes = yield from self.declare_cron_plan(jobs)
+        if prune:
+            table = yield from self.operations.cron_table()
+            for name in sorted(set(table.definitions) - set(names)):
+                yield from self.operations.remove_cron(name)
+                outcomes[name] = "removed"
+        return outcomes
+
+    def pause_cron_plan(self, name: str, paused: bool) -> Plan[None]:
+        next_tick = None
+        if not paused:
+            table = yield from self.operations.cron_table()
+            blob = table.definitions.get(name)
+            if blob is None:
+                raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+            now = yield from self.operations.now()
+            next_tick = cron.decode_job(blob).next_tick(now)
+        if not (yield from self.operations.set_cron_next(name, next_tick)):
+            raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+
+    def remove_cron_plan(self, name: str) -> Plan[bool]:
+        return (yield from self.operations.remove_cron(name))
+
+    def list_cron_plan(self, upcoming: int) -> Plan[list[CronInfo]]:
+        table = yield from self.operations.cron_table()
+        now = yield from self.operations.now()
+        jobs = []
+        for name in sorted(table.definitions):
+            job = cron.decode_job(table.definitions[name])
+            paused = name not in table.next_ticks
+            next_runs: list[float] = []
+            if not paused:
+                first = table.held.get(name, table.next_ticks[name])
+                next_runs = [first / 1000]
+                for tick in job.ticks_after(max(first, now)):
+                    if len(next_runs) >= upcoming:
+                        break
+                    next_runs.append(tick / 1000)
+            last = None
+            if name in table.last_task:
+                last = yield from self._cron_run(table.last_task[name])
+            jobs.append(
+                CronInfo(job.name, job.expression, job.timezone, job.task, job.data, job.missed,
+                         job.overlap, paused, next_runs[:upcoming], last)
+            )  # fmt: skip
+        return jobs
+
+    def _cron_run(self, task_id: str) -> Plan[CronRun]:
+        tick = int(task_id.rsplit(":", 1)[1])
+        reply = yield from self.operations.status(task_id)
+        result = codec.decode_result(reply.result) if reply.result else None
+        error = codec.decode_error(reply.error).error if reply.error else None
+        started = result.started_ms / 1000 if result and result.started_ms else None
+        return CronRun(
+            tick=tick / 1000,
+            task_id=task_id,
+            state=reply.state,
+            started=started,
+            lateness_ms=None if started is None else started * 1000 - tick,
+            succeeded=result.ok if result else None,
+            error=error if error else (None if not result or result.ok else str(result.value)),
+        )
+
     def check_plan(self) -> Plan[list[Violation]]:
         snapshot = yield from self.operations.snapshot()
         return check_invariants(snapshot)
@@ -462,6 +592,35 @@ class Queue:
         """Verify the invariants on the live server; an empty list means all hold."""
         return self.runner.run(self.core.check_plan())
 
+    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
+        """A validated cron definition for ``sync_cron`` (options as for ``add_cron``)."""
+        return self.core.cron_job(name, expression, data, **options)
+
+    def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
+        """Create or update a recurring job; returns created, updated or unchanged.
+        Options: tz, task, missed (skip|once|all), overlap (allow|skip|delay),
+        max_attempts, timeout."""
+        job = self.core.cron_job(name, expression, data, **options)
+        return self.runner.run(self.core.declare_cron_plan([job]))[name]
+
+    def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
+        """Make the queue's cron jobs exactly ``jobs`` (declared in code); with ``prune``,
+        jobs no longer declared are removed. Returns name -> what happened."""
+        return self.runner.run(self.core.sync_cron_plan(jobs, prune))
+
+    def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
+        return self.runner.run(self.core.list_cron_plan(upcoming))
+
+    def pause_cron(self, name: str) -> None:
+        self.runner.run(self.core.pause_cron_plan(name, paused=True))
+
+    def resume_cron(self, name: str) -> None:
+        """Resume from the next tick after now (ticks while paused are not run)."""
+        self.runner.run(self.core.pause_cron_plan(name, paused=False))
+
+    def remove_cron(self, name: str) -> bool:
+        return self.runner.run(self.core.remove_cron_plan(name))
+
     def close(self) -> None:
         self.runner.close()
 
@@ -548,6 +707,28 @@ class AsyncQueue:
 
     async def check(self) -> list[Violation]:
         return await self.runner.run(self.core.check_plan())
+
+    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
+        return self.core.cron_job(name, expression, data, **options)
+
+    async def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
+        job = self.core.cron_job(name, expression, data, **options)
+        return (await self.runner.run(self.core.declare_cron_plan([job])))[name]
+
+    async def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
+        return await self.runner.run(self.core.sync_cron_plan(jobs, prune))
+
+    async def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
+        return await self.runner.run(self.core.list_cron_plan(upcoming))
+
+    async def pause_cron(self, name: str) -> None:
+        await self.runner.run(self.core.pause_cron_plan(name, paused=True))
+
+    async def resume_cron(self, name: str) -> None:
+        await self.runner.run(self.core.pause_cron_plan(name, paused=False))
+
+    async def remove_cron(self, name: str) -> bool:
+        return await self.runner.run(self.core.remove_cron_plan(name))
 
     async def close(self) -> None:
         await self.runner.close()

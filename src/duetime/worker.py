@@ -83,6 +83,7 @@ class _Attempt:
     attempt: int
     timeout: float = 0.0
     started: float = field(default_factory=time.monotonic)
+    started_ms: int = 0
     fenced: bool = False
     finished: bool = False  # handler returned; outcome being reported
     runner: asyncio.Task[None] | None = None
@@ -280,6 +281,7 @@ class Worker:
                 await self._report_failure(attempt, envelope, problem, "", final=True)
                 return
             attempt.timeout = envelope.timeout_ms / 1000
+            attempt.started_ms = self.operations.clock.now_ms() or 0
             try:
                 value = await self._call(handler, envelope, attempt)
             except asyncio.CancelledError:
@@ -303,7 +305,10 @@ class Worker:
                 return
             result = b""
             if envelope.result_ttl_ms:
-                result = codec.encode_result(ResultRecord(True, value))
+                finished = self.operations.clock.now_ms() or 0
+                result = codec.encode_result(
+                    ResultRecord(True, value, attempt.started_ms, finished)
+                )
             self._outcomes.append(
                 Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result)
             )
@@ -365,8 +370,9 @@ class Worker:
                 return
             assert self.runner is not None
             text = f"{type(error).__name__}: {error}"
-            record = codec.encode_error(
-                ErrorRecord(text, trace, attempt.attempt, int(time.time() * 1000), self.worker_id)
+            failed_at = self.operations.clock.now_ms() or int(time.time() * 1000)
+            error_record = codec.encode_error(
+                ErrorRecord(text, trace, attempt.attempt, failed_at, self.worker_id)
             )
             retry_delay_ms = None
             if not final:
@@ -375,13 +381,16 @@ class Worker:
                 )
                 retry_delay_ms = round(delay * 1000)
             ttl = envelope.result_ttl_ms if envelope else 0
-            result = codec.encode_result(ResultRecord(False, text)) if ttl and final else b""
+            result = b""
+            if ttl and final:
+                outcome = ResultRecord(False, text, attempt.started_ms, failed_at)
+                result = codec.encode_result(outcome)
             applied = await self._with_retries(
                 lambda: self.operations.fail(
                     self.worker_id,
                     attempt.task_id,
                     attempt.attempt,
-                    record,
+                    error_record,
                     retry_delay_ms,
                     ttl,
                     result,

@@ -128,3 +128,25 @@ def test_settings_from_the_environment_are_validated(cli: CliRunner, queue_name:
     )
     assert result.exit_code == EXIT_USAGE
     assert "DUETIME_LEASE_DURATION must be a number" in result.output
+
+
+def test_cron_commands(cli: CliRunner, queue_name: str) -> None:
+    options = ["--tz", "Europe/Paris", "--missed", "once"]
+    added = cli.invoke(
+        main,
+        ["cron", "add", "-q", queue_name, "report", "0 9 * * 1-5", '{"kind": "daily"}', *options],
+    )
+    assert added.exit_code == 0 and added.stdout.strip() == "created report"
+    bad = cli.invoke(main, ["cron", "add", "-q", queue_name, "x", "0 9 * * *", "{}", "--tz", "Q/Z"])
+    assert bad.exit_code == EXIT_USAGE and "unknown time zone" in bad.output
+    listed = cli.invoke(main, ["cron", "list", "-q", queue_name, "--json"])
+    [job] = json.loads(listed.stdout)
+    assert (job["name"], job["missed"], job["paused"], len(job["next_runs"])) == (
+        "report", "once", False, 3,
+    )  # fmt: skip
+    assert cli.invoke(main, ["cron", "pause", "-q", queue_name, "report"]).exit_code == 0
+    assert "paused" in cli.invoke(main, ["cron", "list", "-q", queue_name]).stdout
+    assert cli.invoke(main, ["cron", "resume", "-q", queue_name, "report"]).exit_code == 0
+    assert cli.invoke(main, ["cron", "remove", "-q", queue_name, "report"]).exit_code == 0
+    missing = cli.invoke(main, ["cron", "remove", "-q", queue_name, "report"])
+    assert missing.exit_code == EXIT_NOT_FOUND

@@ -62,3 +62,8 @@ def test_lease_without_its_task_is_a_leak_and_unleased_task_is_reported() -> Non
 def test_results_without_ttl_stray_keys_and_wake_overflow() -> None:
     snap = snapshot(results_without_ttl=["k1"], stray_keys=["k2"], wake_length=2)
     assert kinds(snap) == [("leak", "k1"), ("stray key", "k2"), ("leak", "wake")]
+
+
+def test_cron_entries_without_a_definition_are_leaks() -> None:
+    snap = snapshot(cron={"kept"}, cron_entries={"cron_next": {"kept", "gone"}, "cron_held": set()})
+    assert kinds(snap) == [("leak", "gone")]

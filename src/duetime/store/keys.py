@@ -65,6 +65,26 @@ class QueueKeys:
         """HASH of counters (scheduled, completed, failed, retried, dead, fenced, ...)."""
         return self._key("stats")
 
+    @property
+    def cron(self) -> str:
+        """HASH cron job name -> definition."""
+        return self._key("cron")
+
+    @property
+    def cron_next(self) -> str:
+        """ZSET cron job name -> its next tick (ms); a paused job is absent."""
+        return self._key("cron_next")
+
+    @property
+    def cron_last(self) -> str:
+        """HASH cron job name -> task id of its latest fired tick."""
+        return self._key("cron_last")
+
+    @property
+    def cron_held(self) -> str:
+        """HASH cron job name -> a tick held back while the previous run is live."""
+        return self._key("cron_held")
+
     def active(self, worker_id: str) -> str:
         """LIST of task ids a worker has taken (its BLMOVE destination)."""
         return self._key(f"active:{worker_id}")

@@ -72,6 +72,7 @@ class Promotion:
     next_due_ms: int | None
     next_lease_deadline_ms: int | None
     oldest_heartbeat_ms: int | None
+    next_cron_tick_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +117,22 @@ class DeadEntry:
     error: bytes | None
 
 
+@dataclass(frozen=True, slots=True)
+class CronTable:
+    definitions: dict[str, bytes]
+    next_ticks: dict[str, int]  # paused jobs are absent
+    last_task: dict[str, str]
+    held: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class DueCron:
+    name: str
+    next_tick_ms: int  # the score read, compared and set by fire_cron
+    definition: bytes | None
+    held_tick_ms: int | None
+
+
 @dataclass(slots=True)
 class Snapshot:
     """One consistent (MULTI/EXEC) read of every structure of a queue."""
@@ -131,12 +148,21 @@ class Snapshot:
     attempts: set[str] = field(default_factory=set)
     errors: set[str] = field(default_factory=set)
     wake_length: int = 0
+    cron: set[str] = field(default_factory=set)  # job names with a definition
+    cron_entries: dict[str, set[str]] = field(default_factory=dict)  # key part -> names
     results_without_ttl: list[str] = field(default_factory=list)
     stray_keys: list[str] = field(default_factory=list)
 
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _pairs(reply: Any) -> list[tuple[Any, Any]]:
+    """Name/value pairs from a flat list or a dict reply."""
+    if isinstance(reply, dict):
+        return list(reply.items())
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 def _score(value: bytes | str | None) -> int | None:
@@ -250,10 +276,15 @@ class QueueOperations:
     def promote_due(self, limit: int) -> Plan[Promotion]:
         now = yield from self.now()
         k = self.keys
-        moved, next_due, next_lease, oldest_beat = yield Eval(
-            scripts.PROMOTE_DUE, (k.scheduled, k.ready, k.leases, k.stats, k.workers), (now, limit)
+        moved, next_due, next_lease, oldest_beat, next_tick = yield Eval(
+            scripts.PROMOTE_DUE,
+            (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next),
+            (now, limit),
         )
-        return Promotion(int(moved), now, _score(next_due), _score(next_lease), _score(oldest_beat))
+        return Promotion(
+            int(moved), now, _score(next_due), _score(next_lease), _score(oldest_beat),
+            _score(next_tick),
+        )  # fmt: skip
 
     def eviction_policy(self) -> Plan[str]:
         reply = yield Command(("CONFIG", "GET", "maxmemory-policy"))
@@ -423,6 +454,82 @@ class QueueOperations:
             )
         )
 
+    # --- cron ------------------------------------------------------------------------
+
+    def declare_cron(self, name: str, definition: bytes, first_tick_ms: int) -> Plan[int]:
+        """0 unchanged, 1 created, 2 updated."""
+        k = self.keys
+        keys = (k.cron, k.cron_next, k.wake)
+        return int((yield Eval(scripts.DECLARE_CRON, keys, (name, definition, first_tick_ms))))
+
+    def set_cron_next(self, name: str, next_tick_ms: int | None) -> Plan[bool]:
+        """Resume a cron job from ``next_tick_ms``, or pause it with None."""
+        k = self.keys
+        tick = -1 if next_tick_ms is None else next_tick_ms
+        keys = (k.cron, k.cron_next, k.cron_held, k.wake)
+        return bool((yield Eval(scripts.SET_CRON_NEXT, keys, (name, tick))))
+
+    def remove_cron(self, name: str) -> Plan[bool]:
+        k = self.keys
+        keys = (k.cron, k.cron_next, k.cron_last, k.cron_held)
+        return bool((yield Eval(scripts.REMOVE_CRON, keys, (name,))))
+
+    def cron_table(self) -> Plan[CronTable]:
+        """Every cron job's definition, next tick, last tick task id and held tick."""
+        k = self.keys
+        definitions, next_ticks, last, held = yield Batch(
+            (
+                Command(("HGETALL", k.cron)),
+                Command(("ZRANGE", k.cron_next, 0, -1, "WITHSCORES")),
+                Command(("HGETALL", k.cron_last)),
+                Command(("HGETALL", k.cron_held)),
+            )
+        )
+        return CronTable(
+            {_text(n): blob for n, blob in _pairs(definitions)},
+            {_text(n): int(float(s)) for n, s in _pairs(next_ticks)},
+            {_text(n): _text(i) for n, i in _pairs(last)},
+            {_text(n): int(t) for n, t in _pairs(held)},
+        )
+
+    def due_cron(self, now_ms: int, limit: int) -> Plan[list[DueCron]]:
+        """Cron jobs whose next tick has come: name, the score read, definition, held tick."""
+        k = self.keys
+        flat = yield Command(
+            ("ZRANGE", k.cron_next, "-inf", now_ms, "BYSCORE", "WITHSCORES", "LIMIT", 0, limit)
+        )
+        if not flat:
+            return []
+        names = [_text(flat[i]) for i in range(0, len(flat), 2)]
+        definitions, held = yield Batch(
+            (Command(("HMGET", k.cron, *names)), Command(("HMGET", k.cron_held, *names)))
+        )
+        return [
+            DueCron(name, int(float(flat[2 * i + 1])), definitions[i],
+                    None if held[i] is None else int(held[i]))
+            for i, name in enumerate(names)
+        ]  # fmt: skip
+
+    def fire_cron(
+        self,
+        name: str,
+        expected_next_ms: int,
+        following_ms: int | None,
+        overlap: str,
+        retry_at_ms: int,
+        held_tick_ms: int,
+        ticks: Sequence[tuple[str, int, bytes]],
+    ) -> Plan[str | int]:
+        """Enqueue due ticks and advance the job (compare-and-set on its next tick)."""
+        k = self.keys
+        args: list[Any] = [name, expected_next_ms, -1 if following_ms is None else following_ms,
+                           overlap, retry_at_ms, held_tick_ms]  # fmt: skip
+        for task_id, run_at_ms, envelope in ticks:
+            args += (task_id, run_at_ms, envelope)
+        keys = (k.cron_next, k.cron_last, k.cron_held, k.tasks, k.ready, k.stats)
+        reply = yield Eval(scripts.FIRE_CRON, keys, args)
+        return reply if isinstance(reply, int) else _text(reply)
+
     # --- dead letters ----------------------------------------------------------------
 
     def dead_entries(self, offset: int, count: int) -> Plan[list[DeadEntry]]:
@@ -510,7 +617,8 @@ class QueueOperations:
         result_keys: list[str] = []
         stray: list[str] = []
         fixed = {k.tasks, k.scheduled, k.ready, k.leases, k.workers, k.attempts, k.errors,
-                 k.dead, k.wake, k.stats}  # fmt: skip
+                 k.dead, k.wake, k.stats, k.cron, k.cron_next, k.cron_last,
+                 k.cron_held}  # fmt: skip
         cursor: Any = 0
         while True:
             cursor, found = yield Command(
@@ -540,14 +648,19 @@ class QueueOperations:
                     Command(("HKEYS", k.attempts)),
                     Command(("HKEYS", k.errors)),
                     Command(("LLEN", k.wake)),
+                    Command(("HKEYS", k.cron)),
+                    Command(("ZRANGE", k.cron_next, 0, -1)),
+                    Command(("HKEYS", k.cron_last)),
+                    Command(("HKEYS", k.cron_held)),
                     *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
                     *(Command(("PTTL", key)) for key in result_keys),
                 ),
                 transaction=True,
             )
             tasks, scheduled, ready, dead, leases, workers, attempts, errors, wake = replies[:9]
-            lists = replies[9 : 9 + len(active_keys)]
-            ttls = replies[9 + len(active_keys) :]
+            cron_names, cron_next, cron_last, cron_held = replies[9:13]
+            lists = replies[13 : 13 + len(active_keys)]
+            ttls = replies[13 + len(active_keys) :]
             snap = Snapshot(now_ms=now)
             snap.workers = {
                 _text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
@@ -564,6 +677,12 @@ class QueueOperations:
             snap.attempts = {_text(i) for i in attempts}
             snap.errors = {_text(i) for i in errors}
             snap.wake_length = int(wake)
+            snap.cron = {_text(i) for i in cron_names}
+            snap.cron_entries = {
+                "cron_next": {_text(i) for i in cron_next},
+                "cron_last": {_text(i) for i in cron_last},
+                "cron_held": {_text(i) for i in cron_held},
+            }
             snap.active = {
                 k.worker_of_active(key): [_text(i) for i in ids]
                 for key, ids in zip(active_keys, lists, strict=True)

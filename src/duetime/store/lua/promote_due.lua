@@ -4,10 +4,12 @@
 -- KEYS[3] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
 -- KEYS[4] stats      HASH
 -- KEYS[5] workers    ZSET  worker id -> last heartbeat (ms)
+-- KEYS[6] cron_next  ZSET  cron job name -> next tick (ms)
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] most ids to move
 -- Returns: {moved count, next run-at or -1, earliest lease deadline or -1, oldest worker
--- heartbeat or -1}, so the caller knows how long it may sleep without another round trip.
+-- heartbeat or -1, next cron tick or -1}, so the caller knows how long it may sleep
+-- without another round trip.
 local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[2])
 if #ids > 0 then
   redis.call('ZREM', KEYS[1], unpack(ids))
@@ -17,4 +19,5 @@ end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_lease = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-return {#ids, next_due[2] or '-1', next_lease[2] or '-1', oldest_beat[2] or '-1'}
+local next_tick = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+return {#ids, next_due[2] or '-1', next_lease[2] or '-1', oldest_beat[2] or '-1', next_tick[2] or '-1'}

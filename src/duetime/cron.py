@@ -1,0 +1,209 @@
+"""Recurring jobs: the definition, its validation, and which ticks are due.
+
+A tick is one instant at which a cron job fires; each becomes an ordinary task with
+the deterministic id ``cron:<name>:<tick ms>``, so however many dispatchers fire the
+same tick, one task exists. Ticks are computed on wall-clock time in the job's zone
+(zoneinfo), then mapped to instants with these rules at daylight-saving changes:
+
+- a wall time that happens twice (clocks go back): a job whose hour field is a
+  wildcard (``*``, ``*/2``) runs at both instants, as the wall clock says, so
+  ``0 * * * *`` runs 25 times that day; a job at a given hour runs once, at the
+  first instant, so ``30 1 * * *`` runs once;
+- a wall time that does not happen (clocks go forward): a wildcard-hour job skips
+  it (``0 * * * *`` runs 23 times); a job at a given hour runs once, shifted forward
+  by the length of the gap (02:30 becomes 03:30).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, croniter
+
+from duetime import codec, validation
+from duetime.errors import DecodeError, InvalidInputError, InvalidNameError
+
+MissedPolicy = Literal["skip", "once", "all"]
+OverlapPolicy = Literal["allow", "skip", "delay"]
+MISSED_POLICIES: tuple[str, ...] = ("skip", "once", "all")
+OVERLAP_POLICIES: tuple[str, ...] = ("allow", "skip", "delay")
+#: With missed="all", at most this many missed ticks (the latest) are fired on catch-up.
+MAX_CATCH_UP = 100
+#: The widest daylight-saving shift in the tz database is 2 hours.
+_DST_WINDOW = timedelta(hours=3)
+
+ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CronJob:
+    """A recurring job as declared; immutable, compared whole to detect changes."""
+
+    name: str
+    expression: str
+    data: Any
+    timezone: str = "UTC"
+    task: str = ""
+    missed: str = "skip"
+    overlap: str = "allow"
+    max_attempts: int = 5
+    timeout_ms: int = 300_000
+
+    @property
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.timezone)
+
+    @property
+    def wildcard_hour(self) -> bool:
+        return ALIASES.get(self.expression, self.expression).split()[1].startswith("*")
+
+    def ticks_after(self, after_ms: int) -> Iterator[int]:
+        """Tick instants (ms) strictly after ``after_ms``, in order."""
+        zone = self.zone
+        wall = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(zone).replace(tzinfo=None)
+        # Near an offset change, wall times before `after` can map to instants after it.
+        start = wall - (_DST_WINDOW if _near_change(zone, wall) else timedelta(seconds=1))
+        candidates = croniter(ALIASES.get(self.expression, self.expression), start)
+        pending: list[int] = []
+        while True:
+            try:
+                moment = candidates.get_next(datetime)
+            except CroniterBadDateError:
+                return
+            pending.extend(i for i in _instants(moment, zone, self.wildcard_hour) if i > after_ms)
+            pending.sort()
+            # Around a repeated hour a later wall time can map to an earlier instant:
+            # release only what no later wall time can still precede.
+            horizon = _utc_ms(moment.replace(tzinfo=zone))
+            if _near_change(zone, moment):
+                horizon -= int(_DST_WINDOW.total_seconds() * 1000)
+            while pending and pending[0] <= horizon:
+                yield pending.pop(0)
+
+    def next_tick(self, after_ms: int) -> int | None:
+        return next(self.ticks_after(after_ms), None)
+
+    def due_ticks(self, first_ms: int, now_ms: int) -> list[int]:
+        """Every tick from ``first_ms`` (a tick) up to ``now_ms``, in order."""
+        ticks = [first_ms]
+        for tick in self.ticks_after(first_ms):
+            if tick > now_ms:
+                break
+            ticks.append(tick)
+            if len(ticks) > MAX_CATCH_UP + 1:
+                ticks.pop(0)  # keep the latest; older ones are beyond any catch-up
+        return ticks
+
+    def ticks_to_fire(self, first_ms: int, now_ms: int) -> list[int]:
+        """Apply the missed-tick policy. The latest due tick is the current one; any
+        earlier due tick was missed (every dispatcher was down, or busy past it)."""
+        due = self.due_ticks(first_ms, now_ms)
+        current, missed = due[-1], due[:-1]
+        if not missed or self.missed == "skip":
+            return [current]
+        if self.missed == "once":
+            return [missed[-1], current]
+        return [*missed[-MAX_CATCH_UP:], current]
+
+    def tick_id(self, tick_ms: int) -> str:
+        return f"cron:{self.name}:{tick_ms}"
+
+
+def _near_change(zone: ZoneInfo, wall: datetime) -> bool:
+    before = (wall - _DST_WINDOW).replace(tzinfo=zone).utcoffset()
+    return before != (wall + _DST_WINDOW).replace(tzinfo=zone).utcoffset()
+
+
+def _utc_ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def _instants(wall: datetime, zone: ZoneInfo, wildcard_hour: bool) -> list[int]:
+    """The instants (ms) at which a matching wall-clock time fires, per the DST rules."""
+    first = wall.replace(tzinfo=zone, fold=0)
+    second = wall.replace(tzinfo=zone, fold=1)
+    first_ms, second_ms = _utc_ms(first), _utc_ms(second)
+    if first_ms == second_ms:
+        return [first_ms]
+    exists = first.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == wall
+    if exists:  # repeated: fold=0 is the earlier instant
+        return [first_ms, second_ms] if wildcard_hour else [first_ms]
+    # Skipped: fold=0 applies the offset from before the change, i.e. shifts the wall
+    # time forward by the gap.
+    return [] if wildcard_hour else [first_ms]
+
+
+def define(
+    name: str,
+    expression: str,
+    data: Any,
+    *,
+    timezone: str = "UTC",
+    task: str = "",
+    missed: str = "skip",
+    overlap: str = "allow",
+    max_attempts: int = 5,
+    timeout: float = 300.0,
+    max_payload_bytes: int = 512 * 1024,
+) -> CronJob:
+    """Validate a declaration completely; raises InvalidInputError before anything is stored."""
+    if not isinstance(name, str) or not validation.QUEUE_NAME.fullmatch(name):
+        raise InvalidNameError(f"invalid cron job name {name!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+    if not isinstance(expression, str) or not croniter.is_valid(
+        ALIASES.get(expression, expression)
+    ):
+        raise InvalidInputError(
+            f"invalid cron expression {expression!r}: use 5 fields (minute hour day month "
+            "weekday), an optional 6th for seconds, or @hourly/@daily/@weekly/@monthly/@yearly"
+        )
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise InvalidInputError(
+            f"unknown time zone {timezone!r}: use an IANA name such as Europe/Paris"
+        ) from None
+    if missed not in MISSED_POLICIES:
+        raise InvalidInputError(
+            f"missed must be one of {', '.join(MISSED_POLICIES)}, got {missed!r}"
+        )
+    if overlap not in OVERLAP_POLICIES:
+        raise InvalidInputError(
+            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}"
+        )
+    packed = codec.pack(data)
+    validation.payload(data, len(packed), max_payload_bytes)
+    job = CronJob(
+        name, expression, data, timezone, task, missed, overlap,
+        validation.attempts(max_attempts),
+        math.ceil(validation.positive_seconds(timeout, "timeout") * 1000),
+    )  # fmt: skip
+    if job.next_tick(_utc_ms(datetime.now(UTC))) is None:
+        raise InvalidInputError(f"cron expression {expression!r} never fires (e.g. February 30)")
+    return job
+
+
+def encode_job(job: CronJob) -> bytes:
+    return codec.pack(
+        [1, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
+         job.overlap, job.max_attempts, job.timeout_ms]
+    )  # fmt: skip
+
+
+def decode_job(blob: bytes) -> CronJob:
+    fields = codec.unpack(blob)
+    if not isinstance(fields, list) or len(fields) != 10 or fields[0] != 1:
+        raise DecodeError("not a version-1 cron job definition")
+    return CronJob(*fields[1:])

@@ -1,0 +1,23 @@
+-- declare_cron: create or update a cron job definition; unchanged definitions are left alone.
+-- KEYS[1] cron       HASH  job name -> definition
+-- KEYS[2] cron_next  ZSET  job name -> next tick (ms); a paused job is absent
+-- KEYS[3] wake       LIST
+-- ARGV[1] job name
+-- ARGV[2] definition
+-- ARGV[3] first tick after now (ms), used when the job is new or changed
+-- Returns: 0 unchanged, 1 created, 2 updated (a paused job stays paused).
+local name = ARGV[1]
+local current = redis.call('HGET', KEYS[1], name)
+if current == ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], name, ARGV[2])
+if current and not redis.call('ZSCORE', KEYS[2], name) then
+  return 2
+end
+local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+redis.call('ZADD', KEYS[2], ARGV[3], name)
+if (not head[2] or tonumber(ARGV[3]) < tonumber(head[2])) and redis.call('LLEN', KEYS[3]) == 0 then
+  redis.call('RPUSH', KEYS[3], 1)
+end
+return current and 2 or 1

@@ -1,0 +1,22 @@
+-- set_cron_next: pause a cron job (no next tick) or resume it from a given tick.
+-- KEYS[1] cron       HASH  job name -> definition
+-- KEYS[2] cron_next  ZSET  job name -> next tick (ms)
+-- KEYS[3] cron_held  HASH  job name -> held tick
+-- KEYS[4] wake       LIST
+-- ARGV[1] job name
+-- ARGV[2] next tick (ms), or -1 to pause
+-- Returns: 1 done, 0 no such job.
+local name = ARGV[1]
+if redis.call('HEXISTS', KEYS[1], name) == 0 then
+  return 0
+end
+redis.call('HDEL', KEYS[3], name)
+if tonumber(ARGV[2]) < 0 then
+  redis.call('ZREM', KEYS[2], name)
+else
+  redis.call('ZADD', KEYS[2], ARGV[2], name)
+  if redis.call('LLEN', KEYS[4]) == 0 then
+    redis.call('RPUSH', KEYS[4], 1)
+  end
+end
+return 1

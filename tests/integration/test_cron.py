@@ -1,0 +1,192 @@
+"""Cron jobs on a real server: declaration, exactly-once ticks across dispatchers,
+missed-tick policies after a gap, overlap control, and runs end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+
+import pytest
+import redis
+
+import duetime
+from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
+from duetime.dispatcher import QueueDispatcher
+from duetime.errors import InvalidInputError, TaskNotFoundError
+from duetime.store import AsyncRunner, QueueKeys
+from tests.helpers import running, wait_until
+
+T0 = 1_800_000_000_000  # a whole second, on a whole minute
+SECOND = 1000
+
+
+def ready_ids(raw: redis.Redis, queue_name: str) -> list[str]:
+    return [i.decode() for i in raw.lrange(QueueKeys(queue_name).ready, 0, -1)]
+
+
+async def step_all(dispatchers: list[QueueDispatcher]) -> None:
+    for dispatcher in dispatchers:
+        await dispatcher.step()
+
+
+def with_dispatchers(redis_url: str, queue_name: str, clock: ManualClock, count: int):  # type: ignore[no-untyped-def]
+    """Run ``scenario(dispatchers)`` with ``count`` dispatchers sharing ``clock``."""
+
+    def runner(scenario):  # type: ignore[no-untyped-def]
+        async def main() -> None:
+            runners = [AsyncRunner(redis_url, Settings()) for _ in range(count)]
+            dispatchers = [QueueDispatcher(queue_name, r, Settings(), clock) for r in runners]
+            try:
+                await scenario(dispatchers)
+            finally:
+                for r in runners:
+                    await r.close()
+
+        asyncio.run(main())
+
+    return runner
+
+
+def test_declarations_are_validated_idempotent_and_converge(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        with pytest.raises(InvalidInputError, match="unknown time zone"):
+            queue.add_cron("report", "0 9 * * *", {}, tz="Nowhere/Land")
+        with pytest.raises(InvalidInputError, match="invalid cron expression"):
+            queue.add_cron("report", "0 25 * * *", {})
+        assert raw.dbsize() == 0  # nothing stored on error
+
+        assert queue.add_cron("report", "0 9 * * *", {"a": 1}, tz="Europe/Paris") == "created"
+        assert queue.add_cron("report", "0 9 * * *", {"a": 1}, tz="Europe/Paris") == "unchanged"
+        [info] = queue.list_cron()
+        assert (info.expression, info.timezone, info.missed, info.paused) == (
+            "0 9 * * *", "Europe/Paris", "skip", False,
+        )  # fmt: skip
+        assert len(info.next_runs) == 3 and info.last_run is None
+        assert queue.add_cron("report", "0 10 * * *", {"a": 1}, tz="Europe/Paris") == "updated"
+        # T0 is 09:00 in Paris: the 09:00 job next fires tomorrow, the 10:00 one in an hour.
+        assert info.next_runs[0] == T0 / 1000 + 86400
+        assert queue.list_cron()[0].next_runs[0] == T0 / 1000 + 3600
+
+        queue.pause_cron("report")
+        assert queue.list_cron()[0].paused and queue.list_cron()[0].next_runs == []
+        queue.resume_cron("report")
+        assert not queue.list_cron()[0].paused
+        with pytest.raises(TaskNotFoundError):
+            queue.pause_cron("nope")
+
+        # Redeploy: code now declares "hourly" only; "report" is pruned.
+        outcome = queue.sync_cron([queue.cron_job("hourly", "@hourly", {"b": 2})])
+        assert outcome == {"hourly": "created", "report": "removed"}
+        assert [job.name for job in queue.list_cron()] == ["hourly"]
+        assert queue.check() == []
+
+
+def test_three_racing_dispatchers_enqueue_each_of_60_ticks_once(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0 - SECOND // 2)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        queue.add_cron("every-second", "* * * * * *", {"n": 1})
+
+    async def scenario(dispatchers: list[QueueDispatcher]) -> None:
+        rng = random.Random(7)
+        for second in range(60):
+            clock.set(T0 + second * SECOND + rng.randrange(0, 300))
+            order = dispatchers[:]
+            rng.shuffle(order)
+            # Interleave the racers on one event loop: their steps overlap in Redis.
+            await asyncio.gather(*(d.step() for d in order))
+
+    with_dispatchers(redis_url, queue_name, clock, 3)(scenario)
+    fired = ready_ids(raw, queue_name)
+    expected = [f"cron:every-second:{T0 + s * SECOND}" for s in range(60)]
+    assert sorted(fired) == sorted(expected)
+    assert max(Counter(fired).values()) == 1
+    assert int(raw.hget(QueueKeys(queue_name).stats, "cron_fired") or 0) == 60
+
+
+# After the on-time tick at T0, the gap leaves 9 missed ticks plus the current one.
+@pytest.mark.parametrize(("missed", "expected"), [("skip", 1), ("once", 2), ("all", 10)])
+def test_a_restart_after_a_gap_applies_the_missed_tick_policy(
+    redis_url: str, raw: redis.Redis, queue_name: str, missed: str, expected: int
+) -> None:
+    clock = ManualClock(T0 - 500)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        queue.add_cron("minutely", "* * * * *", {}, missed=missed)
+
+    async def scenario(dispatchers: list[QueueDispatcher]) -> None:
+        clock.set(T0 + 100)  # the tick at T0 fires on time
+        await step_all(dispatchers)
+        # All dispatchers are down for ten minutes; one comes back.
+        clock.set(T0 + 10 * 60 * SECOND + 2 * SECOND)
+        await step_all(dispatchers)
+        await step_all(dispatchers)  # and nothing more on a second pass
+
+    with_dispatchers(redis_url, queue_name, clock, 1)(scenario)
+    fired = ready_ids(raw, queue_name)
+    assert fired[0] == f"cron:minutely:{T0}"
+    assert len(fired) - 1 == expected
+    assert fired[-1] == f"cron:minutely:{T0 + 10 * 60 * SECOND}"  # the current tick
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        assert queue.list_cron()[0].next_runs[0] * 1000 == T0 + 11 * 60 * SECOND
+
+
+@pytest.mark.parametrize("overlap", ["skip", "delay"])
+def test_overlap_control_while_the_previous_run_is_live(
+    redis_url: str, raw: redis.Redis, queue_name: str, overlap: str
+) -> None:
+    clock = ManualClock(T0 - 500)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        queue.add_cron("exclusive", "* * * * *", {}, overlap=overlap)
+
+        async def scenario(dispatchers: list[QueueDispatcher]) -> None:
+            clock.set(T0 + 100)
+            await step_all(dispatchers)  # first tick enqueued; nothing runs it
+            clock.set(T0 + 60 * SECOND + 100)
+            await step_all(dispatchers)  # second tick: the first is still live
+            assert ready_ids(raw, queue_name) == [f"cron:exclusive:{T0}"]
+            assert queue.cancel(f"cron:exclusive:{T0}")  # the previous run ends
+            clock.set(T0 + 61 * SECOND + 200)
+            await step_all(dispatchers)
+
+        with_dispatchers(redis_url, queue_name, clock, 1)(scenario)
+        fired = ready_ids(raw, queue_name)
+        if overlap == "skip":
+            assert fired == []  # the second tick was skipped, not run late
+            assert int(raw.hget(QueueKeys(queue_name).stats, "cron_skipped") or 0) == 1
+        else:
+            assert fired == [f"cron:exclusive:{T0 + 60 * SECOND}"]  # held, then run
+        assert queue.check() == []
+
+
+def test_a_per_second_job_runs_end_to_end_and_reports_its_last_run(
+    redis_url: str, queue_name: str
+) -> None:
+    runs: list[duetime.TaskContext] = []
+    app = App()
+
+    @app.task
+    async def tick(data: object) -> None:
+        runs.append(duetime.current_task())
+
+    with Queue(queue_name, redis_url) as queue:
+        queue.add_cron("pulse", "* * * * * *", {"x": 1}, task=tick)
+
+        async def scenario() -> None:
+            async with running(
+                Dispatcher([queue_name], redis_url), Worker(app, queue_name, redis_url)
+            ):
+                await wait_until(lambda: len(runs) >= 3, timeout=10, what="three ticks")
+
+        asyncio.run(scenario())
+        ticks = [context.run_at for context in runs]
+        assert all(t == int(t) for t in ticks)  # on the second
+        assert len(set(ticks)) == len(ticks)  # each tick once
+        last = queue.list_cron()[0].last_run
+        assert last is not None and last.task_id.startswith("cron:pulse:")
+        assert last.succeeded is True and last.lateness_ms is not None and last.lateness_ms >= 0
+        assert queue.check() == []
