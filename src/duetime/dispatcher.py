@@ -16,6 +16,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from duetime import cron, validation
 from duetime.backoff import Backoff
@@ -47,6 +48,18 @@ TIMER_SLACK = 0.0015
 CRON_RESULT_TTL_MS = 3600 * 1000
 
 
+@dataclass(frozen=True, slots=True)
+class CronFiring:
+    """One fire_cron call for one job, worked out for a given moment."""
+
+    name: str
+    expected_next_ms: int
+    following_ms: int | None
+    overlap: str
+    first_tick_ms: int
+    ticks: list[tuple[str, int, bytes]]
+
+
 def cron_envelope(job: cron.CronJob, tick_ms: int) -> bytes:
     return encode_envelope(
         Envelope(job.task, job.data, tick_ms, job.max_attempts, job.timeout_ms, CRON_RESULT_TTL_MS)
@@ -65,11 +78,13 @@ class QueueDispatcher:
         self._batch = min(settings.promote_batch, MAX_PROMOTE_BATCH)
         self._worker_ttl_ms = round(settings.worker_ttl * 1000)
         self._next_maintenance_ms = 0
+        self._prepared: tuple[int, list[CronFiring]] | None = None
 
     async def step(self) -> int | None:
         """Promote, reap and maintain once; returns the server time (ms) at which work
         may next be due, or None when more is waiting right now."""
         run = self.runner.run
+        await self._fire_prepared()
         promotion = await run(self.operations.promote_due(self._batch))
         now = promotion.now_ms
         busy = promotion.moved == self._batch
@@ -91,12 +106,19 @@ class QueueDispatcher:
                 )
             busy = True
         if promotion.next_cron_tick_ms is not None and promotion.next_cron_tick_ms <= now:
-            busy = await self._fire_cron(now) or busy
+            firings = await self._plan_cron(now)
+            await self._fire(firings, now)
+            busy = busy or len(firings) == CRON_BATCH
         if now >= self._next_maintenance_ms:
             await self._maintain(now)
         if busy:
             return None
-        return self._wake_at(promotion)
+        wake_at = self._wake_at(promotion)
+        if wake_at == promotion.next_cron_tick_ms:
+            # Read the jobs and work out their ticks while asleep, so that at the tick
+            # the only round trip is the (compare-and-set) firing itself.
+            self._prepared = (wake_at, await self._plan_cron(wake_at))
+        return wake_at
 
     def _wake_at(self, promotion: Promotion) -> int:
         wake_at = [self._next_maintenance_ms]
@@ -110,9 +132,10 @@ class QueueDispatcher:
             wake_at.append(promotion.next_cron_tick_ms)
         return min(wake_at)
 
-    async def _fire_cron(self, now: int) -> bool:
-        """Enqueue the due ticks of cron jobs; True if more may be due right away."""
-        due = await self.runner.run(self.operations.due_cron(now, CRON_BATCH))
+    async def _plan_cron(self, at_ms: int) -> list[CronFiring]:
+        """The firings of every cron job due at ``at_ms`` (its ticks, per its policy)."""
+        due = await self.runner.run(self.operations.due_cron(at_ms, CRON_BATCH))
+        firings = []
         for entry in due:
             try:
                 if entry.definition is None:
@@ -123,18 +146,37 @@ class QueueDispatcher:
                 await self.runner.run(self.operations.set_cron_next(entry.name, None))
                 continue
             first = entry.held_tick_ms if entry.held_tick_ms is not None else entry.next_tick_ms
-            fire = job.ticks_to_fire(first, now)
-            ticks = [(job.tick_id(tick), tick, cron_envelope(job, tick)) for tick in fire]
+            ticks = job.ticks_to_fire(first, at_ms)
+            firings.append(
+                CronFiring(
+                    job.name, entry.next_tick_ms, job.next_tick(at_ms), job.overlap, first,
+                    [(job.tick_id(tick), tick, cron_envelope(job, tick)) for tick in ticks],
+                )
+            )  # fmt: skip
+        return firings
+
+    async def _fire(self, firings: list[CronFiring], now: int) -> None:
+        for firing in firings:
             outcome = await self.runner.run(
                 self.operations.fire_cron(
-                    job.name, entry.next_tick_ms, job.next_tick(now), job.overlap,
-                    now + CRON_OVERLAP_RECHECK_MS, first, ticks,
+                    firing.name, firing.expected_next_ms, firing.following_ms, firing.overlap,
+                    now + CRON_OVERLAP_RECHECK_MS, firing.first_tick_ms, firing.ticks,
                 )
             )  # fmt: skip
             if outcome in ("skipped", "delayed"):
                 log.info("queue %s: cron job %r tick %s: previous run still live", self.queue,
-                         job.name, outcome)  # fmt: skip
-        return len(due) == CRON_BATCH
+                         firing.name, outcome)  # fmt: skip
+
+    async def _fire_prepared(self) -> None:
+        """Fire what was prepared while asleep, if its tick has come and no later tick
+        has (which would change what is due); a firing that went stale is refused by
+        the script's compare-and-set and done again by the normal path."""
+        prepared, self._prepared = self._prepared, None
+        now = self.clock.now_ms()
+        if prepared is None or now is None or now < prepared[0]:
+            return
+        firings = [f for f in prepared[1] if f.following_ms is None or now < f.following_ms]
+        await self._fire(firings, now)
 
     async def _maintain(self, now: int) -> None:
         run = self.runner.run
