@@ -607,28 +607,25 @@ def cron_list(queue: str, as_json: bool, upcoming: int, redis_url: str | None) -
     console.print(table)
 
 
-@cron_group.command("pause")
-@queue_option
-@click.argument("name")
-@redis_option
-@_guarded
-def cron_pause(queue: str, name: str, redis_url: str | None) -> None:
-    """Stop firing NAME until resumed."""
-    with _queue(queue, redis_url) as client:
-        client.pause_cron(name)
-    click.echo(f"paused {name}")
+def _cron_switch(verb: str, paused: bool, summary: str) -> None:
+    """Register ``duetime cron pause`` or ``resume`` (one body, two verbs)."""
+
+    @cron_group.command(verb, help=summary)
+    @queue_option
+    @click.argument("name")
+    @redis_option
+    @_guarded
+    def command(queue: str, name: str, redis_url: str | None) -> None:
+        with _queue(queue, redis_url) as client:
+            if paused:
+                client.pause_cron(name)
+            else:
+                client.resume_cron(name)
+        click.echo(f"{verb}d {name}")
 
 
-@cron_group.command("resume")
-@queue_option
-@click.argument("name")
-@redis_option
-@_guarded
-def cron_resume(queue: str, name: str, redis_url: str | None) -> None:
-    """Fire NAME again from its next tick after now."""
-    with _queue(queue, redis_url) as client:
-        client.resume_cron(name)
-    click.echo(f"resumed {name}")
+_cron_switch("pause", True, "Stop firing NAME until resumed.")
+_cron_switch("resume", False, "Fire NAME again from its next tick after now.")
 
 
 @cron_group.command("remove")

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 
 from duetime import codec, cron, validation
 from duetime.checker import Violation, check_invariants
@@ -34,6 +34,16 @@ from duetime.store.runner import RedisSpec
 
 Timestamp = int | float | datetime
 TaskRef = str | Any  # a task name, or a handler registered with duetime.App
+
+
+class TaskOptions(TypedDict, total=False):
+    """Per-task options of the schedule_* calls (all optional)."""
+
+    task: TaskRef | None  # a registered handler or its name; default: the default handler
+    id: str | None  # your own id: scheduling the same live id again changes nothing
+    max_attempts: int | None  # default: Settings.max_attempts
+    timeout: float | None  # seconds one attempt may run; default: Settings.task_timeout
+    result_ttl: float | None  # keep the outcome this long for result(); default: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +246,9 @@ class QueueCore:
             items.append((item.id, run_at, envelope))
         yield from self.operations.schedule(now, items)
         return [item.id for item in prepared]
+
+    def schedule_one_plan(self, job: Job) -> Plan[str]:
+        return (yield from self.schedule_plan([self.prepare(job)]))[0]
 
     def cancel_plan(self, task_id: str) -> Plan[bool]:
         place = yield from self.operations.cancel(validation.task_id(task_id))
@@ -491,19 +504,6 @@ class QueueCore:
         return check_invariants(snapshot)
 
 
-def _job(
-    at: Timestamp | None,
-    delay: float | None,
-    data: Any,
-    task: TaskRef | None,
-    id: str | None,
-    max_attempts: int | None,
-    timeout: float | None,
-    result_ttl: float | None,
-) -> Job:
-    return Job(data, at, delay, task, id, max_attempts, timeout, result_ttl)
-
-
 class Queue:
     """A queue on a synchronous connection.
 
@@ -524,38 +524,16 @@ class Queue:
         self.runner = SyncRunner(redis, settings)
         self.name = self.core.name
 
-    def schedule_task(
-        self,
-        at: Timestamp,
-        data: Any,
-        *,
-        task: TaskRef | None = None,
-        id: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        result_ttl: float | None = None,
-    ) -> str:
+    def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` at ``at`` (epoch seconds or aware datetime); returns the task id.
         With an ``id`` that is already live, nothing changes and that id is returned."""
-        job = _job(at, None, data, task, id, max_attempts, timeout, result_ttl)
-        return self.runner.run(self.core.schedule_plan([self.core.prepare(job)]))[0]
+        return self.runner.run(self.core.schedule_one_plan(Job(data, at=at, **options)))
 
-    def schedule_in(
-        self,
-        delay: float,
-        data: Any,
-        *,
-        task: TaskRef | None = None,
-        id: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        result_ttl: float | None = None,
-    ) -> str:
+    def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` ``delay`` seconds from now (server clock); 0 means right now."""
-        job = _job(None, delay, data, task, id, max_attempts, timeout, result_ttl)
-        return self.runner.run(self.core.schedule_plan([self.core.prepare(job)]))[0]
+        return self.runner.run(self.core.schedule_one_plan(Job(data, delay=delay, **options)))
 
-    def schedule_now(self, data: Any, **options: Any) -> str:
+    def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
         return self.schedule_in(0, data, **options)
 
     def schedule_many(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[str]:
@@ -647,35 +625,14 @@ class AsyncQueue:
         self.runner = AsyncRunner(redis, settings)
         self.name = self.core.name
 
-    async def schedule_task(
-        self,
-        at: Timestamp,
-        data: Any,
-        *,
-        task: TaskRef | None = None,
-        id: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        result_ttl: float | None = None,
-    ) -> str:
-        job = _job(at, None, data, task, id, max_attempts, timeout, result_ttl)
-        return (await self.runner.run(self.core.schedule_plan([self.core.prepare(job)])))[0]
+    async def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
+        return await self.runner.run(self.core.schedule_one_plan(Job(data, at=at, **options)))
 
-    async def schedule_in(
-        self,
-        delay: float,
-        data: Any,
-        *,
-        task: TaskRef | None = None,
-        id: str | None = None,
-        max_attempts: int | None = None,
-        timeout: float | None = None,
-        result_ttl: float | None = None,
-    ) -> str:
-        job = _job(None, delay, data, task, id, max_attempts, timeout, result_ttl)
-        return (await self.runner.run(self.core.schedule_plan([self.core.prepare(job)])))[0]
+    async def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
+        plan = self.core.schedule_one_plan(Job(data, delay=delay, **options))
+        return await self.runner.run(plan)
 
-    async def schedule_now(self, data: Any, **options: Any) -> str:
+    async def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
         return await self.schedule_in(0, data, **options)
 
     async def schedule_many(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[str]:

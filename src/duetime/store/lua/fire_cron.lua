@@ -16,6 +16,14 @@
 -- Returns: number of ticks enqueued, or 'stale' (another dispatcher fired it, or the job
 -- changed), 'skipped' or 'delayed' (the previous run is still live).
 local name = ARGV[1]
+local function advance()
+  if tonumber(ARGV[3]) >= 0 then
+    redis.call('ZADD', KEYS[1], ARGV[3], name)
+  else
+    redis.call('ZREM', KEYS[1], name)
+  end
+  redis.call('HDEL', KEYS[3], name)
+end
 local score = redis.call('ZSCORE', KEYS[1], name)
 if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   return 'stale'
@@ -28,12 +36,7 @@ if ARGV[4] ~= 'allow' then
       redis.call('HSET', KEYS[3], name, ARGV[6])
       return 'delayed'
     end
-    if tonumber(ARGV[3]) >= 0 then
-      redis.call('ZADD', KEYS[1], ARGV[3], name)
-    else
-      redis.call('ZREM', KEYS[1], name)
-    end
-    redis.call('HDEL', KEYS[3], name)
+    advance()
     redis.call('HINCRBY', KEYS[6], 'cron_skipped', 1)
     return 'skipped'
   end
@@ -46,12 +49,7 @@ for i = 7, #ARGV, 3 do
   end
   redis.call('HSET', KEYS[2], name, ARGV[i])
 end
-if tonumber(ARGV[3]) >= 0 then
-  redis.call('ZADD', KEYS[1], ARGV[3], name)
-else
-  redis.call('ZREM', KEYS[1], name)
-end
-redis.call('HDEL', KEYS[3], name)
+advance()
 if count > 0 then
   redis.call('HINCRBY', KEYS[6], 'cron_fired', count)
   redis.call('HINCRBY', KEYS[6], 'scheduled', count)
