@@ -287,7 +287,7 @@ class Worker:
             except asyncio.CancelledError:
                 if attempt.fenced:  # cancelled because its lease is gone: nothing to report
                     self.counters.fenced += 1
-                    self._held.pop(attempt.task_id, None)
+                    self._forget(attempt.task_id, attempt.attempt)
                 raise
             except Exception as error:
                 if isinstance(error, TaskTimeoutError):
@@ -301,7 +301,7 @@ class Worker:
             self._release_slot()
             if attempt.fenced:
                 self.counters.fenced += 1
-                self._held.pop(attempt.task_id, None)
+                self._forget(attempt.task_id, attempt.attempt)
                 return
             result = b""
             if envelope.result_ttl_ms:
@@ -348,6 +348,13 @@ class Worker:
                 )
                 old.shutdown(wait=False)
             raise TaskTimeoutError(f"timed out after {attempt.timeout:g}s") from None
+
+    def _forget(self, task_id: str, attempt: int) -> None:
+        """Drop a finished attempt, unless the task was claimed again meanwhile (a
+        fenced attempt finishing late must not drop its successor's entry)."""
+        held = self._held.get(task_id)
+        if held is not None and held.attempt == attempt:
+            del self._held[task_id]
 
     def _release_slot(self) -> None:
         self._running -= 1
@@ -412,7 +419,7 @@ class Worker:
                     text,
                 )
         finally:
-            self._held.pop(attempt.task_id, None)
+            self._forget(attempt.task_id, attempt.attempt)
 
     async def _with_retries(self, plan_factory: Any) -> Any:
         """Run a reporting plan, retrying through a Redis outage while the lease may
@@ -448,7 +455,7 @@ class Worker:
             if flags is False:
                 flags = [False] * len(batch)
             for outcome, acked in zip(batch, flags, strict=True):
-                self._held.pop(outcome.task_id, None)
+                self._forget(outcome.task_id, outcome.attempt)
                 if acked:
                     self.counters.succeeded += 1
                 else:
