@@ -50,7 +50,8 @@ log = logging.getLogger("duetime")
 
 
 def _fail(message: str, code: int) -> NoReturn:
-    errors.print(f"[red]error:[/red] {message}", highlight=False)
+    errors.print("[red]error:[/red] ", end="", highlight=False)
+    errors.print(message, markup=False, highlight=False)  # user text is not markup
     sys.exit(code)
 
 
@@ -353,7 +354,7 @@ def schedule(
 def _json_argument(data: str) -> Any:
     try:
         return json.loads(data)
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, RecursionError) as error:
         raise click.BadParameter(f"not valid JSON: {error}", param_hint="DATA") from None
 
 

@@ -110,7 +110,9 @@ def decode_envelope(blob: bytes) -> Envelope:
             f"envelope format version {version} is newer than this worker understands "
             f"({ENVELOPE_VERSION}); upgrade duetime on the workers"
         )
-    if version < 1 or len(fields) != 7:
+    if version < 1:
+        raise DecodeError(f"envelope version {version} is not a version duetime ever wrote")
+    if len(fields) != 7:
         raise DecodeError(f"envelope version {version} has {len(fields)} fields, expected 7")
     _, task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms = fields
     if not isinstance(task, str) or not all(

@@ -16,7 +16,6 @@ same tick, one task exists. Ticks are computed on wall-clock time in the job's z
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -184,11 +183,11 @@ def define(
             f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}"
         )
     packed = codec.pack(data)
-    validation.payload(data, len(packed), max_payload_bytes)
+    validation.payload(data, len(packed), max_payload_bytes, packed)
     job = CronJob(
         name, expression, data, timezone, task, missed, overlap,
         validation.attempts(max_attempts),
-        math.ceil(validation.positive_seconds(timeout, "timeout") * 1000),
+        validation.milliseconds(timeout, "timeout"),
     )  # fmt: skip
     if job.next_tick(_utc_ms(datetime.now(UTC))) is None:
         raise InvalidInputError(f"cron expression {expression!r} never fires (e.g. February 30)")

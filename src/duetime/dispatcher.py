@@ -12,7 +12,6 @@ new earliest task is scheduled. (Server-side blocking timeouts tick at the serve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -22,7 +21,7 @@ from duetime import cron, validation
 from duetime.backoff import Backoff
 from duetime.clock import Clock, ServerClock
 from duetime.codec import Envelope, encode_envelope
-from duetime.errors import ConfigurationError, DecodeError, RedisUnavailableError
+from duetime.errors import ConfigurationError, DecodeError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
@@ -206,16 +205,20 @@ class QueueDispatcher:
                     backoff.reset()
                     # Measured now, after the round trip, not from the step's "now".
                     delay = 0.0 if wake_at is None else self.clock.seconds_until(wake_at)
-                except RedisUnavailableError as error:
+                except DuetimeError as error:
+                    # Unreachable, or a command refused (e.g. a key of the wrong type):
+                    # log it and back off; a dispatcher never dies of it.
                     wake_at, delay = None, backoff.next()
                     log.warning("queue %s: %s; retrying in %.2fs", self.queue, error, delay)
                 if delay <= 0:
                     await asyncio.sleep(0)  # let other queues and the wake task run
                     continue
-                if delay > IDLE_ENOUGH and self.clock.wants_sample():
-                    with contextlib.suppress(RedisUnavailableError):
+                if wake_at is not None and delay > IDLE_ENOUGH and self.clock.wants_sample():
+                    try:
                         await self.runner.run(self.operations.refresh_clock())
-                    continue  # recompute the sleep with the fresh clock
+                        continue  # recompute the sleep with the fresh clock
+                    except DuetimeError:
+                        pass  # sleep as planned; the next step retries
                 # The wake BLPOP is never cancelled by the timer: a timed-out local wait
                 # leaves it pending for the next sleep, so no connection is torn down.
                 if wake is None:

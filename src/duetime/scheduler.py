@@ -8,7 +8,6 @@ same by construction. Every input is checked before anything is written.
 from __future__ import annotations
 
 import base64
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -168,9 +167,7 @@ class QueueCore:
         self.clock = clock or ServerClock(settings.clock_resync_interval)
         self.operations = QueueOperations(self.keys, self.clock)
         self.default_result_ttl_ms = (
-            0
-            if result_ttl is None
-            else round(validation.positive_seconds(result_ttl, "result_ttl") * 1000)
+            0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")
         )
         self.default_timeout_ms = round(settings.task_timeout * 1000)
 
@@ -183,7 +180,7 @@ class QueueCore:
         at_ms = None if job.at is None else validation.timestamp_ms(job.at)
         delay_ms = 0
         if job.delay is not None and job.delay != 0:
-            delay_ms = math.ceil(validation.positive_seconds(job.delay, "delay") * 1000)
+            delay_ms = validation.milliseconds(job.delay, "delay")
         if job.id is not None:
             task_id = validation.task_id(job.id)
         else:
@@ -197,13 +194,13 @@ class QueueCore:
         timeout = (
             self.default_timeout_ms
             if job.timeout is None
-            else round(validation.positive_seconds(job.timeout, "timeout") * 1000)
+            else validation.milliseconds(job.timeout, "timeout")
         )
         result_ttl = self.default_result_ttl_ms
         if job.result_ttl is not None:
-            result_ttl = round(validation.positive_seconds(job.result_ttl, "result_ttl") * 1000)
+            result_ttl = validation.milliseconds(job.result_ttl, "result_ttl")
         packed_data = codec.pack(job.data)
-        validation.payload(job.data, len(packed_data), self.settings.max_payload_bytes)
+        validation.payload(job.data, len(packed_data), self.settings.max_payload_bytes, packed_data)
         return _Prepared(
             task_id, at_ms, delay_ms, task_name_of(job.task), packed_data,
             max_attempts, timeout, result_ttl,

@@ -7,6 +7,8 @@ import re
 from datetime import datetime
 from typing import Any
 
+import msgpack
+
 from duetime.errors import (
     InvalidNameError,
     InvalidOptionError,
@@ -57,7 +59,10 @@ def timestamp_ms(value: object) -> int:
             )
         seconds = value.timestamp()
     elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise InvalidTimestampError(f"run-at {value!r} is too large") from None
     else:
         raise InvalidTimestampError(
             "run-at must be epoch seconds (int or float) or an aware datetime, "
@@ -76,12 +81,29 @@ def timestamp_ms(value: object) -> int:
     return math.ceil(round(seconds * 1000, 6))
 
 
+#: Longest delay, timeout or result TTL accepted (100 years): keeps milliseconds exact
+#: and within what PEXPIRE and msgpack integers take.
+LONGEST_SECONDS = 100 * 365.25 * 24 * 3600
+
+
 def positive_seconds(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidOptionError(f"{what} must be a finite number of seconds, got {value!r}")
-    if value <= 0:
-        raise InvalidOptionError(f"{what} must be positive, got {value!r}")
-    return float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidOptionError(f"{what} must be a number of seconds, got {value!r}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or not 0 < seconds <= LONGEST_SECONDS:
+        raise InvalidOptionError(
+            f"{what} must be a positive number of seconds up to {LONGEST_SECONDS:.0f}, "
+            f"got {value!r}"
+        )
+    return seconds
+
+
+def milliseconds(value: object, what: str) -> int:
+    """A positive duration in whole milliseconds, rounded up (never to 0)."""
+    return math.ceil(positive_seconds(value, what) * 1000)
 
 
 def attempts(value: object) -> int:
@@ -90,7 +112,7 @@ def attempts(value: object) -> int:
     return value
 
 
-def payload(data: Any, encoded_size: int, limit: int) -> None:
+def payload(data: Any, encoded_size: int, limit: int, packed: bytes | None = None) -> None:
     if data is None or (isinstance(data, str | bytes) and not data):
         raise InvalidPayloadError(
             "task data is empty; pass a value (an empty dict {} is allowed for handlers "
@@ -101,3 +123,12 @@ def payload(data: Any, encoded_size: int, limit: int) -> None:
             f"task data is {encoded_size} bytes encoded, over the limit of {limit}; store large "
             "data elsewhere and pass a reference, or raise Settings.max_payload_bytes"
         )
+    if packed is not None:
+        # msgpack encodes some things it cannot decode (a tuple as a dict key): refuse
+        # them here rather than dead-letter the task later.
+        try:
+            msgpack.unpackb(packed, raw=False, strict_map_key=False)
+        except Exception as error:
+            raise InvalidPayloadError(
+                f"task data would not decode again ({error}); use str or int dict keys"
+            ) from None

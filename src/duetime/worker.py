@@ -36,6 +36,7 @@ from duetime.errors import (
     ConfigurationError,
     DecodeError,
     DuetimeError,
+    RedisCommandError,
     RedisUnavailableError,
     TaskTimeoutError,
     UnknownHandlerError,
@@ -160,6 +161,8 @@ class Worker:
                 await self._drain()
             self._closing.set()
             self._outcome_ready.set()
+            # Not cancelled: a cancel mid-flush would lose a popped batch of acks.
+            await asyncio.wait([acker], timeout=self.settings.lease_duration + BLOCK_MARGIN)
             await self._end(acker)
             await self._end(heartbeater)
             if not self._stop_now:
@@ -244,7 +247,7 @@ class Worker:
                         )
                     )
                 backoff.reset()
-            except RedisUnavailableError as error:
+            except DuetimeError as error:  # unreachable, or a command refused: never die of it
                 pause = backoff.next()
                 log.warning("%s; claiming again in %.1fs", error, pause)
                 await asyncio.sleep(pause)
@@ -430,6 +433,10 @@ class Worker:
         while True:
             try:
                 return await self.runner.run(plan_factory())
+            except RedisCommandError as error:
+                # Refused (not unreachable): retrying cannot help; the lease decides.
+                log.error("could not report an outcome (%s); its lease will bring it back", error)
+                return False
             except RedisUnavailableError as error:
                 if time.monotonic() > deadline:
                     log.error(
@@ -488,7 +495,7 @@ class Worker:
                 reply = await self.runner.run(
                     self.operations.heartbeat(self.worker_id, self._lease_ms, running)
                 )
-            except RedisUnavailableError as error:
+            except DuetimeError as error:
                 log.warning("heartbeat failed: %s", error)
                 continue
             if not reply.was_registered:

@@ -155,7 +155,9 @@ class Snapshot:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    # surrogateescape: an id that is not UTF-8 (written by hand) still round-trips to
+    # the same bytes (the runner encodes with the same error handler).
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
 
 
 def _pairs(reply: Any) -> list[tuple[Any, Any]]:

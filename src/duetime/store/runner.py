@@ -39,7 +39,9 @@ RedisSpec = str | redis.Redis | redis.asyncio.Redis | None
 
 def mask_url(url: str) -> str:
     """The URL with any password replaced by ***."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", re.sub(r"(://)[^:/@]+@", r"\1***@", url))
+    url = re.sub(r"(://)[^:/@]+@", r"\1***@", url)
+    url = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
 
 
 def resolve_url(spec: str | None) -> str:
@@ -64,6 +66,7 @@ def _overrides(settings: Settings, socket_timeout: float, tcp: bool) -> dict[str
         **({"socket_keepalive": True} if tcp else {}),
         "health_check_interval": 30,
         "decode_responses": False,
+        "encoding_errors": "surrogateescape",  # see operations._text
         "protocol": 2,
         # Short retries for a blip; daemons back off longer at their own loop level.
         "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),

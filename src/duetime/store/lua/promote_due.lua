@@ -12,8 +12,9 @@
 -- without another round trip.
 local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, ARGV[2])
 if #ids > 0 then
-  redis.call('ZREM', KEYS[1], unpack(ids))
+  -- RPUSH first: if it fails (ready of the wrong type) nothing has been removed yet.
   redis.call('RPUSH', KEYS[2], unpack(ids))
+  redis.call('ZREM', KEYS[1], unpack(ids))
   redis.call('HINCRBY', KEYS[4], 'promoted', #ids)
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -13,9 +13,13 @@ local count = 0
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
+  local bar = string.find(member, '|', 1, true)
   if deadline and tonumber(deadline) <= now then
     redis.call('ZREM', KEYS[1], member)
-    local id = string.sub(member, string.find(member, '|', 1, true) + 1)
+  end
+  -- A member without "|" was not written by duetime: dropped above, nothing to re-enter.
+  if bar and deadline and tonumber(deadline) <= now then
+    local id = string.sub(member, bar + 1)
     if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
       redis.call('ZADD', KEYS[2], now, id)
       count = count + 1
