@@ -129,8 +129,20 @@ def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any
 Call = tuple[Sequence[str], Sequence[Any]]
 
 
+def _wire(args: Sequence[Any]) -> list[Any]:
+    """Arguments as sent: non-ASCII text is encoded here, with surrogateescape, because
+    hiredis packs str strictly; an id read back from Redis that is not UTF-8 (written
+    by hand) so goes out as the same bytes it came in as."""
+    return [
+        arg.encode("utf-8", "surrogateescape")
+        if isinstance(arg, str) and not arg.isascii()
+        else arg
+        for arg in args
+    ]
+
+
 def _eval_args(script: Script, keys: Sequence[str], args: Sequence[Any]) -> list[Any]:
-    return [script.sha, len(keys), *keys, *args]
+    return [script.sha, len(keys), *_wire(keys), *_wire(args)]
 
 
 def _missing_script(replies: list[Any]) -> list[int]:
@@ -180,7 +192,7 @@ class SyncRunner:
     def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
             client = self.client if request.block is None else self.blocking_client
-            return client.execute_command(*request.args)
+            return client.execute_command(*_wire(request.args))
         if isinstance(request, Eval):
             try:
                 return self.client.evalsha(*_eval_args(request.script, request.keys, request.args))
@@ -197,7 +209,7 @@ class SyncRunner:
             return _raise_first_error(replies)
         pipe = self.client.pipeline(transaction=request.transaction)
         for command in request.commands:
-            pipe.execute_command(*command.args)
+            pipe.execute_command(*_wire(command.args))
         return pipe.execute()
 
     def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
@@ -232,7 +244,7 @@ class AsyncRunner:
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
             client = self.client if request.block is None else self.blocking_client
-            return await client.execute_command(*request.args)
+            return await client.execute_command(*_wire(request.args))
         if isinstance(request, Eval):
             arguments = _eval_args(request.script, request.keys, request.args)
             try:
@@ -250,7 +262,7 @@ class AsyncRunner:
             return _raise_first_error(replies)
         pipe = self.client.pipeline(transaction=request.transaction)
         for command in request.commands:
-            pipe.execute_command(*command.args)
+            pipe.execute_command(*_wire(command.args))
         return await pipe.execute()
 
     async def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
