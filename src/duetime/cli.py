@@ -21,7 +21,8 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
-from rich.table import Table
+from rich.table import Table as RichTable
+from rich.text import Text as RichText
 
 from duetime.app import App
 from duetime.dispatcher import Dispatcher
@@ -44,6 +45,19 @@ EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
 EXIT_ERROR = 5
 
+
+class Table(RichTable):
+    """A rich table whose cells are shown safely: an id or name read from Redis that is
+    not UTF-8 (written by hand) is escaped, not a crash, and never taken as markup."""
+
+    def add_row(self, *cells: Any, **options: Any) -> None:
+        super().add_row(*(RichText(_shown(str(cell))) for cell in cells), **options)
+
+
+def _shown(text: str) -> str:
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 console = Console()
 errors = Console(stderr=True)
 log = logging.getLogger("duetime")
@@ -51,7 +65,7 @@ log = logging.getLogger("duetime")
 
 def _fail(message: str, code: int) -> NoReturn:
     errors.print("[red]error:[/red] ", end="", highlight=False)
-    errors.print(message, markup=False, highlight=False)  # user text is not markup
+    errors.print(_shown(message), markup=False, highlight=False)  # user text is not markup
     sys.exit(code)
 
 
@@ -431,7 +445,8 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
         if check:
             if violations:
                 for violation in violations:
-                    console.print(f"[red]violation[/red] {violation}", highlight=False)
+                    console.print("[red]violation[/red] ", end="", highlight=False)
+                    console.print(_shown(str(violation)), markup=False, highlight=False)
             else:
                 console.print("[green]invariants hold[/green]")
     if violations:
