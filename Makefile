@@ -25,5 +25,8 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py
 
+reliability: $(STAMP)
+	DUETIME_SOAK=1 $(BIN)/python -m pytest tests/reliability -q
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

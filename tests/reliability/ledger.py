@@ -27,8 +27,9 @@ class Entry:
     run_at_ms: int  # the task's run-at, as the worker read it from the envelope
 
 
-def parse(raw: bytes) -> Entry:
-    kind, task_id, attempt, pid, at_ms, run_at_ms = raw.decode().split()
+def parse(raw: bytes | str) -> Entry:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    kind, task_id, attempt, pid, at_ms, run_at_ms = text.split()
     return Entry(kind, task_id, int(attempt), int(pid), float(at_ms), int(run_at_ms))
 
 
@@ -188,16 +189,18 @@ def compare(
             verdict.missing.append(task_id)
             continue
         verdict.completed += 1
-        # duetime rounds a run-at up to the next millisecond, never down.
         verdict.lateness_ms.append(runs[0].started_ms - at * 1000)
     for task_id, runs in sorted(by_task.items()):
         if task_id not in scheduled and task_id not in maybe:
             verdict.unknown.append(task_id)
             continue
         verdict.runs += len(runs)
-        at = scheduled.get(task_id)
+        due = scheduled.get(task_id)
         for run in runs:
-            if (at is not None and run.started_ms < at * 1000) or run.started_ms < run.run_at_ms:
+            # Never early, by the run-at we asked for or the one the envelope holds
+            # (duetime rounds it up to the next millisecond). No tolerance: both clocks
+            # are this host's, and a late start is all that scheduling noise can cause.
+            if (due is not None and run.started_ms < due * 1000) or run.started_ms < run.run_at_ms:
                 verdict.early.append(
                     f"{task_id} attempt {run.attempt} started {run.started_ms:.3f}, "
                     f"run-at {run.run_at_ms}"
