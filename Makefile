@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench reliability clean
+.PHONY: demo test lint bench bench-peers reliability clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py
+
+# duetime against RQ, arq, Dramatiq, Huey, Celery, SAQ and BullMQ; installs the peers
+# into bench/.venv-peers (not into .venv). Long: use --quick via ARGS for a smoke run.
+bench-peers: $(STAMP)
+	$(BIN)/python bench/peers/run.py $(ARGS)
 
 reliability: $(STAMP)
 	DUETIME_SOAK=1 $(BIN)/python -m pytest tests/reliability -q

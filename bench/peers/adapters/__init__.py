@@ -1,0 +1,1 @@
+"""One module per system, each exposing ADAPTER (see peers.common.Adapter)."""

@@ -1,0 +1,81 @@
+"""duetime as its README recommends for more than a toy deployment: a ``duetime dispatcher``
+process and ``duetime worker`` processes, an async handler, default Settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import metadata
+from typing import Any
+
+import duetime
+from peers.common import QUEUE, Item, Profile, payload, run_task_async
+
+app = duetime.App()
+
+
+@app.default
+async def handle(data: Any) -> None:
+    await run_task_async(data)
+
+
+CHUNK = 50_000  # tasks per schedule_many call (the library sends 1,000 per script call)
+
+
+class DuetimeProducer:
+    def __init__(self, url: str) -> None:
+        self.queue = duetime.Queue(QUEUE, url)
+        self.queue.stats()  # connects and samples the server clock
+
+    def enqueue(self, items: Sequence[Item], mode: str) -> None:
+        if mode == "single":
+            for index, at in items:
+                if at is None:
+                    self.queue.schedule_now(payload(index))
+                else:
+                    self.queue.schedule_task(at, payload(index))
+            return
+        for start in range(0, len(items), CHUNK):
+            self.queue.schedule_many(
+                duetime.Job(payload(i), delay=0) if at is None else duetime.Job(payload(i), at=at)
+                for i, at in items[start : start + CHUNK]
+            )
+
+    def close(self) -> None:
+        self.queue.close()
+
+
+class DuetimeAdapter:
+    name = "duetime"
+    bulk = "Queue.schedule_many (one script call per 1,000 tasks, one round trip)"
+
+    def producer(self, url: str) -> DuetimeProducer:
+        return DuetimeProducer(url)
+
+    def roles(self, profile: Profile) -> list[str]:
+        return ["dispatcher", "worker"]
+
+    def command(self, role: str, profile: Profile, url: str, number: int) -> list[str]:
+        head = ["duetime", "--log-level", "warning"]
+        if role == "dispatcher":
+            return [*head, "dispatcher", "--queue", QUEUE, "--redis", url]
+        concurrency = [] if profile.concurrency is None else ["-c", str(profile.concurrency)]
+        return [*head, "worker", "peers.adapters.duetime_adapter:app", "--queue", QUEUE,
+                *concurrency, "--redis", url]  # fmt: skip
+
+    def settings(self, profile: Profile) -> dict[str, str]:
+        s = duetime.Settings()
+        return {
+            "processes": "1 `duetime dispatcher` + N `duetime worker` (N = worker processes)",
+            "concurrency": str(profile.concurrency or "10 (default)") + " async tasks per worker",
+            "handler": "async def",
+            "scheduling": "dispatcher sleeps until the next run-at; no polling interval",
+            "recovery settings": f"lease {s.lease_duration:g} s, worker_ttl {s.worker_ttl:g} s, "
+            f"heartbeat {s.heartbeat_interval:g} s (defaults)",
+            "log level": "warning",
+        }
+
+    def versions(self) -> dict[str, str]:
+        return {p: metadata.version(p) for p in ("duetime", "redis", "hiredis", "msgpack")}
+
+
+ADAPTER = DuetimeAdapter()
