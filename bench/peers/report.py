@@ -44,6 +44,10 @@ def fmt_ms(value: float | None) -> str:
     return f"{value:.1f} ms"
 
 
+def fmt_number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def fmt_rate(value: float | None) -> str:
     return "n/a" if value is None else f"{value:,.0f}"
 
@@ -196,13 +200,12 @@ def markdown(document: dict[str, Any]) -> str:
     lines = [
         "# duetime beside other Redis task queues",
         "",
-        f"Measured {env['measured_at']} on {env['cpus']} CPUs, {env['server']}, "
-        f"{env['worker_processes']} worker process(es) per system, median of "
-        f"{env['repeat']} run(s){' (--quick sizes)' if env['quick'] else ''}. "
-        f"Load average (1/5/15 min) at start "
-        f"{'/'.join(f'{x:.2f}' for x in env['load_average_at_start'])}, at end "
-        f"{'/'.join(f'{x:.2f}' for x in env['load_average_at_end'])}; the machine is shared. "
-        f"Took {env['wall_seconds'] / 60:.0f} min.",
+        f"{env['cpus']} CPUs, {env['server']}, {env['worker_processes']} worker "
+        f"process(es) per system, figures are medians of the runs named in each section"
+        f"{' (--quick sizes)' if env['quick'] else ''}. The machine is shared with other "
+        "people's CPU-heavy tests: each section says when it was measured and the load "
+        f"average meanwhile. Last invocation of the suite: {env['measured_at']}, "
+        f"{env['wall_seconds'] / 60:.0f} min.",
         "",
         "| system | versions |",
         "|---|---|",
@@ -297,8 +300,8 @@ def markdown(document: dict[str, Any]) -> str:
         for x in summary["ratios"]:
             ratio = "n/a" if x["ratio"] is None else f"{x['ratio']:.2f}"
             lines.append(
-                f"| {x['scenario']} | {x['metric']} | {x['duetime']:,.4g} | "
-                f"{x['best_peer']} ({x['best_value']:,.4g}) | {ratio} | {x['better']} |"
+                f"| {x['scenario']} | {x['metric']} | {fmt_number(x['duetime'])} | "
+                f"{x['best_peer']} ({fmt_number(x['best_value'])}) | {ratio} | {x['better']} |"
             )
     if document.get("redis_benchmark"):
         lines += ["", "## Physical reference: redis-benchmark on the same server", "",
@@ -337,6 +340,14 @@ def measured(document: dict[str, Any], scenario: str) -> str:
     def load(values: list[float] | None) -> str:
         return "/".join(f"{x:.1f}" for x in values) if values else "?"
 
+    if "load_average_samples" in timing:  # timing rebuilt by hand from a run's log
+        took = f", {timing['seconds'] / 60:.0f} min" if timing.get("seconds") else ""
+        return (
+            f"_Measured from {timing.get('measured_at')}{took}, {timing.get('repeat')} run(s), "
+            f"git {timing.get('git')}; load average samples "
+            f"{', '.join(f'{x:g}' for x in timing['load_average_samples'])} "
+            f"({timing.get('note', '')})._"
+        )
     return (
         f"_Measured {timing.get('measured_at')}, {timing.get('repeat')} run(s), git "
         f"{timing.get('git')}; load average (1/5/15 min) "
@@ -365,7 +376,7 @@ def chart(document: dict[str, Any], path: Path) -> Path | None:
     panels = [k for k in ("punctuality", "throughput", "scale") if summary.get(k)]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.6 * len(panels), 5.4), squeeze=False)
     colours = plt.get_cmap("tab10")
     names = list(document["systems"])
     colour = {n: colours(i % 10) for i, n in enumerate(names)}
@@ -426,7 +437,7 @@ def chart(document: dict[str, Any], path: Path) -> Path | None:
             ax.set_ylabel("p99 lateness of the burst, ms (log)")
             ax.set_title(f"Scale: {document['environment']['sizes']['scale_due']:,} due at once "
                          "(x: tasks lost at that backlog)")  # fmt: skip
-            ax.legend(fontsize=8)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

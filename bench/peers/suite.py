@@ -75,6 +75,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="worker processes per system (default 1, the same for all)",
     )
     parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only rebuild peers.md and peers.png from the existing peers.json",
+    )
+    parser.add_argument(
         "--fresh",
         action="store_true",
         help="do not keep scenarios of the previous peers.json that were not run now",
@@ -324,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the server and every child process are stopped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    if args.report_only:
+        return write_report(json.loads((args.output / "peers.json").read_text()), args.output)
     sizes = QUICK if args.quick else FULL
     chosen = [s for s in SCENARIOS if s in (args.scenario or SCENARIOS)]
     names = [s for s in systems() if s in (args.system or systems())]
@@ -380,17 +387,21 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.fresh:
         document = merge(args.output / "peers.json", document)
-    summary = report.summarise(document)
-    document["summary"] = summary
-    args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "peers.json").write_text(
+    return write_report(document, args.output)
+
+
+def write_report(document: dict[str, Any], output: Path) -> int:
+    """peers.json (with the summary), peers.md and peers.png; the markdown is printed."""
+    document["summary"] = report.summarise(document)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "peers.json").write_text(
         json.dumps(json_safe(document), indent=1, allow_nan=False) + "\n"
     )
     markdown = report.markdown(document)
-    (args.output / "peers.md").write_text(markdown)
-    chart = report.chart(document, args.output / "peers.png")
+    (output / "peers.md").write_text(markdown)
+    chart = report.chart(document, output / "peers.png")
     print()
     print(markdown)
-    print(f"written: {args.output / 'peers.json'}, {args.output / 'peers.md'}"
-          + (f", {chart}" if chart else ""))  # fmt: skip
+    written = [output / "peers.json", output / "peers.md", *([chart] if chart else [])]
+    print("written: " + ", ".join(str(p) for p in written))
     return 0
