@@ -11,6 +11,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from duetime import Settings
+
+#: Settings that make retries, heartbeats, leases and shutdown quick enough for tests.
+FAST = Settings(
+    retry_base=0.02,
+    retry_max=0.1,
+    heartbeat_interval=0.1,
+    worker_ttl=0.5,
+    lease_duration=1.0,
+    shutdown_grace=2.0,
+)
+
 
 async def wait_until(
     condition: Callable[[], bool | Awaitable[bool]], timeout: float = 10.0, what: str = "condition"

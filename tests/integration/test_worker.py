@@ -16,16 +16,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.errors import ResultTimeoutError, TaskFailedError, TaskStateError
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Outcome, QueueOperations
-from tests.helpers import running, wait_until
-
-FAST = Settings(
-    retry_base=0.02,
-    retry_max=0.1,
-    heartbeat_interval=0.1,
-    worker_ttl=0.5,
-    lease_duration=1.0,
-    shutdown_grace=2.0,
-)
+from tests.helpers import FAST, running, wait_until
 
 
 def run(coroutine: Any) -> Any:

@@ -39,7 +39,7 @@ from duetime.cli import EXIT_USAGE, main
 from duetime.errors import DecodeError, DuetimeError, InvalidInputError
 from duetime.store import QueueKeys
 from duetime.validation import LATEST_TIMESTAMP
-from tests.helpers import wait_until
+from tests.helpers import FAST, wait_until
 from tests.servers import Server
 
 # --- the property: accepted and stored, or refused with nothing written -----------------
@@ -51,14 +51,6 @@ REGISTERED = ("send_email", "a.b:c-d", "_private")
 #: SCAN are the test's own reads.)
 READ_ONLY = frozenset({"time", "info", "dbsize", "scan", "config|resetstat", "ping"})
 SAMPLE_SIZE = 12
-FAST = Settings(
-    retry_base=0.02,
-    retry_max=0.1,
-    heartbeat_interval=0.1,
-    worker_ttl=0.5,
-    lease_duration=1.0,
-    shutdown_grace=2.0,
-)
 
 _registry_app = App()
 

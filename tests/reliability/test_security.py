@@ -38,27 +38,19 @@ from redis.retry import Retry
 
 import duetime
 import duetime.store.operations
-from duetime import App, Dispatcher, Job, Queue, Settings, Worker
+from duetime import App, Dispatcher, Job, Queue, Worker
 from duetime.cli import EXIT_UNAVAILABLE, main
 from duetime.errors import DuetimeError, RedisCommandError, RedisUnavailableError
 from duetime.store import QueueKeys
 from tests.apps import RUNS
 from tests.conftest import IN_CI
-from tests.helpers import wait_until, wait_until_sync
+from tests.helpers import FAST, wait_until, wait_until_sync
 from tests.servers import Server, binary, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = Path(duetime.__file__).resolve().parent
 SECURITY_DOC = ROOT / "docs" / "security.md"
-FAST = Settings(
-    retry_base=0.02,
-    retry_max=0.1,
-    heartbeat_interval=0.1,
-    worker_ttl=0.5,
-    lease_duration=1.0,
-    shutdown_grace=0.3,
-    block_timeout=0.5,
-)
+FAST = FAST.replace(shutdown_grace=0.3, block_timeout=0.5)
 
 # --- no pickle, no code chosen by queue content ---------------------------------------
 
