@@ -51,7 +51,7 @@ def _ledger(kind: str) -> None:
     _record.rpush(
         LEDGER,
         f"{kind} {context.id} {context.attempt} {os.getpid()} {time.time() * 1000:.3f} "
-        f"{round(context.run_at * 1000)}",
+        f"{context.run_at * 1000:.3f}",  # run-at keeps microseconds
     )
 
 

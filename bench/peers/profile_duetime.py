@@ -116,9 +116,10 @@ def profile_memory(server: Server, tasks: int) -> None:
         usage = server.redis.memory_usage(key, samples=0) or 0
         encoding = server.redis.object("encoding", key)
         print(f"  {key:28} {usage / tasks:6.1f} B/task  ({encoding!r})")
-    field, envelope = server.redis.execute_command(  # type: ignore[no-untyped-call]
+    reply = server.redis.execute_command(  # type: ignore[no-untyped-call]
         "HRANDFIELD", keys.tasks, 1, "WITHVALUES"
     )
+    field, envelope = reply[0] if len(reply) == 1 else reply  # RESP3 nests the pair
     print(f"  one task: id {len(field)} B, envelope {len(envelope)} B: {envelope!r}")
     queue.close()
 

@@ -59,6 +59,12 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
         for task_id in sorted(entries - snapshot.tasks):
             problems.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
 
+    waiting = set(snapshot.ready).union(*snapshot.active.values())
+    for task_id in sorted(snapshot.early - waiting):
+        problems.append(
+            Violation("leak", task_id, "early run-at of a task not in ready or a worker's list")
+        )
+
     for member in sorted(snapshot.leases):
         worker, task_id = split_lease_member(member)
         if task_id not in snapshot.active.get(worker, []):

@@ -8,6 +8,7 @@ Pickle is never used; only msgpack types round-trip (tuples come back as lists).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,20 @@ import msgpack
 from duetime.errors import DecodeError, InvalidPayloadError
 
 #: Bumped when the envelope layout changes; a worker refuses envelopes newer than it knows.
-ENVELOPE_VERSION = 1
+#: Version 1: [1, task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms].
+#: Version 2: the same with 2 first, and trailing limits equal to the V2 defaults left out.
+ENVELOPE_VERSION = 2
+
+#: What a version 2 envelope means by an omitted max_attempts, timeout_ms or result_ttl_ms.
+#: Fixed forever for version 2, and deliberately not read from Settings: a later change of
+#: the library's defaults must not change how envelopes already in Redis decode. They equal
+#: today's Settings defaults, so a task scheduled with defaults stores none of them.
+V2_DEFAULT_MAX_ATTEMPTS = 5
+V2_DEFAULT_TIMEOUT_MS = 300_000
+V2_DEFAULT_RESULT_TTL_MS = 0
+_V2_DEFAULT_LIMITS = (V2_DEFAULT_MAX_ATTEMPTS, V2_DEFAULT_TIMEOUT_MS, V2_DEFAULT_RESULT_TTL_MS)
+#: Elements of a version 2 envelope: version, task, data and run-at always; then the limits.
+_V2_REQUIRED = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +39,7 @@ class Envelope:
 
     task: str  # registered handler name; "" means the queue's default handler
     data: Any
-    run_at_ms: int
+    run_at_ms: float  # an int when whole; a float keeps sub-millisecond precision
     max_attempts: int
     timeout_ms: int
     result_ttl_ms: int  # 0: keep no result
@@ -86,23 +100,40 @@ def encode_envelope(envelope: Envelope) -> bytes:
 def envelope_from_packed_data(
     task: str,
     packed_data: bytes,
-    run_at_ms: int,
+    run_at_ms: float,
     max_attempts: int,
     timeout_ms: int,
     result_ttl_ms: int,
 ) -> bytes:
-    """The envelope around data already packed (when validated): msgpack elements
-    concatenate, so the data is encoded once. 0x97 heads a 7-element array; the
-    [1:] slices drop the headers of the two short lists packed around the data."""
+    """The version 2 envelope around data already packed (when validated): msgpack
+    elements concatenate, so the data is encoded once. The [1:] slices drop the headers
+    of the two short lists packed around the data; 0x90 | n heads an n-element array."""
+    limits = [max_attempts, timeout_ms, result_ttl_ms]
+    # Only trailing defaults can go: an element in the middle has no position to skip.
+    while limits and limits[-1] == _V2_DEFAULT_LIMITS[len(limits) - 1]:
+        limits.pop()
     head: bytes = msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)
-    tail: bytes = msgpack.packb([run_at_ms, max_attempts, timeout_ms, result_ttl_ms])
-    return b"\x97" + head[1:] + packed_data + tail[1:]
+    tail: bytes = msgpack.packb([_run_at_number(run_at_ms), *limits])
+    return bytes([0x90 | (_V2_REQUIRED + len(limits))]) + head[1:] + packed_data + tail[1:]
+
+
+def _run_at_number(run_at_ms: float) -> float:
+    """A whole run-at as an int: the same 9 bytes as a float64 for today's epoch, but
+    exact and readable as an int by anyone who decodes it."""
+    if isinstance(run_at_ms, float) and run_at_ms.is_integer():
+        return int(run_at_ms)
+    return run_at_ms
+
+
+def _is_integer(value: object) -> bool:
+    # bool is an int subclass in Python, but msgpack true/false is never a number here.
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def decode_envelope(blob: bytes) -> Envelope:
-    """Read an envelope, or raise DecodeError saying why it cannot be run."""
+    """Read an envelope of version 1 or 2, or raise DecodeError saying why it cannot be run."""
     fields = unpack(blob)
-    if not isinstance(fields, list) or not fields or not isinstance(fields[0], int):
+    if not isinstance(fields, list) or not fields or not _is_integer(fields[0]):
         raise DecodeError("envelope is not a duetime envelope (expected a versioned msgpack array)")
     version = fields[0]
     if version > ENVELOPE_VERSION:
@@ -112,11 +143,21 @@ def decode_envelope(blob: bytes) -> Envelope:
         )
     if version < 1:
         raise DecodeError(f"envelope version {version} is not a version duetime ever wrote")
-    if len(fields) != 7:
-        raise DecodeError(f"envelope version {version} has {len(fields)} fields, expected 7")
-    _, task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms = fields
-    if not isinstance(task, str) or not all(
-        isinstance(number, int) for number in (run_at_ms, max_attempts, timeout_ms, result_ttl_ms)
+    if version == 1:
+        if len(fields) != 7:
+            raise DecodeError(f"envelope version 1 has {len(fields)} fields, expected 7")
+    elif not _V2_REQUIRED <= len(fields) <= _V2_REQUIRED + len(_V2_DEFAULT_LIMITS):
+        raise DecodeError(f"envelope version 2 has {len(fields)} fields, expected 4 to 7")
+    given = fields[_V2_REQUIRED:]
+    max_attempts, timeout_ms, result_ttl_ms = given + list(_V2_DEFAULT_LIMITS[len(given) :])
+    task, data, run_at_ms = fields[1:_V2_REQUIRED]
+    run_at_is_number = _is_integer(run_at_ms) or (
+        isinstance(run_at_ms, float) and math.isfinite(run_at_ms)
+    )
+    if not (
+        isinstance(task, str)
+        and run_at_is_number
+        and all(_is_integer(number) for number in (max_attempts, timeout_ms, result_ttl_ms))
     ):
         raise DecodeError("envelope fields have the wrong types")
     return Envelope(task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms)

@@ -7,12 +7,16 @@ time, the next lease deadline and the moment the oldest worker heartbeat goes
 stale, and a long-lived BLPOP on the queue's wake list cuts the sleep short when a
 new earliest task is scheduled. (Server-side blocking timeouts tick at the server's
 ``hz``, 100 ms by default, too coarse for punctuality; the local timer is exact.)
+Tasks are promoted ``promote_ahead`` (5 ms) before their run-at, with the run-at
+noted beside them; the claiming worker waits for it on a precise timer, so the
+promote and claim round trips happen before the task is due, not after.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,6 +79,7 @@ class QueueDispatcher:
         self.clock = clock
         self.operations = QueueOperations(QueueKeys(self.queue), clock)
         self._batch = min(settings.promote_batch, MAX_PROMOTE_BATCH)
+        self._ahead_ms = round(settings.promote_ahead * 1000)
         self._worker_ttl_ms = round(settings.worker_ttl * 1000)
         self._next_maintenance_ms = 0
         self._prepared: tuple[int, list[CronFiring]] | None = None
@@ -84,7 +89,7 @@ class QueueDispatcher:
         may next be due, or None when more is waiting right now."""
         run = self.runner.run
         await self._fire_prepared()
-        promotion = await run(self.operations.promote_due(self._batch))
+        promotion = await run(self.operations.promote_due(self._batch, self._ahead_ms))
         now = promotion.now_ms
         busy = promotion.moved == self._batch
         if promotion.next_lease_deadline_ms is not None and promotion.next_lease_deadline_ms <= now:
@@ -122,7 +127,8 @@ class QueueDispatcher:
     def _wake_at(self, promotion: Promotion) -> int:
         wake_at = [self._next_maintenance_ms]
         if promotion.next_due_ms is not None:
-            wake_at.append(promotion.next_due_ms)
+            # Promotion reaches _ahead_ms past the whole-ms "now": wake when that covers it.
+            wake_at.append(math.ceil(promotion.next_due_ms) - self._ahead_ms)
         if promotion.next_lease_deadline_ms is not None:
             wake_at.append(promotion.next_lease_deadline_ms)
         if promotion.oldest_heartbeat_ms is not None:

@@ -20,6 +20,7 @@ from duetime.clock import Clock, ServerClock
 from duetime.codec import Envelope
 from duetime.errors import (
     DecodeError,
+    DuetimeError,
     InvalidInputError,
     ResultTimeoutError,
     TaskFailedError,
@@ -128,20 +129,43 @@ class CronInfo:
 @dataclass(frozen=True, slots=True)
 class _Prepared:
     id: str
-    at_ms: int | None
+    at_ms: float | None  # ms, to the microsecond
     delay_ms: int
     task: str
     packed_data: bytes
     max_attempts: int
     timeout_ms: int
     result_ttl_ms: int
+    generated_id: bool  # made by duetime, so it may be replaced if it collides
+
+
+#: Random bytes per generated id; 9 bytes encode to exactly 12 base64 characters.
+_ID_BYTES = 9
+_ID_LENGTH = 12
+#: Rounds of fresh ids for generated ids that collided with live ones. One collision of
+#: 72 random bits is already rare; this many in a row means something else is wrong.
+_MAX_ID_ROUNDS = 8
 
 
 def new_task_ids(count: int) -> list[str]:
-    """Random ids of 16 URL-safe characters (96 bits): short, since every id is stored
-    twice. Made in bulk: 12 random bytes encode to exactly 16 base64 characters."""
-    text = base64.urlsafe_b64encode(os.urandom(12 * count)).decode()
-    return [text[i : i + 16] for i in range(0, 16 * count, 16)]
+    """Random ids of 12 URL-safe characters (72 bits): short, since every id is stored
+    twice. A collision with a live id is detected and retried by ``schedule_plan``, so
+    the ids only need to make collisions rare, not impossible. Made in bulk."""
+    # "." and "_" for the two symbols: an id never starts with "-", which a command line
+    # would take for an option.
+    text = base64.b64encode(os.urandom(_ID_BYTES * count), altchars=b"._").decode()
+    return [text[i : i + _ID_LENGTH] for i in range(0, _ID_LENGTH * count, _ID_LENGTH)]
+
+
+def _fresh_ids(count: int, taken: set[str]) -> list[str]:
+    """``count`` new ids, none of them in ``taken`` or repeated."""
+    fresh: list[str] = []
+    while len(fresh) < count:
+        for task_id in new_task_ids(count - len(fresh)):
+            if task_id not in taken:
+                taken.add(task_id)
+                fresh.append(task_id)
+    return fresh
 
 
 def task_name_of(task: TaskRef | None) -> str:
@@ -203,7 +227,7 @@ class QueueCore:
         validation.payload(job.data, len(packed_data), self.settings.max_payload_bytes, packed_data)
         return _Prepared(
             task_id, at_ms, delay_ms, task_name_of(job.task), packed_data,
-            max_attempts, timeout, result_ttl,
+            max_attempts, timeout, result_ttl, generated_id=job.id is None,
         )  # fmt: skip
 
     def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[_Prepared]:
@@ -231,8 +255,13 @@ class QueueCore:
     # --- plans -----------------------------------------------------------------------
 
     def schedule_plan(self, prepared: Sequence[_Prepared]) -> Plan[list[str]]:
-        """Write prepared tasks: one script call per 1,000, all in one round trip."""
+        """Write prepared tasks: one script call per 1,000, all in one round trip.
+        Returns the ids stored, in order. A given id that is already live changes
+        nothing (idempotent). A generated id that is already live is either this very
+        write, resent by redis-py after a dropped reply (the stored envelope is ours), or
+        a collision with another task: then this task is written again under a fresh id."""
         now = yield from self.operations.now()
+        ids = [item.id for item in prepared]
         items = []
         for item in prepared:
             run_at = item.at_ms if item.at_ms is not None else now + item.delay_ms
@@ -241,8 +270,42 @@ class QueueCore:
                 item.timeout_ms, item.result_ttl_ms,
             )  # fmt: skip
             items.append((item.id, run_at, envelope))
-        yield from self.operations.schedule(now, items)
-        return [item.id for item in prepared]
+        pending = list(range(len(items)))  # positions still to write
+        for _ in range(_MAX_ID_ROUNDS):
+            created = yield from self.operations.schedule(now, [items[i] for i in pending])
+            refused = [
+                position
+                for position, stored in zip(pending, created, strict=True)
+                if not stored and prepared[position].generated_id
+            ]
+            pending = yield from self._collided(refused, items)
+            if not pending:
+                return ids
+            # A fresh id must not repeat one of this call, or it could take a given id's place.
+            fresh = _fresh_ids(len(pending), set(ids))
+            for position, task_id in zip(pending, fresh, strict=True):
+                ids[position] = task_id
+                _, run_at, envelope = items[position]
+                items[position] = (task_id, run_at, envelope)
+        raise DuetimeError(
+            f"{len(pending)} generated task id(s) collided with live ids "
+            f"{_MAX_ID_ROUNDS} times in a row; the random source looks broken"
+        )
+
+    def _collided(
+        self, positions: list[int], items: Sequence[tuple[str, float, bytes]]
+    ) -> Plan[list[int]]:
+        """The positions whose id is live with an envelope other than the one written.
+        An envelope gone meanwhile counts as a collision: writing the task again can at
+        worst run it twice (at-least-once allows that), never lose it. One status call
+        per id: this path runs only after a collision or a resent call, both rare."""
+        collided = []
+        for position in positions:
+            task_id, _, envelope = items[position]
+            reply = yield from self.operations.status(task_id)
+            if reply.envelope != envelope:
+                collided.append(position)
+        return collided
 
     def schedule_one_plan(self, job: Job) -> Plan[str]:
         return (yield from self.schedule_plan([self.prepare(job)]))[0]

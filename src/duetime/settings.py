@@ -9,6 +9,10 @@ from dataclasses import dataclass
 
 from duetime.errors import ConfigurationError
 
+#: Settings for which 0 is meaningful (it turns the feature off).
+_MAY_BE_ZERO = frozenset({"promote_ahead"})
+MOST_PROMOTE_AHEAD = 1.0
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -33,6 +37,11 @@ class Settings:
     socket_timeout: float = 5.0
     #: Most due tasks moved to ``ready`` by one promote script call.
     promote_batch: int = 1000
+    #: How long before its run-at a task may be moved to ``ready``. The worker that
+    #: claims it waits on a precise local timer until the run-at, so the round trips
+    #: of promoting and claiming are done before the task is due rather than after.
+    #: 0 promotes at the run-at.
+    promote_ahead: float = 0.005
     #: Most tasks a worker claims in one script call when there is a backlog.
     claim_batch: int = 100
     #: Largest encoded task data accepted by ``schedule_task``.
@@ -57,10 +66,17 @@ class Settings:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name in _MAY_BE_ZERO and value == 0:
+                continue
             if not isinstance(value, int | float) or value <= 0:
                 raise ConfigurationError(
                     f"setting {field.name} must be a positive number, got {value!r}"
                 )
+        if self.promote_ahead > MOST_PROMOTE_AHEAD:
+            raise ConfigurationError(
+                f"promote_ahead must be at most {MOST_PROMOTE_AHEAD:g}s (a task promoted "
+                f"ahead holds a worker slot while it waits), got {self.promote_ahead!r}"
+            )
         if self.heartbeat_interval * 2 > self.lease_duration:
             raise ConfigurationError(
                 "lease_duration must be at least twice heartbeat_interval, "

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 import msgpack
@@ -49,8 +50,9 @@ def worker_id(value: object) -> str:
     return _require(WORKER_ID, value, "worker id", "1-120 characters of A-Z a-z 0-9 _ . : -")
 
 
-def timestamp_ms(value: object) -> int:
-    """Epoch seconds (int/float) or an aware datetime, as integer milliseconds."""
+def timestamp_ms(value: object) -> float:
+    """Epoch seconds (int/float) or an aware datetime, as milliseconds to the microsecond,
+    rounded up so the result is never before the time given."""
     if isinstance(value, datetime):
         if value.tzinfo is None or value.utcoffset() is None:
             raise InvalidTimestampError(
@@ -76,9 +78,28 @@ def timestamp_ms(value: object) -> int:
         raise InvalidTimestampError(
             f"run-at {value!r} is after the year 9999; is it in milliseconds?"
         )
-    # Round up to the next whole ms (after dropping float noise below a nanosecond),
-    # so a task due at 12.0004 s is never started at 12.000 s.
-    return math.ceil(round(seconds * 1000, 6))
+    if isinstance(value, datetime):
+        micros = (value - _EPOCH) // timedelta(microseconds=1)  # exact, unlike timestamp()
+    else:
+        # The float read as the shortest decimal that stands for it (its repr), which is
+        # what was written: 12.003 is 12,003,000 µs, although the nearest double lies a
+        # hair above. Decimal arithmetic is exact, where a product of floats could round
+        # below the time given.
+        micros = int((Decimal(repr(seconds)) * 1_000_000).to_integral_value(ROUND_CEILING))
+    return _milliseconds_not_below(micros)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _milliseconds_not_below(micros: int) -> float:
+    """``micros`` / 1000 as a float (a sorted-set score), never below the exact value:
+    far in the future a double has no exact microseconds, so the next one up is taken."""
+    milliseconds = micros / 1000
+    numerator, denominator = milliseconds.as_integer_ratio()
+    if numerator * 1000 < micros * denominator:
+        milliseconds = math.nextafter(milliseconds, math.inf)
+    return milliseconds
 
 
 #: Longest delay, timeout or result TTL accepted (100 years): keeps milliseconds exact

@@ -30,7 +30,7 @@ from typing import Any
 from duetime import codec, validation
 from duetime.app import App, Handler
 from duetime.backoff import Backoff, retry_delay
-from duetime.clock import Clock, ServerClock
+from duetime.clock import Clock, ServerClock, wait_until
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
 from duetime.errors import (
     ConfigurationError,
@@ -263,11 +263,13 @@ class Worker:
         attempt = _Attempt(item.task_id, item.attempt)
         self._held[item.task_id] = attempt
         self._running += 1
-        attempt.runner = asyncio.create_task(self._execute(attempt, item.envelope))
+        attempt.runner = asyncio.create_task(
+            self._execute(attempt, item.envelope, item.early_run_at_ms)
+        )
 
     # --- running ---------------------------------------------------------------------
 
-    async def _execute(self, attempt: _Attempt, blob: bytes) -> None:
+    async def _execute(self, attempt: _Attempt, blob: bytes, early_run_at_ms: float | None) -> None:
         try:
             try:
                 envelope = codec.decode_envelope(blob)
@@ -284,8 +286,12 @@ class Worker:
                 await self._report_failure(attempt, envelope, problem, "", final=True)
                 return
             attempt.timeout = envelope.timeout_ms / 1000
-            attempt.started_ms = self.operations.clock.now_ms() or 0
             try:
+                if early_run_at_ms is not None:
+                    # Promoted ahead of its run-at (promote_ahead): wait for it here.
+                    await wait_until(self.operations.clock, early_run_at_ms)
+                    attempt.started = time.monotonic()
+                attempt.started_ms = self.operations.clock.now_ms() or 0
                 value = await self._call(handler, envelope, attempt)
             except asyncio.CancelledError:
                 if attempt.fenced:  # cancelled because its lease is gone: nothing to report

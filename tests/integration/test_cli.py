@@ -38,7 +38,7 @@ def test_schedule_prints_the_id_and_stores_the_task(
         at,
     )
     relative = cli.invoke(main, ["schedule", "-q", queue_name, "--in", "0", "[1, 2]"])
-    assert relative.exit_code == 0 and len(relative.output.strip()) == 16
+    assert relative.exit_code == 0 and len(relative.output.strip()) == 12
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from unittest import mock
 
 import redis
 
-from duetime import App, Dispatcher, Job, ManualClock, Queue, Settings, Worker
+from duetime import App, Dispatcher, Job, ManualClock, Queue, Settings, Worker, validation
 from duetime.dispatcher import QueueDispatcher
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import QueueOperations
@@ -26,13 +26,14 @@ def test_never_promotes_before_run_at_and_sleeps_until_it(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
     clock = ManualClock(T0)
+    settings = Settings(promote_ahead=0)
     with Queue(queue_name, redis_url, clock=clock) as queue:
         first = queue.schedule_task((T0 + 1000) / 1000, {"n": 1})
         second = queue.schedule_task((T0 + 1001) / 1000, {"n": 2})
 
     async def scenario() -> None:
-        runner = AsyncRunner(redis_url, Settings())
-        dispatcher = QueueDispatcher(queue_name, runner, Settings(), clock)
+        runner = AsyncRunner(redis_url, settings)
+        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
         try:
             clock.set(T0 + 999)
             assert await dispatcher.step() == T0 + 1000  # sleeps exactly until the first is due
@@ -43,6 +44,41 @@ def test_never_promotes_before_run_at_and_sleeps_until_it(
             clock.set(T0 + 5000)
             await dispatcher.step()
             assert ready_ids(raw, queue_name) == [first, second]
+            assert raw.hlen(QueueKeys(queue_name).early) == 0  # none went ahead
+        finally:
+            await runner.close()
+
+    asyncio.run(scenario())
+
+
+def test_promotes_ahead_by_promote_ahead_and_notes_the_run_at(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0)
+    settings = Settings(promote_ahead=0.005)
+    early = QueueKeys(queue_name).early
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        first = queue.schedule_task((T0 + 1000.25) / 1000, {"n": 1})  # sub-ms run-at
+        second = queue.schedule_task((T0 + 1003) / 1000, {"n": 2})
+
+    async def scenario() -> None:
+        runner = AsyncRunner(redis_url, settings)
+        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
+        try:
+            clock.set(T0 + 990)
+            # Wakes 5 ms before the (rounded up) run-at of the first.
+            assert await dispatcher.step() == T0 + 1001 - 5
+            assert ready_ids(raw, queue_name) == []
+            clock.set(T0 + 996)
+            await dispatcher.step()
+            assert ready_ids(raw, queue_name) == [first]
+            assert float(raw.hget(early, first) or 0) == validation.timestamp_ms(
+                (T0 + 1000.25) / 1000
+            )
+            clock.set(T0 + 1000)
+            await dispatcher.step()
+            assert ready_ids(raw, queue_name) == [first, second]
+            assert float(raw.hget(early, second) or 0) == T0 + 1003
         finally:
             await runner.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from datetime import datetime
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 import redis
 
 import duetime
-from duetime import Job, Queue, Settings
+from duetime import Job, Queue, Settings, scheduler
 from duetime.errors import (
     InvalidInputError,
     InvalidNameError,
@@ -69,6 +70,86 @@ def test_same_id_twice_is_one_task(redis_url: str, raw: redis.Redis, queue_name:
         assert raw.zcard(keys.scheduled) == 1
         assert raw.zscore(keys.scheduled, "welcome-42") == round(at * 1000)
         assert queue.status("welcome-42").data == {"v": 1}  # type: ignore[union-attr]
+
+
+def colliding_ids(monkeypatch: pytest.MonkeyPatch, live_id: str) -> list[int]:
+    """Make the first batch of generated ids start with ``live_id``; later batches are
+    real. Returns the sizes of the batches asked for."""
+    real = scheduler.new_task_ids
+    calls: list[int] = []
+
+    def first_collides(count: int) -> list[str]:
+        calls.append(count)
+        ids = real(count)
+        return [live_id, *ids[1:]] if len(calls) == 1 else ids
+
+    monkeypatch.setattr(scheduler, "new_task_ids", first_collides)
+    return calls
+
+
+def test_generated_ids_are_12_url_safe_characters() -> None:
+    ids = scheduler.new_task_ids(1000)
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 12 and re.fullmatch(r"[A-Za-z0-9._]+", i) for i in ids)
+
+
+@pytest.mark.parametrize("many", [False, True])
+def test_generated_id_that_collides_is_stored_under_a_fresh_id(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch, many: bool
+) -> None:
+    """A generated id that belongs to a live task must not make the new task a silent
+    no-op (the "already live" answer is for ids the caller chose)."""
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        at = int(time.time()) + 60
+        live = queue.schedule_task(at, {"v": "old"})
+        before = (raw.hget(keys.tasks, live), raw.zscore(keys.scheduled, live))
+        calls = colliding_ids(monkeypatch, live)
+        if many:
+            ids = queue.schedule_many([Job({"v": "new"}, at=at + 1), Job({"v": "other"}, delay=0)])
+            task_id = ids[0]
+            assert queue.status(ids[1]).data == {"v": "other"}  # type: ignore[union-attr]
+        else:
+            task_id = queue.schedule_task(at + 1, {"v": "new"})
+        assert calls[1:] == [1]  # one fresh id, for the one collision
+        assert task_id != live and len(task_id) == 12
+        assert queue.status(task_id).data == {"v": "new"}  # type: ignore[union-attr]
+        assert raw.zscore(keys.scheduled, task_id) == (at + 1) * 1000
+        assert (raw.hget(keys.tasks, live), raw.zscore(keys.scheduled, live)) == before
+        assert queue.status(live).data == {"v": "old"}  # type: ignore[union-attr]
+        assert raw.hlen(keys.tasks) == (3 if many else 2)
+        assert queue.check() == []
+
+
+def test_given_id_that_is_live_stays_idempotent_beside_a_collision(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        at = int(time.time()) + 60
+        queue.schedule_task(at, {"v": "given"}, id="welcome-42")
+        live = queue.schedule_task(at, {"v": "generated"})
+        colliding_ids(monkeypatch, live)
+        ids = queue.schedule_many([Job({"v": "new"}, at=at), Job({"v": 2}, at=at, id="welcome-42")])
+        assert ids[1] == "welcome-42" and ids[0] not in (live, "welcome-42")
+        assert queue.status("welcome-42").data == {"v": "given"}  # type: ignore[union-attr]
+        assert queue.status(live).data == {"v": "generated"}  # type: ignore[union-attr]
+        assert queue.status(ids[0]).data == {"v": "new"}  # type: ignore[union-attr]
+        assert raw.hlen(keys.tasks) == 3
+
+
+def test_resent_schedule_of_a_generated_id_is_not_mistaken_for_a_collision(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """redis-py resends a call whose reply was lost: the task is then already live under
+    its generated id with the very same envelope, and must not be written a second time."""
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        prepared = [queue.core.prepare(Job({"v": i}, at=time.time() + 60)) for i in range(3)]
+        first = queue.runner.run(queue.core.schedule_plan(prepared))
+        again = queue.runner.run(queue.core.schedule_plan(prepared))
+        assert again == first == [item.id for item in prepared]
+        assert raw.hlen(keys.tasks) == raw.zcard(keys.scheduled) == 3
 
 
 def test_schedule_many_uses_one_script_call_per_thousand(

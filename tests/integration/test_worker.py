@@ -413,3 +413,66 @@ def test_a_handlers_own_timeout_error_is_an_ordinary_failure(
         status = queue.status(task_id)
         assert status is not None and status.last_error == "TimeoutError: upstream did not answer"
         assert worker.counters.timed_out == 0
+
+
+def test_a_task_promoted_ahead_waits_for_its_run_at_on_the_worker(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """promote_ahead moves a task to ready before it is due; the claiming worker holds it
+    until its clock reads the run-at. Driven clock: the task must not start until the
+    test moves the clock, however long the test waits in real time."""
+    t0 = 1_800_000_000_000
+    clock = ManualClock(t0)
+    keys = QueueKeys(queue_name)
+    started: list[int | None] = []
+
+    async def handler(data: object) -> None:
+        started.append(clock.now_ms())
+
+    settings = FAST.replace(promote_ahead=1.0)  # ahead by up to a second
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        task_id = queue.schedule_task((t0 + 500.5) / 1000, {"a": 1})
+
+        async def scenario() -> None:
+            worker = Worker(App(default=handler), queue_name, redis_url, settings=settings,
+                            clock=clock)  # fmt: skip
+            dispatcher = Dispatcher([queue_name], redis_url, settings=settings, clock=clock)
+            async with running(dispatcher, worker):
+                await wait_until(lambda: raw.zscore(keys.leases, f"{worker.worker_id}|{task_id}")
+                                 is not None, what="the claim")  # fmt: skip
+                assert raw.hlen(keys.early) == 0  # the worker took the noted run-at
+                await asyncio.sleep(0.3)  # real time passes; the driven clock does not
+                assert started == []
+                clock.set(t0 + 500)
+                await asyncio.sleep(0.15)
+                assert started == []  # still half a millisecond early
+                clock.set(t0 + 501)
+                await wait_until(lambda: started != [], what="the start")
+
+        run(scenario())
+    assert started == [t0 + 501]
+
+
+def test_cancelling_a_task_promoted_ahead_leaves_no_note_behind(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    t0 = 1_800_000_000_000
+    clock = ManualClock(t0)
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        cancelled = queue.schedule_task((t0 + 3) / 1000, {"a": 1})
+        moved = queue.schedule_task((t0 + 4) / 1000, {"a": 2})
+
+        async def promote() -> None:
+            runner = AsyncRunner(redis_url, Settings())
+            try:
+                await runner.run(QueueOperations(keys, clock).promote_due(10, ahead_ms=5))
+            finally:
+                await runner.close()
+
+        run(promote())
+        assert raw.hlen(keys.early) == 2
+        assert queue.cancel(cancelled)
+        queue.reschedule(moved, (t0 + 60_000) / 1000)
+        assert raw.hlen(keys.early) == 0
+        assert queue.check() == []

@@ -24,13 +24,13 @@ class Entry:
     attempt: int
     pid: int
     at_ms: float  # wall clock when recorded
-    run_at_ms: int  # the task's run-at, as the worker read it from the envelope
+    run_at_ms: float  # the task's run-at, as the worker read it from the envelope
 
 
 def parse(raw: bytes | str) -> Entry:
     text = raw.decode() if isinstance(raw, bytes) else raw
     kind, task_id, attempt, pid, at_ms, run_at_ms = text.split()
-    return Entry(kind, task_id, int(attempt), int(pid), float(at_ms), int(run_at_ms))
+    return Entry(kind, task_id, int(attempt), int(pid), float(at_ms), float(run_at_ms))
 
 
 @dataclass(slots=True)
@@ -42,7 +42,7 @@ class Attempt:
     attempt: int
     pid: int
     started_ms: float
-    run_at_ms: int
+    run_at_ms: float
     done_ms: float | None = None
 
 
@@ -198,7 +198,7 @@ def compare(
         due = scheduled.get(task_id)
         for run in runs:
             # Never early, by the run-at we asked for or the one the envelope holds
-            # (duetime rounds it up to the next millisecond). No tolerance: both clocks
+            # (duetime rounds it up to the next microsecond). No tolerance: both clocks
             # are this host's, and a late start is all that scheduling noise can cause.
             if (due is not None and run.started_ms < due * 1000) or run.started_ms < run.run_at_ms:
                 verdict.early.append(

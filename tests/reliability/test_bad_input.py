@@ -22,8 +22,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import msgpack
@@ -326,8 +327,12 @@ def expected_task_name(task: Any) -> str:
     return str(getattr(task, "duetime_name", task))
 
 
-def seconds_of(at: Any) -> float:
-    return at.timestamp() if isinstance(at, datetime) else float(at)
+def milliseconds_written(at: Any) -> Fraction:
+    """The run-at asked for, exactly: a datetime to its microsecond, a number as the
+    decimal it was written as (its repr), not the double nearest to that."""
+    if isinstance(at, datetime):
+        return Fraction((at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1), 1000)
+    return Fraction(repr(float(at))) * 1000
 
 
 @dataclass
@@ -372,11 +377,11 @@ def verify_stored(
             "(that means: keep no result)"
         )
     if spec.at is not None:
-        at_ms = seconds_of(spec.at) * 1000
-        if not at_ms - 1e-6 <= envelope.run_at_ms <= at_ms + 1:
+        at_ms = milliseconds_written(spec.at)
+        if not at_ms <= Fraction(envelope.run_at_ms) <= at_ms + 1:
             problems.append(f"at {spec.at!r} stored as run-at {envelope.run_at_ms} ms")
     score = raw.zscore(keys.scheduled, task_id)
-    if score is not None and int(score) != envelope.run_at_ms:
+    if score is not None and score != envelope.run_at_ms:  # both to the microsecond
         problems.append(f"scheduled at {score} but the envelope says {envelope.run_at_ms}")
     due = score is None or score <= time.time() * 1000 + 1500
     runnable_handler = envelope.task in ("", *REGISTERED)
@@ -795,7 +800,7 @@ POISON: dict[str, tuple[bytes, str]] = {
     "truncated": (envelope()[:-3], "not a valid msgpack document"),
     "not-an-array": (msgpack.packb({"version": 1}), "not a duetime envelope"),
     "string-version": (msgpack.packb(["1", "", {}, 0, 3, 5000, 0]), "not a duetime envelope"),
-    "future-version": (envelope(version=2), "newer than this worker"),
+    "future-version": (envelope(version=codec.ENVELOPE_VERSION + 1), "newer than this worker"),
     "far-future-version": (envelope(version=2**40), "newer than this worker"),
     "version-zero": (envelope(version=0), "version 0"),
     "too-few-fields": (msgpack.packb([1, ""]), "expected 7"),

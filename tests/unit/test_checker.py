@@ -28,8 +28,14 @@ def test_consistent_queue_has_no_violations() -> None:
         attempts={"c", "d"},
         errors={"d"},
         dead=["d"],
+        early={"b", "c"},  # promoted ahead: in ready, or taken by BLMOVE before the claim
     )
     assert kinds(snap) == []
+
+
+def test_early_run_at_of_a_task_no_longer_waiting_is_a_leak() -> None:
+    snap = snapshot(tasks={"a"}, scheduled=["a"], early={"a", "gone"})
+    assert kinds(snap) == [("leak", "a"), ("leak", "gone")]
 
 
 def test_task_in_two_places_is_duplicated() -> None:

@@ -9,6 +9,7 @@ import pytest
 from duetime import codec
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
 from duetime.errors import DecodeError, InvalidPayloadError
+from duetime.settings import DEFAULT_SETTINGS
 
 
 def test_envelope_round_trip_keeps_bytes_and_text_apart() -> None:
@@ -30,9 +31,116 @@ def test_unencodable_data_is_refused(data: object) -> None:
 
 
 def test_newer_envelope_version_is_refused_with_upgrade_hint() -> None:
-    blob = msgpack.packb([2, "t", {}, 0, 1, 1, 0, "future field"])
+    blob = msgpack.packb([codec.ENVELOPE_VERSION + 1, "t", {}, 0, 1, 1, 0, "future field"])
     with pytest.raises(DecodeError, match="newer than this worker"):
         codec.decode_envelope(blob)
+
+
+# --- envelope format version 2 ---------------------------------------------------------
+
+DEFAULT_LIMITS = (
+    codec.V2_DEFAULT_MAX_ATTEMPTS,
+    codec.V2_DEFAULT_TIMEOUT_MS,
+    codec.V2_DEFAULT_RESULT_TTL_MS,
+)
+
+
+def test_v2_defaults_equal_the_settings_defaults() -> None:
+    """The format's defaults are fixed; they only save bytes while they match the library's
+    defaults, so a change of either must be a deliberate change of both (or a version 3)."""
+    assert DEFAULT_SETTINGS.max_attempts == codec.V2_DEFAULT_MAX_ATTEMPTS
+    assert round(DEFAULT_SETTINGS.task_timeout * 1000) == codec.V2_DEFAULT_TIMEOUT_MS
+    assert codec.V2_DEFAULT_RESULT_TTL_MS == 0
+
+
+@pytest.mark.parametrize(
+    ("limits", "stored"),
+    [
+        (DEFAULT_LIMITS, []),
+        ((3, codec.V2_DEFAULT_TIMEOUT_MS, 0), [3]),
+        ((codec.V2_DEFAULT_MAX_ATTEMPTS, 1000, 0), [codec.V2_DEFAULT_MAX_ATTEMPTS, 1000]),
+        (
+            (codec.V2_DEFAULT_MAX_ATTEMPTS, codec.V2_DEFAULT_TIMEOUT_MS, 60_000),
+            [*DEFAULT_LIMITS[:2], 60_000],
+        ),
+        ((1, 2, 3), [1, 2, 3]),
+    ],
+)
+def test_v2_omits_only_trailing_defaults_and_round_trips(
+    limits: tuple[int, int, int], stored: list[int]
+) -> None:
+    envelope = Envelope("send", {"to": "a@b"}, 1_763_800_000_123, *limits)
+    blob = codec.encode_envelope(envelope)
+    assert blob[0] == 0x90 | (4 + len(stored))
+    assert msgpack.unpackb(blob) == [2, "send", {"to": "a@b"}, 1_763_800_000_123, *stored]
+    assert codec.decode_envelope(blob) == envelope
+
+
+@pytest.mark.parametrize("run_at_ms", [0, 1_763_800_000_123, 1_763_800_000_123.457, 0.001])
+def test_v2_run_at_round_trips_as_int_or_float(run_at_ms: float) -> None:
+    envelope = Envelope("", {"i": 1}, run_at_ms, *DEFAULT_LIMITS)
+    decoded = codec.decode_envelope(codec.encode_envelope(envelope))
+    assert decoded.run_at_ms == run_at_ms
+    assert type(decoded.run_at_ms) is type(run_at_ms)
+
+
+def test_v2_whole_float_run_at_is_stored_as_an_int() -> None:
+    blob = codec.envelope_from_packed_data("", codec.pack({}), 1_763_800_000_123.0, *DEFAULT_LIMITS)
+    run_at = codec.decode_envelope(blob).run_at_ms
+    assert run_at == 1_763_800_000_123
+    assert isinstance(run_at, int)
+
+
+def test_v2_envelope_of_the_benchmark_payload_is_38_bytes() -> None:
+    """Array header 1 + version 1 + empty task name 1 + data 26 + run-at 9 (a float64 or
+    uint64 for today's epoch ms); version 1 added 7 bytes of limits (attempts 1, timeout
+    300,000 as uint32 5, result TTL 1) for 45."""
+    data = codec.pack({"i": 65000, "to": "user@example.com"})
+    assert len(data) == 26
+    for run_at_ms in (1_763_800_000_123, 1_763_800_000_123.457):
+        blob = codec.envelope_from_packed_data("", data, run_at_ms, *DEFAULT_LIMITS)
+        assert len(blob) == 38
+    version_1 = msgpack.packb(
+        [1, "", {"i": 65000, "to": "user@example.com"}, 1_763_800_000_123, *DEFAULT_LIMITS]
+    )
+    assert len(version_1) == 45
+
+
+def test_v1_envelopes_still_decode() -> None:
+    blob = msgpack.packb([1, "send", {"to": "a@b"}, 1_763_800_000_123, 3, 1000, 0])
+    assert codec.decode_envelope(blob) == Envelope(
+        "send", {"to": "a@b"}, 1_763_800_000_123, 3, 1000, 0
+    )
+    with_defaults = msgpack.packb([1, "", {}, 5, *DEFAULT_LIMITS])
+    assert codec.decode_envelope(with_defaults) == Envelope("", {}, 5, *DEFAULT_LIMITS)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ([1, "t", {}, 0, 1, 1], "expected 7"),  # version 1 never omits anything
+        ([1, "t", {}, 0], "expected 7"),
+        ([1, "t", {}, 0, 1, 1, 0, 0], "expected 7"),
+        ([2, "t", {}], "expected 4 to 7"),
+        ([2, "t", {}, 0, 1, 1, 0, 0], "expected 4 to 7"),
+        ([2], "expected 4 to 7"),
+        ([2, b"t", {}, 0], "wrong types"),
+        ([2, "t", {}, "0"], "wrong types"),
+        ([2, "t", {}, None], "wrong types"),
+        ([2, "t", {}, True], "wrong types"),
+        ([2, "t", {}, float("nan")], "wrong types"),
+        ([2, "t", {}, float("inf")], "wrong types"),
+        ([2, "t", {}, 0, 1.5], "wrong types"),
+        ([2, "t", {}, 0, 5, None], "wrong types"),
+        ([2, "t", {}, 0, 5, 1000, False], "wrong types"),
+        ([True, "t", {}, 0], "not a duetime envelope"),
+        ([0, "t", {}, 0], "version 0"),
+        ([-1, "t", {}, 0], "not a version duetime ever wrote"),
+    ],
+)
+def test_malformed_envelopes_are_refused(fields: list[object], message: str) -> None:
+    with pytest.raises(DecodeError, match=message):
+        codec.decode_envelope(msgpack.packb(fields))
 
 
 @pytest.mark.parametrize(

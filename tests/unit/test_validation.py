@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta, timezone
+from fractions import Fraction
 
 import pytest
 
@@ -19,15 +20,46 @@ from duetime.errors import (
     [
         (0, 0),
         (1795320000, 1795320000000),
-        (1795320000.1234, 1795320000124),  # rounded up: never before the exact time
-        (1795320000.123, 1795320000123),  # float noise does not push a whole ms up
-        (0.0001, 1),
+        (1795320000.25, 1795320000250),
+        (1795320000.000125, 1795320000000.125),  # microseconds kept
+        (1795320000.1234567, 1795320000123.457),  # rounded up: never before the exact time
+        (0.0000001, 0.001),
+        (1800000001.003, 1800000001003),  # the decimal written, though the double lies above
         (datetime(2026, 11, 22, 12, 0, tzinfo=UTC), 1795348800000),
         (datetime(2026, 11, 22, 13, 0, tzinfo=timezone(timedelta(hours=1))), 1795348800000),
+        (datetime(2026, 11, 22, 12, 0, 0, 123456, tzinfo=UTC), 1795348800123.456),
     ],
 )
-def test_accepted_timestamps_become_milliseconds(value: object, expected_ms: int) -> None:
+def test_accepted_timestamps_become_milliseconds(value: object, expected_ms: float) -> None:
     assert validation.timestamp_ms(value) == expected_ms
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        1795320000.1234567,
+        1795320000.0000001,
+        1.9999999,
+        1763800000.9876543,
+        1795320000.123,  # a decimal a float cannot hold: at most 1 µs later, never earlier
+        144115188076.25,  # year 6536: a double has no exact microseconds there
+        253402300000.999999,
+        datetime(3085, 5, 1, 0, 0, 0, 126, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 0, 0, 999999, tzinfo=UTC),
+    ],
+)
+def test_run_at_is_never_before_the_time_written_and_at_most_a_microsecond_after(
+    value: float | datetime,
+) -> None:
+    if isinstance(value, datetime):
+        exact = Fraction((value - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1))
+        exact /= 1000
+    else:
+        exact = Fraction(repr(value)) * 1000  # the decimal written, not the nearest double
+    stored = Fraction(validation.timestamp_ms(value))
+    assert exact <= stored
+    # A microsecond of rounding, plus a double's spacing far in the future.
+    assert stored - exact <= Fraction(1, 1000) + Fraction(1, 16)
 
 
 @pytest.mark.parametrize(

@@ -22,13 +22,19 @@ class QueueKeys:
 
     @property
     def scheduled(self) -> str:
-        """ZSET task id -> run-at (ms): delayed tasks, retries, re-entered tasks."""
+        """ZSET task id -> run-at (ms, to the µs): delayed tasks, retries, re-entered tasks."""
         return self._key("scheduled")
 
     @property
     def ready(self) -> str:
         """LIST of task ids due now."""
         return self._key("ready")
+
+    @property
+    def early(self) -> str:
+        """HASH task id -> run-at (ms), for ids promoted to ``ready`` shortly before
+        their run-at; the claiming worker takes the entry and waits until then."""
+        return self._key("early")
 
     @property
     def leases(self) -> str:

@@ -69,7 +69,7 @@ Plan = Generator[Request, Any, T]
 class Promotion:
     moved: int
     now_ms: int
-    next_due_ms: int | None
+    next_due_ms: float | None
     next_lease_deadline_ms: int | None
     oldest_heartbeat_ms: int | None
     next_cron_tick_ms: int | None
@@ -80,6 +80,7 @@ class Claimed:
     task_id: str
     attempt: int
     envelope: bytes | None  # None: the id had no envelope and was dropped
+    early_run_at_ms: float | None = None  # promoted ahead of this run-at: wait for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +103,7 @@ class Outcome:
 @dataclass(frozen=True, slots=True)
 class StatusReply:
     state: str
-    score_ms: int | None
+    score_ms: float | None
     attempts: int
     error: bytes | None
     envelope: bytes | None
@@ -147,6 +148,7 @@ class Snapshot:
     workers: dict[str, int] = field(default_factory=dict)  # worker -> heartbeat
     attempts: set[str] = field(default_factory=set)
     errors: set[str] = field(default_factory=set)
+    early: set[str] = field(default_factory=set)  # ids promoted ahead, not yet claimed
     wake_length: int = 0
     cron: set[str] = field(default_factory=set)  # job names with a definition
     cron_entries: dict[str, set[str]] = field(default_factory=dict)  # key part -> names
@@ -167,11 +169,17 @@ def _pairs(reply: Any) -> list[tuple[Any, Any]]:
     return list(zip(reply[::2], reply[1::2], strict=True))
 
 
-def _score(value: bytes | str | None) -> int | None:
+def _score(value: bytes | str | None) -> float | None:
     if value is None:
         return None
     number = float(value)
-    return None if number < 0 else int(number)
+    return None if number < 0 else number
+
+
+def _whole_score(value: bytes | str | None) -> int | None:
+    """A score written in whole milliseconds (deadlines, heartbeats, cron ticks)."""
+    number = _score(value)
+    return None if number is None else int(number)
 
 
 def sample_clock(clock: Clock) -> Plan[None]:
@@ -208,7 +216,7 @@ class QueueOperations:
 
     # --- producing -------------------------------------------------------------------
 
-    def schedule(self, now: int, items: Sequence[tuple[str, int, bytes]]) -> Plan[list[bool]]:
+    def schedule(self, now: int, items: Sequence[tuple[str, float, bytes]]) -> Plan[list[bool]]:
         """Store (id, run-at ms, envelope) triples; True where created. One script call
         per SCHEDULE_BATCH items, all sent in one round trip."""
         k = self.keys
@@ -229,13 +237,13 @@ class QueueOperations:
         k = self.keys
         place = yield Eval(
             scripts.CANCEL_TASK,
-            (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.stats),
+            (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.stats, k.early),
             (task_id,),
         )
         return _text(place) if place else None
 
     def reschedule(
-        self, task_id: str, run_at_ms: int, rewrite: Callable[[bytes], bytes]
+        self, task_id: str, run_at_ms: float, rewrite: Callable[[bytes], bytes]
     ) -> Plan[str | None]:
         """Move a waiting task to ``run_at_ms``; ``rewrite`` makes the new envelope
         from the current one. Compare-and-set: retried if the envelope changes meanwhile."""
@@ -247,7 +255,7 @@ class QueueOperations:
             now = yield from self.now()
             outcome = yield Eval(
                 scripts.RESCHEDULE_TASK,
-                (k.tasks, k.scheduled, k.ready, k.dead, k.wake),
+                (k.tasks, k.scheduled, k.ready, k.dead, k.wake, k.early),
                 (now, task_id, run_at_ms, current, rewrite(current)),
             )
             if not outcome:
@@ -275,17 +283,19 @@ class QueueOperations:
 
     # --- dispatching -----------------------------------------------------------------
 
-    def promote_due(self, limit: int) -> Plan[Promotion]:
+    def promote_due(self, limit: int, ahead_ms: int = 0) -> Plan[Promotion]:
+        """Move tasks due by now + ``ahead_ms`` to ready (those not yet due are waited
+        for by the worker that claims them)."""
         now = yield from self.now()
         k = self.keys
         moved, next_due, next_lease, oldest_beat, next_tick = yield Eval(
             scripts.PROMOTE_DUE,
-            (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next),
-            (now, limit),
+            (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next, k.early),
+            (now, now + ahead_ms, limit),
         )
         return Promotion(
-            int(moved), now, _score(next_due), _score(next_lease), _score(oldest_beat),
-            _score(next_tick),
+            int(moved), now, _score(next_due), _whole_score(next_lease),
+            _whole_score(oldest_beat), _whole_score(next_tick),
         )  # fmt: skip
 
     def eviction_policy(self) -> Plan[str]:
@@ -386,12 +396,12 @@ class QueueOperations:
         k = self.keys
         reply = yield Eval(
             scripts.CLAIM_TASKS,
-            (k.ready, k.active(worker_id), k.leases, k.attempts, k.tasks, k.workers),
+            (k.ready, k.active(worker_id), k.leases, k.attempts, k.tasks, k.workers, k.early),
             (now, now + lease_ms, worker_id, most, *taken),
         )
         return [
-            Claimed(_text(reply[i]), int(reply[i + 1]), reply[i + 2])
-            for i in range(0, len(reply), 3)
+            Claimed(_text(reply[i]), int(reply[i + 1]), reply[i + 2], _score(reply[i + 3]))
+            for i in range(0, len(reply), 4)
         ]
 
     def heartbeat(
@@ -620,7 +630,7 @@ class QueueOperations:
         stray: list[str] = []
         fixed = {k.tasks, k.scheduled, k.ready, k.leases, k.workers, k.attempts, k.errors,
                  k.dead, k.wake, k.stats, k.cron, k.cron_next, k.cron_last,
-                 k.cron_held}  # fmt: skip
+                 k.cron_held, k.early}  # fmt: skip
         cursor: Any = 0
         while True:
             cursor, found = yield Command(
@@ -654,15 +664,16 @@ class QueueOperations:
                     Command(("ZRANGE", k.cron_next, 0, -1)),
                     Command(("HKEYS", k.cron_last)),
                     Command(("HKEYS", k.cron_held)),
+                    Command(("HKEYS", k.early)),
                     *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
                     *(Command(("PTTL", key)) for key in result_keys),
                 ),
                 transaction=True,
             )
             tasks, scheduled, ready, dead, leases, workers, attempts, errors, wake = replies[:9]
-            cron_names, cron_next, cron_last, cron_held = replies[9:13]
-            lists = replies[13 : 13 + len(active_keys)]
-            ttls = replies[13 + len(active_keys) :]
+            cron_names, cron_next, cron_last, cron_held, early = replies[9:14]
+            lists = replies[14 : 14 + len(active_keys)]
+            ttls = replies[14 + len(active_keys) :]
             snap = Snapshot(now_ms=now)
             snap.workers = {
                 _text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
@@ -678,6 +689,7 @@ class QueueOperations:
             }
             snap.attempts = {_text(i) for i in attempts}
             snap.errors = {_text(i) for i in errors}
+            snap.early = {_text(i) for i in early}
             snap.wake_length = int(wake)
             snap.cron = {_text(i) for i in cron_names}
             snap.cron_entries = {

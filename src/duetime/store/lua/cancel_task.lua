@@ -6,6 +6,7 @@
 -- KEYS[5] attempts   HASH
 -- KEYS[6] errors     HASH
 -- KEYS[7] stats      HASH
+-- KEYS[8] early      HASH  task id -> run-at, for ids promoted ahead of it
 -- ARGV[1] task id
 -- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
 -- is running (left alone), or false when no live task has this id.
@@ -20,6 +21,7 @@ elseif redis.call('ZREM', KEYS[4], id) == 1 then
   place = 'dead'
 elseif redis.call('LREM', KEYS[3], 1, id) == 1 then
   place = 'ready'
+  redis.call('HDEL', KEYS[8], id)
 else
   return 'running'
 end

@@ -5,13 +5,15 @@
 -- KEYS[4] attempts   HASH  task id -> attempts started
 -- KEYS[5] tasks      HASH  task id -> envelope
 -- KEYS[6] workers    ZSET  worker id -> last heartbeat (ms)
+-- KEYS[7] early      HASH  task id -> run-at (ms), for ids promoted before their run-at
 -- ARGV[1] now (ms)
 -- ARGV[2] lease deadline (ms)
 -- ARGV[3] worker id
 -- ARGV[4] most ids to move from ready
 -- ARGV[5..] ids the worker already moved into its list with BLMOVE
--- Returns: flat triples {task id, attempt, envelope}; an id with no envelope comes back
--- with attempt 0 and envelope false, already dropped from the list.
+-- Returns: flat quadruples {task id, attempt, envelope, run-at}; run-at (ms) is given for
+-- an id promoted ahead of it (the worker waits until then), false otherwise. An id with
+-- no envelope comes back with attempt 0 and envelope false, already dropped from the list.
 local worker = ARGV[3]
 redis.call('ZADD', KEYS[6], ARGV[1], worker)
 local ids = {}
@@ -31,15 +33,21 @@ end
 local out = {}
 for _, id in ipairs(ids) do
   local envelope = redis.call('HGET', KEYS[5], id)
+  local run_at = redis.call('HGET', KEYS[7], id)
+  if run_at then
+    redis.call('HDEL', KEYS[7], id)
+  end
   if envelope then
     redis.call('ZADD', KEYS[3], ARGV[2], worker .. '|' .. id)
     out[#out + 1] = id
     out[#out + 1] = redis.call('HINCRBY', KEYS[4], id, 1)
     out[#out + 1] = envelope
+    out[#out + 1] = run_at
   else
     redis.call('LREM', KEYS[2], 1, id)
     out[#out + 1] = id
     out[#out + 1] = 0
+    out[#out + 1] = false
     out[#out + 1] = false
   end
 end

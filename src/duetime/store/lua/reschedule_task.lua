@@ -4,6 +4,7 @@
 -- KEYS[3] ready      LIST
 -- KEYS[4] dead       ZSET
 -- KEYS[5] wake       LIST
+-- KEYS[6] early      HASH  task id -> run-at, for ids promoted ahead of it
 -- ARGV[1] now (ms)
 -- ARGV[2] task id
 -- ARGV[3] new run-at (ms)
@@ -26,6 +27,7 @@ if redis.call('ZREM', KEYS[2], id) == 0 then
   if redis.call('LREM', KEYS[3], 1, id) == 0 then
     return 'running'
   end
+  redis.call('HDEL', KEYS[6], id)
 end
 redis.call('HSET', KEYS[1], id, ARGV[5])
 if run_at <= now then
