@@ -9,6 +9,7 @@ from freezegun import freeze_time
 
 from duetime import App, ManualClock, ServerClock, Settings
 from duetime.backoff import Backoff, retry_delay
+from duetime.clock import wait_until
 from duetime.errors import ConfigurationError, UnknownHandlerError
 
 
@@ -18,6 +19,56 @@ def test_settings_refuse_non_positive_and_incoherent_values() -> None:
     with pytest.raises(ConfigurationError, match="twice heartbeat_interval"):
         Settings(lease_duration=1.0, heartbeat_interval=1.0)
     assert Settings().replace(max_attempts=2).max_attempts == 2
+
+
+def test_promote_ahead_may_be_zero_but_not_negative_or_long() -> None:
+    assert Settings(promote_ahead=0).promote_ahead == 0
+    with pytest.raises(ConfigurationError, match="promote_ahead"):
+        Settings(promote_ahead=-0.001)
+    with pytest.raises(ConfigurationError, match="at most 1s"):
+        Settings(promote_ahead=2.0)
+    assert Settings.from_env({"DUETIME_PROMOTE_AHEAD": "0"}).promote_ahead == 0
+
+
+def test_wait_until_never_returns_before_the_clock_reads_the_moment() -> None:
+    """Several waiters on the shared timer thread, one of them cancelled: each of the
+    others wakes, in order, no earlier than its moment by the clock it waits on."""
+    clock = ServerClock()
+    clock.observe(1_000_000.0, round_trip=0.0)
+
+    async def scenario() -> list[tuple[float, float]]:
+        woke: list[tuple[float, float]] = []
+
+        async def waiter(moment: float) -> None:
+            await wait_until(clock, moment)
+            woke.append((moment, clock.seconds_until(moment)))
+
+        base = float(clock.now_ms() or 0)
+        moments = [base + offset for offset in (30.5, 10.25, 20.0, 20.0, 0.0)]
+        tasks = [asyncio.create_task(waiter(moment)) for moment in moments]
+        doomed = asyncio.create_task(waiter(base + 15.0))
+        await asyncio.sleep(0.005)
+        doomed.cancel()
+        await asyncio.gather(*tasks)
+        return woke
+
+    woke = asyncio.run(scenario())
+    assert [moment for moment, _ in woke] == sorted(moment for moment, _ in woke)
+    assert len(woke) == 5
+    assert all(remaining <= 0 for _, remaining in woke)  # never early
+
+
+def test_wait_until_a_driven_clock_waits_until_the_test_moves_it() -> None:
+    clock = ManualClock(1000)
+
+    async def scenario() -> None:
+        waiting = asyncio.create_task(wait_until(clock, 1000.5))
+        await asyncio.sleep(0.12)  # real time passes; the driven clock does not
+        assert not waiting.done()
+        clock.set(1001)
+        await asyncio.wait_for(waiting, 5)
+
+    asyncio.run(scenario())
 
 
 def test_retry_delay_grows_exponentially_is_capped_and_jittered() -> None:

@@ -68,7 +68,9 @@ class DuetimeAdapter:
             "processes": "1 `duetime dispatcher` + N `duetime worker` (N = worker processes)",
             "concurrency": str(profile.concurrency or "10 (default)") + " async tasks per worker",
             "handler": "async def",
-            "scheduling": "dispatcher sleeps until the next run-at; no polling interval",
+            "scheduling": f"dispatcher sleeps until {s.promote_ahead * 1000:g} ms before the next "
+            "run-at (promote_ahead, default) and promotes; the worker waits for the run-at on "
+            "a precise timer; no polling interval",
             "recovery settings": f"lease {s.lease_duration:g} s, worker_ttl {s.worker_ttl:g} s, "
             f"heartbeat {s.heartbeat_interval:g} s (defaults)",
             "log level": "warning",
