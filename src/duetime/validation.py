@@ -83,9 +83,13 @@ def timestamp_ms(value: object) -> float:
     else:
         # The float read as the shortest decimal that stands for it (its repr), which is
         # what was written: 12.003 is 12,003,000 µs, although the nearest double lies a
-        # hair above. Decimal arithmetic is exact, where a product of floats could round
-        # below the time given.
-        micros = int((Decimal(repr(seconds)) * 1_000_000).to_integral_value(ROUND_CEILING))
+        # hair above. Exact arithmetic, where a product of floats could round below the
+        # time given: integers on the float's exact value first (cheap), and the decimal
+        # only when a whole microsecond just below also stands for this float.
+        numerator, denominator = seconds.as_integer_ratio()
+        micros = -((-numerator * 1_000_000) // denominator)
+        if (micros - 1) / 1_000_000 == seconds:
+            micros = int((Decimal(repr(seconds)) * 1_000_000).to_integral_value(ROUND_CEILING))
     return _milliseconds_not_below(micros)
 
 
