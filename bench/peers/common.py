@@ -78,30 +78,25 @@ def handler_kind() -> str:
     return os.environ.get("BENCH_HANDLER", "noop")
 
 
-def run_task(data: dict[str, Any]) -> None:
-    """The body of every system's task, for workers that run plain functions."""
+def _start_task(data: dict[str, Any]) -> float:
+    """Stamp the task's start; returns how long its body then waits (simulated I/O)."""
     index = int(data["i"])
     stamp(index)
     if index < 0:
-        return
-    kind = handler_kind()
-    if kind == "io":
-        time.sleep(IO_SECONDS)
-    elif kind == "hang":
-        time.sleep(HANG_SECONDS)
+        return 0.0
+    return {"io": IO_SECONDS, "hang": HANG_SECONDS}.get(handler_kind(), 0.0)
+
+
+def run_task(data: dict[str, Any]) -> None:
+    """The body of every system's task, for workers that run plain functions."""
+    if seconds := _start_task(data):
+        time.sleep(seconds)
 
 
 async def run_task_async(data: dict[str, Any]) -> None:
     """The same for asyncio workers: the I/O is awaited, so the loop runs other tasks."""
-    index = int(data["i"])
-    stamp(index)
-    if index < 0:
-        return
-    kind = handler_kind()
-    if kind == "io":
-        await asyncio.sleep(IO_SECONDS)
-    elif kind == "hang":
-        await asyncio.sleep(HANG_SECONDS)
+    if seconds := _start_task(data):
+        await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,3 +212,14 @@ async def run_concurrently(
             await call(item)
 
     await asyncio.gather(*(drain() for _ in range(limit)))
+
+
+def enqueue_on(
+    loop: asyncio.AbstractEventLoop,
+    call: Callable[[Item], Awaitable[object]],
+    items: Sequence[Item],
+    mode: str,
+) -> None:
+    """An asyncio producer's enqueue: 64 calls at a time to fill a backlog, otherwise
+    one after the other (the single-call figure)."""
+    loop.run_until_complete(run_concurrently(call, items, limit=64 if mode == "fill" else 1))

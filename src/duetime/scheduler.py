@@ -297,15 +297,15 @@ class QueueCore:
     ) -> Plan[list[int]]:
         """The positions whose id is live with an envelope other than the one written.
         An envelope gone meanwhile counts as a collision: writing the task again can at
-        worst run it twice (at-least-once allows that), never lose it. One status call
-        per id: this path runs only after a collision or a resent call, both rare."""
-        collided = []
-        for position in positions:
-            task_id, _, envelope = items[position]
-            reply = yield from self.operations.status(task_id)
-            if reply.envelope != envelope:
-                collided.append(position)
-        return collided
+        worst run it twice (at-least-once allows that), never lose it. One read for all."""
+        if not positions:
+            return []
+        stored = yield from self.operations.envelopes([items[p][0] for p in positions])
+        return [
+            position
+            for position, envelope in zip(positions, stored, strict=True)
+            if envelope != items[position][2]
+        ]
 
     def schedule_one_plan(self, job: Job) -> Plan[str]:
         return (yield from self.schedule_plan([self.prepare(job)]))[0]

@@ -741,15 +741,10 @@ def test_cli_tiny_result_ttl_is_not_silently_dropped(
 
 # --- garbage already in Redis, under running daemons ---------------------------------
 
-GARBAGE_SETTINGS = Settings(
-    heartbeat_interval=0.2,
-    worker_ttl=2.0,
-    lease_duration=4.0,
-    retry_base=0.02,
-    retry_max=0.1,
-    shutdown_grace=1.0,
+GARBAGE_SETTINGS = FAST.replace(
+    heartbeat_interval=0.2, worker_ttl=2.0, lease_duration=4.0, shutdown_grace=1.0,
     block_timeout=0.5,
-)
+)  # fmt: skip
 #: How long the daemons live with the garbage before the command count is read.
 WINDOW = 2.0
 #: Commands (script-internal ones included) one worker + one dispatcher may issue in

@@ -190,7 +190,7 @@ ROLE_SCRIPTS: dict[str, set[str]] = {
 ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead"}
 #: Commands each role sends itself (not from a script). CONFIG GET is optional.
 ROLE_DIRECT: dict[str, set[str]] = {
-    "producer": {"time", "hget", "blmove", "zcard", "llen", "zrange", "hgetall"},
+    "producer": {"time", "hget", "blmove", "zcard", "llen", "zrange", "hgetall", "hmget"},
     "worker": {"time", "blmove"},
     "dispatcher": {"time", "blpop", "zrange", "zscore", "scan", "hmget"},
 }

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from arq import create_pool
 from arq.connections import ArqRedis, RedisSettings
 
-from peers.common import QUEUE, Item, Profile, payload, run_concurrently, run_task_async
+from peers.common import QUEUE, Item, Profile, enqueue_on, payload, run_task_async
 
 #: arq logs every job at INFO; its CLI takes a logging dict, so keep it to warnings.
 LOG_CONFIG = {
@@ -59,15 +59,8 @@ class ArqProducer:
             when = datetime.fromtimestamp(at, tz=UTC)
             await self.pool.enqueue_job("task", payload(index), _defer_until=when)
 
-    async def _sequential(self, items: Sequence[Item]) -> None:
-        for item in items:
-            await self._one(item)
-
     def enqueue(self, items: Sequence[Item], mode: str) -> None:
-        if mode == "fill":
-            self.loop.run_until_complete(run_concurrently(self._one, items))
-        else:
-            self.loop.run_until_complete(self._sequential(items))
+        enqueue_on(self.loop, self._one, items, mode)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.pool.aclose())

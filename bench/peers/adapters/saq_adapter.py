@@ -12,7 +12,7 @@ from typing import Any
 
 from saq import Queue
 
-from peers.common import QUEUE, Item, Profile, payload, run_concurrently, run_task_async
+from peers.common import QUEUE, Item, Profile, enqueue_on, payload, run_task_async
 
 
 async def task(ctx: Any, *, data: Any) -> None:
@@ -47,15 +47,8 @@ class SaqProducer:
         else:
             await self.queue.enqueue("task", data=payload(index), scheduled=at)
 
-    async def _sequential(self, items: Sequence[Item]) -> None:
-        for item in items:
-            await self._one(item)
-
     def enqueue(self, items: Sequence[Item], mode: str) -> None:
-        if mode == "fill":
-            self.loop.run_until_complete(run_concurrently(self._one, items))
-        else:
-            self.loop.run_until_complete(self._sequential(items))
+        enqueue_on(self.loop, self._one, items, mode)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.queue.disconnect())

@@ -233,6 +233,11 @@ class QueueOperations:
             replies = yield EvalMany(scripts.SCHEDULE_TASKS, calls)
         return [bool(flag) for created in replies for flag in created]
 
+    def envelopes(self, task_ids: Sequence[str]) -> Plan[list[bytes | None]]:
+        """The stored envelope of each id (None where there is none), in one command."""
+        stored: list[bytes | None] = yield Command(("HMGET", self.keys.tasks, *task_ids))
+        return stored
+
     def cancel(self, task_id: str) -> Plan[str | None]:
         k = self.keys
         place = yield Eval(
