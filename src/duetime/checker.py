@@ -5,16 +5,21 @@ Checked: a live task id is in exactly one place (scheduled, ready, one processin
 list, dead) and every id in a place has its envelope (invariant 1); nothing is left
 behind that would grow without bound: per-task hashes of tasks that are gone,
 leases without their task, processing lists of unregistered workers, results
-without a TTL, unknown keys (invariant 7).
+without a TTL, unknown keys (invariant 7). Also reported: garbage where duetime keeps
+numbers (attempt counters, early run-at notes, counters, held cron ticks) and cron
+definitions this host cannot use (poison records the dispatcher pauses).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass
 
+from duetime import cron
+from duetime.errors import DuetimeError
 from duetime.store.keys import lease_member, split_lease_member
-from duetime.store.operations import Snapshot
+from duetime.store.operations import Snapshot, count_or_none
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +60,12 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
                 Violation("orphan id", task_id, f"in {', '.join(found)} without an envelope")
             )
 
-    for name, entries in (("attempts", snapshot.attempts), ("errors", snapshot.errors)):
+    for name, entries in (("attempts", set(snapshot.attempts)), ("errors", snapshot.errors)):
         for task_id in sorted(entries - snapshot.tasks):
             problems.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
 
     waiting = set(snapshot.ready).union(*snapshot.active.values())
-    for task_id in sorted(snapshot.early - waiting):
+    for task_id in sorted(set(snapshot.early) - waiting):
         problems.append(
             Violation("leak", task_id, "early run-at of a task not in ready or a worker's list")
         )
@@ -92,8 +97,9 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
                     Violation("unleased", task_id, f"in {worker}'s list without a lease")
                 )
 
+    problems += _garbage(snapshot)
     for part, names in sorted(snapshot.cron_entries.items()):
-        for name in sorted(names - snapshot.cron):
+        for name in sorted(names - set(snapshot.cron)):
             problems.append(Violation("leak", name, f"{part} entry of a cron job that is gone"))
     for key in snapshot.results_without_ttl:
         problems.append(Violation("leak", key, "result without a TTL"))
@@ -104,3 +110,38 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
             Violation("leak", "wake", f"wake list holds {snapshot.wake_length} elements")
         )
     return problems
+
+
+def _garbage(snapshot: Snapshot) -> list[Violation]:
+    """Values that are not what duetime writes there, and unusable cron definitions."""
+    found: list[Violation] = []
+    for task_id, value in sorted(snapshot.attempts.items()):
+        count = count_or_none(value)
+        if count is None or count < 0:
+            found.append(Violation("garbage", task_id, f"attempt counter {_shown(value)}"))
+    for task_id, value in sorted(snapshot.early.items()):
+        if not _is_number(value):
+            found.append(Violation("garbage", task_id, f"early run-at note {_shown(value)}"))
+    for name, value in sorted(snapshot.counters.items()):
+        if count_or_none(value) is None:
+            found.append(Violation("garbage", f"stats.{name}", f"counter {_shown(value)}"))
+    for name, value in sorted(snapshot.cron_held.items()):
+        if count_or_none(value) is None:
+            found.append(Violation("garbage", name, f"held cron tick {_shown(value)}"))
+    for name, blob in sorted(snapshot.cron.items()):
+        try:
+            cron.decode_job(blob)
+        except DuetimeError as problem:
+            found.append(Violation("poison cron", name, f"definition unusable here: {problem}"))
+    return found
+
+
+def _is_number(value: bytes) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except ValueError:
+        return False
+
+
+def _shown(value: bytes) -> str:
+    return repr(value[:40]) + ("..." if len(value) > 40 else "")

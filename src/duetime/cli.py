@@ -1,7 +1,8 @@
 """The ``duetime`` command: run the daemons, schedule, inspect and repair queues.
 
-Exit codes: 0 success; 1 the invariant check found violations; 2 usage error;
-3 Redis unavailable; 4 no such task; 5 any other duetime error.
+Exit codes: 0 success; 1 the invariant check found violations; 2 usage error (bad
+option, setting or app); 3 Redis unavailable; 4 no such task; 5 any other duetime
+error; 6 a daemon gave up after a part of it kept failing (restart it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -28,6 +30,7 @@ from duetime.app import App
 from duetime.dispatcher import Dispatcher
 from duetime.errors import (
     ConfigurationError,
+    DaemonFailedError,
     DuetimeError,
     InvalidInputError,
     RedisUnavailableError,
@@ -44,6 +47,7 @@ EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 EXIT_NOT_FOUND = 4
 EXIT_ERROR = 5
+EXIT_DAEMON_FAILED = 6
 
 
 class Table(RichTable):
@@ -163,39 +167,75 @@ def load_app(target: str) -> App:
             found = getattr(found, part)
     except (ImportError, AttributeError) as error:
         raise click.BadParameter(f"cannot load {target!r}: {error}", param_hint="APP") from None
+    except Exception as error:  # the module itself raised while being imported
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        raise click.BadParameter(
+            f"cannot load {target!r}: importing {module_name} raised "
+            f"{type(error).__name__}: {error} (at {where.filename}:{where.lineno})",
+            param_hint="APP",
+        ) from None
     return App.coerce(found)
 
 
-def _run_daemons(build: Callable[[], list[Any]]) -> None:
-    """Run daemons until SIGTERM/SIGINT: the first signal stops them gracefully,
-    the second at once."""
+def _run_daemons(daemons: list[Any]) -> None:
+    """Run daemons until SIGTERM/SIGINT: the first signal stops them gracefully, the
+    second at once. When one of them fails (DaemonFailedError, or any exception), the
+    others are stopped gracefully and the process exits non-zero, so that whatever
+    supervises it starts a fresh one: never a process that is up but not working."""
 
-    async def supervise() -> None:
-        daemons = build()
+    async def supervise() -> int:
         loop = asyncio.get_running_loop()
         signals = {"count": 0}
 
-        def on_signal() -> None:
-            signals["count"] += 1
-            now = signals["count"] > 1
-            log.info("stopping %s", "now" if now else "gracefully (signal again to stop at once)")
+        def stop(now: bool) -> None:
             for daemon in daemons:
                 if isinstance(daemon, Worker):
                     daemon.stop(now=now)
                 else:
                     daemon.stop()
 
+        def on_signal() -> None:
+            signals["count"] += 1
+            now = signals["count"] > 1
+            log.info("stopping %s", "now" if now else "gracefully (signal again to stop at once)")
+            stop(now)
+
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal)
-        await asyncio.gather(*(daemon.run() for daemon in daemons))
+        runs = [asyncio.create_task(daemon.run()) for daemon in daemons]
+        done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
+        if any(task.exception() is not None for task in done):
+            stop(now=False)
+        await asyncio.wait(runs)
+        return max(_exit_code(task.exception()) for task in runs)
 
-    asyncio.run(supervise())
+    code = asyncio.run(supervise())
     # A handler thread that overran its timeout cannot be stopped, and the interpreter
     # joins such threads at exit; its task is already handed back, so leave now.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
+
+
+def _exit_code(error: BaseException | None) -> int:
+    """The exit code for how a daemon ended, with the reason logged."""
+    if error is None:
+        return EXIT_OK
+    if isinstance(error, DaemonFailedError):
+        log.critical("%s; exiting so that a supervisor can start a fresh process", error)
+        return EXIT_DAEMON_FAILED
+    if isinstance(error, RedisUnavailableError):
+        log.critical("%s", error)
+        return EXIT_UNAVAILABLE
+    if isinstance(error, InvalidInputError | ConfigurationError):
+        log.critical("%s", error)
+        return EXIT_USAGE
+    if isinstance(error, DuetimeError):
+        log.critical("%s", mask_url(str(error)))
+        return EXIT_ERROR
+    log.critical("a daemon failed", exc_info=error)
+    return EXIT_DAEMON_FAILED
 
 
 @main.command()
@@ -209,12 +249,14 @@ def dispatcher(queues: tuple[str, ...], redis_url: str | None) -> None:
     Example:
       duetime dispatcher --queue emails --queue reports --redis redis://localhost:6379/0
     """
-    url = _redis_url(redis_url)
-    _run_daemons(lambda: [Dispatcher(list(queues), url, settings=_settings())])
-
-
-def _workers(app: App, queues: tuple[str, ...], url: str, concurrency: int) -> list[Any]:
     settings = _settings()
+    url = _redis_url(redis_url)
+    _run_daemons([Dispatcher(list(queues), url, settings=settings)])
+
+
+def _workers(
+    app: App, queues: tuple[str, ...], url: str, concurrency: int, settings: Settings
+) -> list[Any]:
     return [Worker(app, q, url, concurrency=concurrency, settings=settings) for q in queues]
 
 
@@ -241,13 +283,14 @@ def worker(
     Example:
       duetime worker myapp:app --queue emails --concurrency 50 --processes 2
     """
+    settings = _settings()
     app = load_app(app_path)
     url = _redis_url(redis_url)
     if processes == 1:
-        _run_daemons(lambda: _workers(app, queues, url, concurrency))
+        _run_daemons(_workers(app, queues, url, concurrency, settings))
     else:
         _fork_workers(
-            processes, lambda: _run_daemons(lambda: _workers(app, queues, url, concurrency))
+            processes, lambda: _run_daemons(_workers(app, queues, url, concurrency, settings))
         )
 
 
@@ -308,12 +351,13 @@ def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str
     Example:
       duetime run myapp:app --queue emails
     """
+    settings = _settings()
     app = load_app(app_path)
     url = _redis_url(redis_url)
     _run_daemons(
-        lambda: [
-            Dispatcher(list(queues), url, settings=_settings()),
-            *_workers(app, queues, url, concurrency),
+        [
+            Dispatcher(list(queues), url, settings=settings),
+            *_workers(app, queues, url, concurrency, settings),
         ]
     )
 
@@ -367,9 +411,16 @@ def schedule(
 
 def _json_argument(data: str) -> Any:
     try:
-        return json.loads(data)
+        return json.loads(data, parse_constant=_refuse_constant)
     except (json.JSONDecodeError, RecursionError) as error:
         raise click.BadParameter(f"not valid JSON: {error}", param_hint="DATA") from None
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="DATA") from None
+
+
+def _refuse_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which are not JSON and not portable data.
+    raise ValueError(f"not valid JSON: {name} is not a JSON value")
 
 
 def _when(seconds: float | None) -> str:
@@ -387,8 +438,8 @@ def status(queue: str, task_id: str, redis_url: str | None) -> None:
     """Show where a task is and its last error."""
     with _queue(queue, redis_url) as client:
         found = client.status(task_id)
-    if found is None:
-        raise TaskNotFoundError(f"no task {task_id!r} in queue {queue!r}")
+        if found is None:
+            raise client.core.not_found(task_id)
     click.echo(json.dumps(_asdict(found), default=str, indent=2))
 
 
@@ -612,6 +663,8 @@ def cron_list(queue: str, as_json: bool, upcoming: int, redis_url: str | None) -
     table = Table("name", "expression", "tz", "missed", "overlap", "next", "last run")
     for job in jobs:
         upcoming_text = "paused" if job.paused else "\n".join(_when(t) for t in job.next_runs)
+        if job.problem is not None:
+            upcoming_text = f"unusable here ({'paused' if job.paused else 'due'}): {job.problem}"
         last = "-"
         if job.last_run is not None:
             run = job.last_run

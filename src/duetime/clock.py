@@ -156,6 +156,13 @@ _TIMER = _PreciseTimer()
 _WAIT_STEP = 0.05
 
 
+async def sleep_precisely(seconds: float) -> None:
+    """Sleep ``seconds`` to within tens of microseconds, without blocking the event loop
+    (``asyncio.sleep`` may wake a millisecond late)."""
+    if seconds > 0:
+        await _TIMER.sleep_until(time.monotonic() + seconds)
+
+
 async def wait_until(clock: Clock, server_ms: float) -> None:
     """Sleep until ``clock`` reads ``server_ms``: precisely, and never before."""
     while (remaining := clock.seconds_until(server_ms)) > 0:

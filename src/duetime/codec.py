@@ -64,6 +64,7 @@ class ResultRecord:
     value: Any  # the handler's return value, or the error text when not ok
     started_ms: int = 0  # server clock, when the attempt started (0: unknown)
     finished_ms: int = 0
+    attempt: int = 0  # the attempt that finished (0: unknown, a record from before 0.2)
 
 
 def pack(value: Any) -> bytes:
@@ -178,16 +179,20 @@ def decode_error(blob: bytes) -> ErrorRecord:
 
 
 def encode_result(record: ResultRecord) -> bytes:
+    times = [record.started_ms, record.finished_ms, record.attempt]
     try:
-        return pack([record.ok, record.value, record.started_ms, record.finished_ms])
+        return pack([record.ok, record.value, *times])
     except InvalidPayloadError as error:
         # A return value msgpack cannot hold must not fail a task that succeeded.
-        text = f"<result not storable: {error}>"
-        return pack([record.ok, text, record.started_ms, record.finished_ms])
+        return pack([record.ok, f"<result not storable: {error}>", *times])
 
 
 def decode_result(blob: bytes) -> ResultRecord:
+    """A result record: [ok, value] or [ok, value, started, finished] as older versions
+    wrote it, or [ok, value, started, finished, attempt]."""
     fields = unpack(blob)
-    if not isinstance(fields, list) or len(fields) not in (2, 4):
+    if not isinstance(fields, list) or len(fields) not in (2, 4, 5):
         raise DecodeError("not a result record")
+    if not all(_is_integer(number) for number in fields[2:]):
+        raise DecodeError("result record fields have the wrong types")
     return ResultRecord(bool(fields[0]), *fields[1:])

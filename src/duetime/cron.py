@@ -196,13 +196,45 @@ def define(
 
 def encode_job(job: CronJob) -> bytes:
     return codec.pack(
-        [1, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
+        [DEFINITION_VERSION, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
          job.overlap, job.max_attempts, job.timeout_ms]
     )  # fmt: skip
 
 
+#: The definition format this version writes and reads.
+DEFINITION_VERSION = 1
+
+
 def decode_job(blob: bytes) -> CronJob:
+    """Read a stored definition and check that this host can fire it: a definition that
+    is corrupt, written by a newer duetime, or names a time zone missing from this host's
+    tz database raises DecodeError saying which (a poison record: the dispatcher pauses
+    that job, and the checker and ``cron list`` report it)."""
     fields = codec.unpack(blob)
-    if not isinstance(fields, list) or len(fields) != 10 or fields[0] != 1:
+    if not isinstance(fields, list) or not fields or not isinstance(fields[0], int):
+        raise DecodeError("not a duetime cron job definition")
+    if fields[0] > DEFINITION_VERSION:
+        raise DecodeError(
+            f"written by a newer duetime (definition format {fields[0]}, this one reads "
+            f"{DEFINITION_VERSION}); upgrade duetime on this host"
+        )
+    if fields[0] != DEFINITION_VERSION or len(fields) != 10:
         raise DecodeError("not a version-1 cron job definition")
+    name, expression, _, timezone, task, missed, overlap, *counts = fields[1:]
+    texts = (name, expression, timezone, task, missed, overlap)
+    if not all(isinstance(text, str) for text in texts) or not all(
+        isinstance(number, int) and not isinstance(number, bool) and number > 0 for number in counts
+    ):
+        raise DecodeError("cron job definition fields have the wrong types")
+    if missed not in MISSED_POLICIES or overlap not in OVERLAP_POLICIES:
+        raise DecodeError(f"unknown policy missed={missed!r} overlap={overlap!r}")
+    if not croniter.is_valid(ALIASES.get(expression) or expression):
+        raise DecodeError(f"invalid cron expression {expression!r}")
+    try:
+        ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
+        raise DecodeError(
+            f"time zone {timezone!r} is not in this host's tz database "
+            "(install or update the tzdata package)"
+        ) from None
     return CronJob(*fields[1:])

@@ -10,6 +10,11 @@ new earliest task is scheduled. (Server-side blocking timeouts tick at the serve
 Tasks are promoted ``promote_ahead`` (5 ms) before their run-at, with the run-at
 noted beside them; the claiming worker waits for it on a precise timer, so the
 promote and claim round trips happen before the task is due, not after.
+
+Each queue's loop runs under a ``Supervisor``: an unexpected exception is logged and
+the loop restarted; one that keeps failing stops the dispatcher with
+``DaemonFailedError``. A cron definition this host cannot use is a poison record:
+that job is paused and logged once, and every other job and queue goes on.
 """
 
 from __future__ import annotations
@@ -17,25 +22,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from duetime import cron, validation
 from duetime.backoff import Backoff
-from duetime.clock import Clock, ServerClock
+from duetime.clock import Clock, ServerClock, sleep_precisely
 from duetime.codec import Envelope, encode_envelope
 from duetime.errors import ConfigurationError, DecodeError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import warn_if_evicting
+from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import Promotion, QueueOperations
+from duetime.store.operations import DueCron, Promotion, QueueOperations
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
+from duetime.supervisor import Supervisor
 
 log = logging.getLogger("duetime.dispatcher")
 
-# promote_due passes the batch to ZREM/RPUSH through Lua's unpack(), whose stack is bounded.
-MAX_PROMOTE_BATCH = 5000
 REAP_BATCH = 1000
 #: Most cron jobs fired per pass.
 CRON_BATCH = 100
@@ -78,9 +82,10 @@ class QueueDispatcher:
         self.settings = settings
         self.clock = clock
         self.operations = QueueOperations(QueueKeys(self.queue), clock)
-        self._batch = min(settings.promote_batch, MAX_PROMOTE_BATCH)
+        self._batch = settings.promote_batch
         self._ahead_ms = round(settings.promote_ahead * 1000)
         self._worker_ttl_ms = round(settings.worker_ttl * 1000)
+        self._look_again_ms = round(settings.look_again_after_reap * 1000)
         self._next_maintenance_ms = 0
         self._prepared: tuple[int, list[CronFiring]] | None = None
 
@@ -103,11 +108,21 @@ class QueueDispatcher:
             promotion.oldest_heartbeat_ms is not None
             and promotion.oldest_heartbeat_ms + self._worker_ttl_ms <= now
         ):
-            reaped = await run(self.operations.reap_dead_workers(self._worker_ttl_ms))
+            reaped = await run(
+                self.operations.reap_dead_workers(self._worker_ttl_ms, self._look_again_ms)
+            )
             if reaped:
                 log.warning(
                     "queue %s: reaped silent worker(s); %d task(s) re-entered", self.queue, reaped
                 )
+            busy = True
+        if promotion.next_reaped_look_ms is not None and promotion.next_reaped_look_ms <= now:
+            reaped = await run(self.operations.look_at_reaped(self._worker_ttl_ms))
+            if reaped:
+                log.warning(
+                    "queue %s: %d task(s) re-entered from the list of a reaped or stopped "
+                    "worker (a BLMOVE it had left pending moved them there)", self.queue, reaped,
+                )  # fmt: skip
             busy = True
         if promotion.next_cron_tick_ms is not None and promotion.next_cron_tick_ms <= now:
             firings = await self._plan_cron(now)
@@ -135,6 +150,8 @@ class QueueDispatcher:
             wake_at.append(promotion.oldest_heartbeat_ms + self._worker_ttl_ms)
         if promotion.next_cron_tick_ms is not None:
             wake_at.append(promotion.next_cron_tick_ms)
+        if promotion.next_reaped_look_ms is not None:
+            wake_at.append(promotion.next_reaped_look_ms)
         return min(wake_at)
 
     async def _plan_cron(self, at_ms: int) -> list[CronFiring]:
@@ -143,22 +160,36 @@ class QueueDispatcher:
         firings = []
         for entry in due:
             try:
-                if entry.definition is None:
-                    raise DecodeError("its definition is missing")
-                job = cron.decode_job(entry.definition)
+                firings.append(self._firing(entry, at_ms))
             except DecodeError as problem:
-                log.error("queue %s: cron job %r paused: %s", self.queue, entry.name, problem)
+                # A poison record: paused (so it is logged once, not at every pass), and
+                # reported by `inspect --check` and `cron list`; the rest go on.
+                log.error(
+                    "queue %s: cron job %r paused: its definition cannot be used here: %s. "
+                    "Declare it again and run `duetime cron resume`, or remove it.",
+                    self.queue, entry.name, problem,
+                )  # fmt: skip
                 await self.runner.run(self.operations.set_cron_next(entry.name, None))
-                continue
-            first = entry.held_tick_ms if entry.held_tick_ms is not None else entry.next_tick_ms
-            ticks = job.ticks_to_fire(first, at_ms)
-            firings.append(
-                CronFiring(
-                    job.name, entry.next_tick_ms, job.next_tick(at_ms), job.overlap, first,
-                    [(job.tick_id(tick), tick, cron_envelope(job, tick)) for tick in ticks],
-                )
-            )  # fmt: skip
         return firings
+
+    @staticmethod
+    def _firing(entry: DueCron, at_ms: int) -> CronFiring:
+        """The firing of one due job; DecodeError when its stored record is unusable."""
+        if entry.definition is None:
+            raise DecodeError("its definition is missing")
+        if entry.problem is not None:
+            raise DecodeError(entry.problem)
+        job = cron.decode_job(entry.definition)
+        first = entry.held_tick_ms if entry.held_tick_ms is not None else entry.next_tick_ms
+        try:
+            ticks = job.ticks_to_fire(first, at_ms)
+            following = job.next_tick(at_ms)
+        except (ValueError, OverflowError, KeyError) as error:  # croniter on odd input
+            raise DecodeError(f"its ticks cannot be computed ({error})") from error
+        return CronFiring(
+            job.name, entry.next_tick_ms, following, job.overlap, first,
+            [(job.tick_id(tick), tick, cron_envelope(job, tick)) for tick in ticks],
+        )  # fmt: skip
 
     async def _fire(self, firings: list[CronFiring], now: int) -> None:
         for firing in firings:
@@ -168,7 +199,7 @@ class QueueDispatcher:
                     now + CRON_OVERLAP_RECHECK_MS, firing.first_tick_ms, firing.ticks,
                 )
             )  # fmt: skip
-            if outcome in ("skipped", "delayed"):
+            if outcome in (CronFireOutcome.SKIPPED, CronFireOutcome.DELAYED):
                 log.info("queue %s: cron job %r tick %s: previous run still live", self.queue,
                          firing.name, outcome)  # fmt: skip
 
@@ -199,6 +230,10 @@ class QueueDispatcher:
         if purged:
             log.info("queue %s: %d dead task(s) past retention purged", self.queue, purged)
         self._next_maintenance_ms = now + round(self.settings.maintenance_interval * 1000)
+
+    def loop(self, stop: asyncio.Event) -> Callable[[], Awaitable[None]]:
+        """The queue's loop, as the supervisor restarts it."""
+        return lambda: self.run(stop)
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = Backoff()
@@ -232,16 +267,15 @@ class QueueDispatcher:
                         self.runner.run(self.operations.wait_wake(self.settings.block_timeout))
                     )
                 # epoll rounds timeouts up to whole milliseconds: wake a little early on
-                # the timer, then sleep the last fraction precisely (nanosleep). Blocking
-                # the loop for at most TIMER_SLACK costs less than a millisecond of
-                # lateness, and unlike spinning it burns no CPU.
+                # the timer, then sleep the last fraction on the precise timer thread
+                # (the event loop is never blocked: `duetime run` shares it with a worker).
                 await asyncio.wait(
                     (wake, stopping),
                     timeout=max(0.0, delay - TIMER_SLACK),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
                 if wake_at is not None and not wake.done():
-                    time.sleep(min(TIMER_SLACK, max(0.0, self.clock.seconds_until(wake_at))))
+                    await sleep_precisely(min(TIMER_SLACK, self.clock.seconds_until(wake_at)))
                 if wake.done():
                     finished, wake = wake, None
                     if not finished.cancelled() and finished.exception() is not None:
@@ -263,32 +297,48 @@ class Dispatcher:
 
     def __init__(
         self,
-        queues: Sequence[str],
+        queues: str | Sequence[str],
         redis: RedisSpec = None,
         *,
         settings: Settings = DEFAULT_SETTINGS,
         clock: Clock | None = None,
     ) -> None:
-        if not queues:
+        # One name is one queue: a string is never taken as a sequence of names.
+        names = [queues] if isinstance(queues, str) else list(queues)
+        if not names:
             raise ConfigurationError("a dispatcher needs at least one queue")
-        self.queues = [validation.queue_name(q) for q in queues]
+        self.queues = [validation.queue_name(q) for q in names]
         self.settings = settings
         self.clock = clock or ServerClock(settings.clock_resync_interval)
         self._redis = redis
         self._stop = asyncio.Event()
+        self.supervisor = Supervisor(f"dispatcher of {', '.join(self.queues)}")
 
     def stop(self) -> None:
         self._stop.set()
 
     async def run(self) -> None:
+        """Dispatch until ``stop()``. Raises DaemonFailedError (after stopping every
+        queue) when one queue's loop kept failing."""
         runner = AsyncRunner(self._redis, self.settings)
         try:
             await warn_if_evicting(runner, QueueOperations(QueueKeys(self.queues[0]), self.clock))
-            await asyncio.gather(
-                *(
-                    QueueDispatcher(q, runner, self.settings, self.clock).run(self._stop)
-                    for q in self.queues
+            loops = [
+                asyncio.create_task(
+                    self.supervisor.keep_running(
+                        f"queue {q}",
+                        QueueDispatcher(q, runner, self.settings, self.clock).loop(self._stop),
+                    )
                 )
-            )
+                for q in self.queues
+            ]
+            failing = asyncio.create_task(self.supervisor.failed.wait())
+            await asyncio.wait([*loops, failing], return_when=asyncio.FIRST_COMPLETED)
+            if self.supervisor.failure is not None:
+                log.critical("dispatcher shutting down: %s", self.supervisor.failure)
+                self._stop.set()
+            await asyncio.wait(loops)
+            failing.cancel()
         finally:
             await runner.close()
+        self.supervisor.raise_if_failed()

@@ -81,3 +81,17 @@ class EmbeddedServerError(DuetimeError):
 
 class RedisCommandError(DuetimeError):
     """Redis refused a command (wrong key type, ACL denial, script error, ...)."""
+
+
+class RedisOutOfMemoryError(RedisCommandError):
+    """Redis is over its ``maxmemory`` and refuses writes (policy noeviction); reads work."""
+
+
+class CorruptStateError(DuetimeError):
+    """A duetime key in Redis holds a value duetime never writes there (edited by hand,
+    or written by another program); ``duetime inspect --check`` reports where."""
+
+
+class DaemonFailedError(DuetimeError):
+    """A part of a dispatcher or worker kept failing after restarts; the process should
+    exit non-zero so that its supervisor (systemd, Kubernetes, ...) restarts it."""

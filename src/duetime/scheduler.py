@@ -17,8 +17,9 @@ from typing import Any, Self, TypedDict, Unpack
 from duetime import codec, cron, validation
 from duetime.checker import Violation, check_invariants
 from duetime.clock import Clock, ServerClock
-from duetime.codec import Envelope
+from duetime.codec import Envelope, ResultRecord
 from duetime.errors import (
+    CorruptStateError,
     DecodeError,
     DuetimeError,
     InvalidInputError,
@@ -28,12 +29,14 @@ from duetime.errors import (
     TaskStateError,
 )
 from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.states import RescheduleOutcome, TaskState
 from duetime.store import AsyncRunner, QueueKeys, SyncRunner
-from duetime.store.operations import Plan, QueueOperations
+from duetime.store.operations import Plan, QueueOperations, StatusReply
 from duetime.store.runner import RedisSpec
 
 Timestamp = int | float | datetime
 TaskRef = str | Any  # a task name, or a handler registered with duetime.App
+TaskIds = str | Sequence[str] | None  # one id, several, or None for every one
 
 
 class TaskOptions(TypedDict, total=False):
@@ -63,17 +66,22 @@ class Job:
 
 @dataclass(frozen=True, slots=True)
 class TaskStatus:
+    """What is known of one task. A finished task is known only while its result is
+    kept (``result_ttl``); then ``attempts`` is the attempt that finished."""
+
     id: str
-    state: str  # scheduled | ready | running | dead | finished
+    state: TaskState  # scheduled | ready | running | dead | finished
     run_at: float | None  # epoch seconds, while scheduled
     died_at: float | None
-    attempts: int
+    attempts: int  # attempts started (finished: the attempt that finished; 0 if unknown)
     task: str | None
     data: Any
     last_error: str | None
     last_traceback: str | None
     result: Any
-    succeeded: bool | None  # for a finished task with a stored result
+    succeeded: bool | None  # for a finished task (or a dead one that kept its outcome)
+    finished_at: float | None = None  # epoch seconds, when the result was stored
+    problem: str | None = None  # a record of this task in Redis that duetime cannot read
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +113,7 @@ class CronRun:
 
     tick: float  # epoch seconds the tick was due
     task_id: str
-    state: str  # scheduled | ready | running | dead | finished | unknown (result expired)
+    state: TaskState  # unknown: finished without a result kept, or its result expired
     started: float | None  # when its last attempt started, if known
     lateness_ms: float | None  # started - tick
     succeeded: bool | None
@@ -124,6 +132,7 @@ class CronInfo:
     paused: bool
     next_runs: list[float]  # epoch seconds of the next few ticks (none while paused)
     last_run: CronRun | None
+    problem: str | None = None  # the stored definition cannot be used here (poison)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +316,14 @@ class QueueCore:
             if envelope != items[position][2]
         ]
 
+    @staticmethod
+    def job_at(at: Timestamp, data: Any, options: TaskOptions) -> Job:
+        """The job of a schedule_task call: ``at`` is required (None is refused here, so
+        the error speaks of the run-at, not of a delay the call does not take)."""
+        if at is None:
+            validation.timestamp_ms(at)
+        return Job(data, at=at, **options)
+
     def schedule_one_plan(self, job: Job) -> Plan[str]:
         return (yield from self.schedule_plan([self.prepare(job)]))[0]
 
@@ -339,64 +356,60 @@ class QueueCore:
         outcome = yield from self.operations.reschedule(task_id, run_at_ms, rewrite)
         if outcome is None:
             raise TaskNotFoundError(f"no live task {task_id!r} in queue {self.name!r}")
-        if outcome != "ok":
+        if outcome != RescheduleOutcome.OK:
             raise TaskStateError(f"task {task_id} is {outcome} and cannot be rescheduled")
+
+    def not_found(self, task_id: str) -> TaskNotFoundError:
+        """What to say when nothing is kept under an id: a typo and a finished task that
+        kept no result look the same in Redis, so say both."""
+        return TaskNotFoundError(
+            f"nothing is known of task {task_id!r} in queue {self.name!r}: it never existed, "
+            "or it finished or was cancelled and kept nothing (schedule with result_ttl to "
+            "keep its outcome for a while)"
+        )
 
     def status_plan(self, task_id: str) -> Plan[TaskStatus | None]:
         reply = yield from self.operations.status(validation.task_id(task_id))
-        if reply.state == "unknown":
-            return None
-        envelope = None
-        if reply.envelope is not None:
-            try:
-                envelope = codec.decode_envelope(reply.envelope)
-            except DecodeError:
-                envelope = None
-        error = codec.decode_error(reply.error) if reply.error else None
-        result = codec.decode_result(reply.result) if reply.result else None
-        scheduled = reply.state == "scheduled" and reply.score_ms is not None
-        return TaskStatus(
-            id=task_id,
-            state=reply.state,
-            run_at=reply.score_ms / 1000 if scheduled and reply.score_ms is not None else None,
-            died_at=reply.score_ms / 1000 if reply.state == "dead" and reply.score_ms else None,
-            attempts=reply.attempts,
-            task=envelope.task if envelope else None,
-            data=envelope.data if envelope else None,
-            last_error=error.error if error else None,
-            last_traceback=error.traceback if error else None,
-            result=result.value if result else None,
-            succeeded=result.ok if result else None,
-        )
+        return _status(task_id, reply)
 
     def result_plan(self, task_id: str, timeout: float | None) -> Plan[Any]:
-        """Wait for a task that keeps a result; raise if it failed or the wait runs out."""
+        """Wait for the outcome of a task: its result if it succeeded; TaskFailedError
+        (with the reason) if it died, for any reason, before or during a run;
+        ResultTimeoutError when ``timeout`` seconds pass first (None waits for ever)."""
         validation.task_id(task_id)
-        reply = yield from self.operations.status(task_id)
-        if reply.result is None:
-            if reply.state == "unknown":
-                raise TaskNotFoundError(
-                    f"no task {task_id!r} in queue {self.name!r}, and no stored result "
-                    "(finished without result_ttl, or its result expired)"
-                )
-            if (
-                reply.envelope is not None
-                and codec.decode_envelope(reply.envelope).result_ttl_ms == 0
-            ):
+        limit = validation.wait_seconds(timeout, "timeout")
+        waited = 0.0
+        while True:
+            reply = yield from self.operations.status(task_id)
+            if reply.result is not None:
+                return self._outcome(task_id, reply.result)
+            if reply.state == TaskState.DEAD:
+                error = codec.decode_error(reply.error).error if reply.error else ""
+                raise TaskFailedError(task_id, error or "it is in the dead-letter set")
+            if reply.state == TaskState.UNKNOWN:
+                raise self.not_found(task_id)
+            if _keeps_no_result(reply):
                 raise TaskStateError(
                     f"task {task_id} was scheduled without result_ttl; it keeps no result"
                 )
-        blob = reply.result
-        waited = 0.0
-        while blob is None:
+            # Wait for the result in chunks, looking at the task again in between: a
+            # task that dies without storing a result still ends the wait.
             chunk = self.settings.block_timeout
-            if timeout is not None:
-                chunk = min(chunk, timeout - waited)
+            if limit is not None:
+                chunk = min(chunk, limit - waited)
                 if chunk <= 0:
-                    raise ResultTimeoutError(f"task {task_id} has no result after {timeout}s")
+                    raise ResultTimeoutError(f"task {task_id} has no result after {limit:g}s")
             blob = yield from self.operations.wait_result(task_id, chunk)
+            if blob is not None:
+                return self._outcome(task_id, blob)
             waited += chunk
-        result = codec.decode_result(blob)
+
+    @staticmethod
+    def _outcome(task_id: str, blob: bytes) -> Any:
+        try:
+            result = codec.decode_result(blob)
+        except DecodeError as problem:
+            raise CorruptStateError(f"the stored result of task {task_id}: {problem}") from None
         if not result.ok:
             raise TaskFailedError(task_id, str(result.value))
         return result.value
@@ -416,6 +429,8 @@ class QueueCore:
         )
 
     def dead_plan(self, limit: int, offset: int) -> Plan[list[DeadTask]]:
+        validation.whole_number(limit, "limit", 1, 10_000)
+        validation.whole_number(offset, "offset", 0, 10**12)
         entries = yield from self.operations.dead_entries(offset, limit)
         attempts_seen: list[DeadTask] = []
         for entry in entries:
@@ -436,21 +451,19 @@ class QueueCore:
             )  # fmt: skip
         return attempts_seen
 
-    def requeue_plan(self, task_ids: Sequence[str] | None) -> Plan[int]:
-        """Requeue the given dead tasks, or all of them when ``task_ids`` is None."""
+    def requeue_plan(self, task_ids: TaskIds) -> Plan[int]:
+        """Requeue the given dead tasks (one id, or a sequence), or all when None."""
         if task_ids is not None:
-            ids = [validation.task_id(i) for i in task_ids]
-            return (yield from self.operations.requeue_dead(ids))
+            return (yield from self.operations.requeue_dead(validation.task_ids(task_ids)))
         total = 0
         while ids := (yield from self.operations.dead_ids(1000)):
             total += yield from self.operations.requeue_dead(ids)
         return total
 
-    def purge_plan(self, task_ids: Sequence[str] | None) -> Plan[int]:
-        """Delete the given dead tasks, or all of them when ``task_ids`` is None."""
+    def purge_plan(self, task_ids: TaskIds) -> Plan[int]:
+        """Delete the given dead tasks (one id, or a sequence), or all when None."""
         if task_ids is not None:
-            ids = [validation.task_id(i) for i in task_ids]
-            return (yield from self.operations.purge_dead(ids))
+            return (yield from self.operations.purge_dead(validation.task_ids(task_ids)))
         total = 0
         while ids := (yield from self.operations.dead_ids(1000)):
             total += yield from self.operations.purge_dead(ids)
@@ -524,8 +537,15 @@ class QueueCore:
         now = yield from self.operations.now()
         jobs = []
         for name in sorted(table.definitions):
-            job = cron.decode_job(table.definitions[name])
             paused = name not in table.next_ticks
+            try:
+                job = cron.decode_job(table.definitions[name])
+            except DecodeError as problem:
+                # A poison record (a dispatcher pauses it): shown, not a failed listing.
+                jobs.append(
+                    CronInfo(name, "", "", "", None, "", "", paused, [], None, str(problem))
+                )
+                continue
             next_runs: list[float] = []
             if not paused:
                 first = table.held.get(name, table.next_ticks[name])
@@ -534,7 +554,7 @@ class QueueCore:
                     if len(next_runs) >= upcoming:
                         break
                     next_runs.append(tick / 1000)
-            last = None
+            last: CronRun | None = None
             if name in table.last_task:
                 last = yield from self._cron_run(table.last_task[name])
             jobs.append(
@@ -543,10 +563,13 @@ class QueueCore:
             )  # fmt: skip
         return jobs
 
-    def _cron_run(self, task_id: str) -> Plan[CronRun]:
-        tick = int(task_id.rsplit(":", 1)[1])
+    def _cron_run(self, task_id: str) -> Plan[CronRun | None]:
+        tick_text = task_id.rsplit(":", 1)[-1]
+        if not tick_text.isdigit():
+            return None  # not an id duetime wrote; the checker does not own cron_last values
+        tick = int(tick_text)
         reply = yield from self.operations.status(task_id)
-        result = codec.decode_result(reply.result) if reply.result else None
+        result, _ = _result_record(reply.result)
         error = codec.decode_error(reply.error).error if reply.error else None
         started = result.started_ms / 1000 if result and result.started_ms else None
         return CronRun(
@@ -562,6 +585,63 @@ class QueueCore:
     def check_plan(self) -> Plan[list[Violation]]:
         snapshot = yield from self.operations.snapshot()
         return check_invariants(snapshot)
+
+
+def _result_record(blob: bytes | None) -> tuple[ResultRecord | None, str | None]:
+    """A stored result record, or the problem with it (garbage written by hand)."""
+    if blob is None:
+        return None, None
+    try:
+        return codec.decode_result(blob), None
+    except DecodeError as problem:
+        return None, f"its result record is unreadable ({problem})"
+
+
+def _keeps_no_result(reply: StatusReply) -> bool:
+    """The task is live and was scheduled without result_ttl (so none will come)."""
+    if reply.envelope is None:
+        return False
+    try:
+        return codec.decode_envelope(reply.envelope).result_ttl_ms == 0
+    except DecodeError:
+        return False  # a worker will dead-letter it; the wait then ends
+
+
+def _status(task_id: str, reply: StatusReply) -> TaskStatus | None:
+    if reply.state == TaskState.UNKNOWN:
+        return None
+    problems = []
+    envelope = None
+    if reply.envelope is not None:
+        try:
+            envelope = codec.decode_envelope(reply.envelope)
+        except DecodeError as unreadable:
+            problems.append(f"its envelope is unreadable ({unreadable})")
+    if reply.attempts is None:
+        problems.append("its attempt counter is not a number")
+    error = codec.decode_error(reply.error) if reply.error else None
+    result, problem = _result_record(reply.result)
+    if problem is not None:
+        problems.append(problem)
+    attempts = reply.attempts or 0
+    if reply.state == TaskState.FINISHED and result is not None:
+        attempts = result.attempt
+    score = reply.score_ms
+    return TaskStatus(
+        id=task_id,
+        state=reply.state,
+        run_at=score / 1000 if reply.state == TaskState.SCHEDULED and score is not None else None,
+        died_at=score / 1000 if reply.state == TaskState.DEAD and score else None,
+        attempts=attempts,
+        task=envelope.task if envelope else None,
+        data=envelope.data if envelope else None,
+        last_error=error.error if error else None,
+        last_traceback=error.traceback if error else None,
+        result=result.value if result else None,
+        succeeded=result.ok if result else None,
+        finished_at=result.finished_ms / 1000 if result and result.finished_ms else None,
+        problem="; ".join(problems) or None,
+    )
 
 
 class Queue:
@@ -587,7 +667,7 @@ class Queue:
     def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` at ``at`` (epoch seconds or aware datetime); returns the task id.
         With an ``id`` that is already live, nothing changes and that id is returned."""
-        return self.runner.run(self.core.schedule_one_plan(Job(data, at=at, **options)))
+        return self.runner.run(self.core.schedule_one_plan(self.core.job_at(at, data, options)))
 
     def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` ``delay`` seconds from now (server clock); 0 means right now."""
@@ -620,10 +700,10 @@ class Queue:
     def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         return self.runner.run(self.core.dead_plan(limit, offset))
 
-    def requeue_dead(self, task_ids: Sequence[str] | None = None) -> int:
+    def requeue_dead(self, task_ids: TaskIds = None) -> int:
         return self.runner.run(self.core.requeue_plan(task_ids))
 
-    def purge_dead(self, task_ids: Sequence[str] | None = None) -> int:
+    def purge_dead(self, task_ids: TaskIds = None) -> int:
         return self.runner.run(self.core.purge_plan(task_ids))
 
     def check(self) -> list[Violation]:
@@ -686,7 +766,8 @@ class AsyncQueue:
         self.name = self.core.name
 
     async def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
-        return await self.runner.run(self.core.schedule_one_plan(Job(data, at=at, **options)))
+        plan = self.core.schedule_one_plan(self.core.job_at(at, data, options))
+        return await self.runner.run(plan)
 
     async def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
         plan = self.core.schedule_one_plan(Job(data, delay=delay, **options))
@@ -716,10 +797,10 @@ class AsyncQueue:
     async def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         return await self.runner.run(self.core.dead_plan(limit, offset))
 
-    async def requeue_dead(self, task_ids: Sequence[str] | None = None) -> int:
+    async def requeue_dead(self, task_ids: TaskIds = None) -> int:
         return await self.runner.run(self.core.requeue_plan(task_ids))
 
-    async def purge_dead(self, task_ids: Sequence[str] | None = None) -> int:
+    async def purge_dead(self, task_ids: TaskIds = None) -> int:
         return await self.runner.run(self.core.purge_plan(task_ids))
 
     async def check(self) -> list[Violation]:

@@ -2,16 +2,77 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from duetime.errors import ConfigurationError
 
-#: Settings for which 0 is meaningful (it turns the feature off).
-_MAY_BE_ZERO = frozenset({"promote_ahead"})
 MOST_PROMOTE_AHEAD = 1.0
+#: The most tasks one promote script call moves: the batch goes through Lua's unpack(),
+#: whose stack is bounded.
+MOST_PROMOTE_BATCH = 5000
+_DAY = 86_400.0
+#: Longest duration a setting takes (100 years), as for per-task durations.
+_LONGEST = 100 * 365.25 * _DAY
+
+
+@dataclass(frozen=True, slots=True)
+class _Range:
+    """What one setting accepts: a whole number or any finite number, within bounds
+    (``least`` itself is allowed only when ``least_allowed``)."""
+
+    whole: bool
+    least: float
+    most: float
+    least_allowed: bool = False
+    why: str = ""  # said when the value is out of range
+
+    def problem(self, value: object) -> str | None:
+        kind = "an integer" if self.whole else "a number"
+        if isinstance(value, bool) or not isinstance(value, int if self.whole else int | float):
+            return f"must be {kind}, got {value!r}"
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+        low_ok = number >= self.least if self.least_allowed else number > self.least
+        if not (math.isfinite(number) and low_ok and number <= self.most):
+            if self.whole:
+                low = f"from {self.least + (0 if self.least_allowed else 1):g} to"
+            else:
+                low = f"{'from' if self.least_allowed else 'above'} {self.least:g} up to"
+            because = f" ({self.why})" if self.why else ""
+            return f"must be {kind} {low} {self.most:g}{because}, got {value!r}"
+        return None
+
+
+#: The range of every setting; the reasons for the bounds are in the field comments.
+_RANGES = {
+    "lease_duration": _Range(False, 0, _DAY),
+    "heartbeat_interval": _Range(False, 0, 3600),
+    "worker_ttl": _Range(False, 0, _DAY),
+    "block_timeout": _Range(False, 0, 3600),
+    "socket_timeout": _Range(False, 0, 3600),
+    "promote_batch": _Range(True, 0, MOST_PROMOTE_BATCH, why="Lua's unpack() stack is bounded"),
+    "promote_ahead": _Range(
+        False, 0, MOST_PROMOTE_AHEAD, True, "a task promoted ahead holds a worker slot meanwhile"
+    ),
+    "claim_batch": _Range(True, 0, 10_000),
+    "max_payload_bytes": _Range(True, 0, 512 * 1024 * 1024),
+    "max_attempts": _Range(True, 0, 1000),
+    "task_timeout": _Range(False, 0, _LONGEST),
+    "retry_base": _Range(False, 0, _LONGEST),
+    "retry_max": _Range(False, 0, _LONGEST),
+    "dead_ttl": _Range(False, 0, _LONGEST),
+    "dead_max": _Range(True, 0, 1_000_000_000),
+    "shutdown_grace": _Range(False, 0, _DAY),
+    "clock_resync_interval": _Range(False, 0, 3600),
+    "maintenance_interval": _Range(False, 0, _DAY),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,18 +126,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if field.name in _MAY_BE_ZERO and value == 0:
-                continue
-            if not isinstance(value, int | float) or value <= 0:
-                raise ConfigurationError(
-                    f"setting {field.name} must be a positive number, got {value!r}"
-                )
-        if self.promote_ahead > MOST_PROMOTE_AHEAD:
-            raise ConfigurationError(
-                f"promote_ahead must be at most {MOST_PROMOTE_AHEAD:g}s (a task promoted "
-                f"ahead holds a worker slot while it waits), got {self.promote_ahead!r}"
-            )
+            problem = _RANGES[field.name].problem(getattr(self, field.name))
+            if problem is not None:
+                raise ConfigurationError(f"setting {field.name} {problem}")
         if self.heartbeat_interval * 2 > self.lease_duration:
             raise ConfigurationError(
                 "lease_duration must be at least twice heartbeat_interval, "
@@ -85,9 +137,19 @@ class Settings:
         if self.heartbeat_interval * 2 > self.worker_ttl:
             raise ConfigurationError("worker_ttl must be at least twice heartbeat_interval")
 
+    @property
+    def look_again_after_reap(self) -> float:
+        """Seconds after a worker is reaped or stops at which a dispatcher looks at its
+        processing list once more: a BLMOVE it left pending on the server (a paused or
+        cut-off worker) ends within block_timeout, plus the server's timeout tick
+        (100 ms at the default hz), and may land an id there meanwhile."""
+        return self.block_timeout + 1.0
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Defaults overridden by $DUETIME_<FIELD> variables (e.g. DUETIME_LEASE_DURATION=30)."""
+        """Defaults overridden by $DUETIME_<FIELD> variables (e.g. DUETIME_LEASE_DURATION=30).
+        A value that is not a number, or out of range, raises ConfigurationError naming
+        the variable."""
         environ = os.environ if environ is None else environ
         changes: dict[str, float | int] = {}
         for field in dataclasses.fields(cls):
@@ -95,12 +157,18 @@ class Settings:
             raw = environ.get(variable)
             if raw is None:
                 continue
-            try:
-                changes[field.name] = int(raw) if field.type == "int" else float(raw)
-            except ValueError:
-                kind = "an integer" if field.type == "int" else "a number"
-                raise ConfigurationError(f"{variable} must be {kind}, got {raw!r}") from None
-        return cls(**changes)  # type: ignore[arg-type]
+            allowed = _RANGES[field.name]
+            value: float | int | str = raw
+            with contextlib.suppress(ValueError):
+                value = int(raw) if allowed.whole else float(raw)
+            problem = allowed.problem(value)
+            if problem is not None:
+                raise ConfigurationError(f"{variable} {problem}")
+            changes[field.name] = value  # type: ignore[assignment]
+        try:
+            return cls(**changes)  # type: ignore[arg-type]
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{error} (from DUETIME_* variables)") from None
 
     def replace(self, **changes: float | int) -> Settings:
         """A copy with some fields changed (validated again)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -22,13 +23,24 @@ QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 TASK_ID = re.compile(r"[A-Za-z0-9_.:@/+=~-]{1,200}")
 TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
 WORKER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,120}")
-# Year 9999: far enough, and keeps milliseconds exact in a double (sorted-set scores).
-LATEST_TIMESTAMP = 253_402_300_799.0
+# The end of the year 9999 (exclusive; so datetime.max is taken): far enough, and keeps
+# milliseconds exact in a double (sorted-set scores).
+END_OF_9999 = 253_402_300_800.0
+
+
+def shown(value: object, most: int = 80) -> str:
+    """The repr of a refused value for an error message, cut short: a 10 KB id is not
+    echoed whole."""
+    text = repr(value)
+    if len(text) <= most:
+        return text
+    size = f"{len(value):,} characters" if isinstance(value, str | bytes) else "long"
+    return f"{text[:most]}... ({size})"
 
 
 def _require(pattern: re.Pattern[str], value: object, what: str, allowed: str) -> str:
     if not isinstance(value, str) or not pattern.fullmatch(value):
-        raise InvalidNameError(f"invalid {what} {value!r}: use {allowed}")
+        raise InvalidNameError(f"invalid {what} {shown(value)}: use {allowed}")
     return value
 
 
@@ -38,6 +50,15 @@ def queue_name(value: object) -> str:
 
 def task_id(value: object) -> str:
     return _require(TASK_ID, value, "task id", "1-200 characters of A-Z a-z 0-9 _ . : @ / + = ~ -")
+
+
+def task_ids(value: object) -> list[str]:
+    """One id (a string) or a sequence of ids; a string is never iterated as ids."""
+    if isinstance(value, str):
+        return [task_id(value)]
+    if isinstance(value, bytes) or not isinstance(value, Sequence | set | frozenset):
+        raise InvalidNameError(f"expected a task id or a list of task ids, got {shown(value)}")
+    return [task_id(item) for item in value]
 
 
 def task_name(value: object) -> str:
@@ -74,10 +95,9 @@ def timestamp_ms(value: object) -> float:
         raise InvalidTimestampError(f"run-at must be a finite number, got {value!r}")
     if seconds < 0:
         raise InvalidTimestampError(f"run-at must not be negative, got {value!r}")
-    if seconds > LATEST_TIMESTAMP:
-        raise InvalidTimestampError(
-            f"run-at {value!r} is after the year 9999; is it in milliseconds?"
-        )
+    if seconds >= END_OF_9999:
+        hint = "" if isinstance(value, datetime) else "; is it in milliseconds?"
+        raise InvalidTimestampError(f"run-at {shown(value)} is after the year 9999{hint}")
     if isinstance(value, datetime):
         micros = (value - _EPOCH) // timedelta(microseconds=1)  # exact, unlike timestamp()
     else:
@@ -131,6 +151,32 @@ def milliseconds(value: object, what: str) -> int:
     return math.ceil(positive_seconds(value, what) * 1000)
 
 
+def wait_seconds(value: object, what: str) -> float | None:
+    """A wait: None (for ever) or a finite number of seconds from 0 up."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidOptionError(f"{what} must be a number of seconds or None, got {shown(value)}")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidOptionError(
+            f"{what} must be a finite number of seconds from 0 up (or None to wait for ever), "
+            f"got {shown(value)}"
+        )
+    return seconds
+
+
+def whole_number(value: object, what: str, least: int, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise InvalidOptionError(
+            f"{what} must be an integer from {least} to {most}, got {shown(value)}"
+        )
+    return value
+
+
 def attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
         raise InvalidOptionError(f"max_attempts must be an integer from 1 to 1000, got {value!r}")
@@ -149,11 +195,14 @@ def payload(data: Any, encoded_size: int, limit: int, packed: bytes | None = Non
             "data elsewhere and pass a reference, or raise Settings.max_payload_bytes"
         )
     if packed is not None:
-        # msgpack encodes some things it cannot decode (a tuple as a dict key): refuse
-        # them here rather than dead-letter the task later.
+        # msgpack encodes some things it cannot decode (a tuple as a dict key, nesting
+        # past its depth limit): refuse them here rather than dead-letter the task later.
+        # Decoded inside a one-element array, as the envelope holds it: the data's depth
+        # plus the envelope's level is what the worker's decoder meets.
         try:
-            msgpack.unpackb(packed, raw=False, strict_map_key=False)
+            msgpack.unpackb(b"\x91" + packed, raw=False, strict_map_key=False)
         except Exception as error:
             raise InvalidPayloadError(
-                f"task data would not decode again ({error}); use str or int dict keys"
+                f"task data would not decode again ({type(error).__name__}: {error}); use "
+                "str or int dict keys, and nest containers less than 1,000 levels deep"
             ) from None

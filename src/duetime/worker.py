@@ -8,9 +8,16 @@ One asyncio loop per process runs four small parts of one worker:
 - the acker sends finished attempts in batches (one script call per batch);
 - the heartbeater proves the worker alive, renews the leases of running attempts,
   learns which attempts were fenced, and finds ids whose BLMOVE reply was lost.
+Each loop runs under a ``Supervisor``: an unexpected exception is logged, counted and
+the loop restarted; a loop that keeps failing shuts the worker down, and ``run()``
+raises ``DaemonFailedError``. A handler's own exceptions, ``SystemExit`` and
+``KeyboardInterrupt`` included, are the attempt's failure, never the worker's.
+
 Shutdown (``stop``): stop claiming, let running attempts finish within the grace
-period, hand back the rest atomically and deregister. A second ``stop(now=True)``
-exits at once; the leases then bring the tasks back.
+period, ack what finished, hand back the rest atomically and deregister.
+``stop(now=True)`` (or a second ``stop()``) skips the grace period: running attempts
+are abandoned at once, finished ones still acked, and the rest handed back, within
+about a second while Redis answers.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from duetime.clock import Clock, ServerClock, wait_until
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
 from duetime.errors import (
     ConfigurationError,
+    CorruptStateError,
     DecodeError,
     DuetimeError,
     RedisCommandError,
@@ -46,10 +54,17 @@ from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Claimed, Outcome, QueueOperations
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
+from duetime.supervisor import Supervisor
 
 log = logging.getLogger("duetime.worker")
 
 ACK_BATCH = 500
+#: After stop(now=True), the most seconds spent on reporting outcomes and handing back.
+HURRY = 1.0
+#: Longest error text and traceback kept in a task's error record; the rest is cut,
+#: and the record says how long the original was.
+MAX_ERROR_CHARS = 4_000
+MAX_TRACEBACK_CHARS = 16_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +115,43 @@ class WorkerCounters:
     dropped: int = 0  # ids found without an envelope
 
 
+class _HandlerExit(Exception):
+    """Carries a BaseException a handler raised (SystemExit, KeyboardInterrupt, ...)
+    out of the handler as an ordinary failure: left alone, asyncio would end the whole
+    event loop with it, and with it the worker."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(original)
+        self.original = original
+
+
+def _call_sync(function: Any, data: Any) -> Any:
+    try:
+        return function(data)
+    except Exception:
+        raise
+    except BaseException as error:
+        raise _HandlerExit(error) from None
+
+
+async def _await_async(function: Any, data: Any) -> Any:
+    try:
+        return await function(data)
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as error:
+        raise _HandlerExit(error) from None
+
+
+def _capped(text: str, most: int, keep_end: bool = False) -> str:
+    """``text`` cut to about ``most`` characters, saying so (a traceback keeps its end,
+    where the failing line is)."""
+    if len(text) <= most:
+        return text
+    note = f" [... cut: {len(text):,} characters in all]"
+    return note + text[-most:] if keep_end else text[:most] + note
+
+
 class Worker:
     """Runs the handlers of ``app`` for one queue with up to ``concurrency`` attempts."""
 
@@ -138,50 +190,84 @@ class Worker:
         self._stop_now = False
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="duetime-task")
         self._lease_ms = round(settings.lease_duration * 1000)
+        self._look_again_ms = round(settings.look_again_after_reap * 1000)
+        self.supervisor = Supervisor(f"worker {self.worker_id}")
 
     # --- lifecycle -------------------------------------------------------------------
 
     def stop(self, now: bool = False) -> None:
-        """Ask the worker to shut down gracefully, or at once with ``now``."""
+        """Ask the worker to shut down gracefully, or at once with ``now`` (a second
+        ``stop()`` also means now)."""
         self._stop_now = self._stop_now or now or self._stop.is_set()
         self._stop.set()
+        if self._stop_now:
+            self._slot_freed.set()  # wakes the drain, which then stops waiting
 
     async def run(self) -> None:
-        """Work until ``stop()``; returns after the shutdown sequence."""
+        """Work until ``stop()``; returns after the shutdown sequence. Raises
+        DaemonFailedError when a part of the worker kept failing (after shutting down)."""
         runner = self.runner = AsyncRunner(self._redis, self.settings)
-        await warn_if_evicting(runner, self.operations)
-        await self._register()
-        claimer = asyncio.create_task(self._claim_loop(), name="duetime-claimer")
-        heartbeater = asyncio.create_task(self._heartbeat_loop(), name="duetime-heartbeater")
-        acker = asyncio.create_task(self._ack_loop(), name="duetime-acker")
         try:
-            await self._stop.wait()
+            await warn_if_evicting(runner, self.operations)
+            await self._register()
+            keep = self.supervisor.keep_running
+            claimer = asyncio.create_task(keep("claimer", self._claim_loop), name="claimer")
+            heartbeater = asyncio.create_task(
+                keep("heartbeater", self._heartbeat_loop), name="heartbeater"
+            )
+            acker = asyncio.create_task(keep("acker", self._ack_loop), name="acker")
+            stopping = asyncio.create_task(self._stop.wait())
+            failing = asyncio.create_task(self.supervisor.failed.wait())
+            await asyncio.wait((stopping, failing), return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            failing.cancel()
+            if self.supervisor.failure is not None:
+                log.critical("worker %s shutting down: %s", self.worker_id, self.supervisor.failure)
+                self._stop.set()
             await self._end(claimer)
-            if not self._stop_now:
-                await self._drain()
+            await self._drain()
             self._closing.set()
             self._outcome_ready.set()
             # Not cancelled: a cancel mid-flush would lose a popped batch of acks.
-            await asyncio.wait([acker], timeout=self.settings.lease_duration + BLOCK_MARGIN)
+            await asyncio.wait([acker], timeout=self._reporting_time())
             await self._end(acker)
             await self._end(heartbeater)
-            if not self._stop_now:
-                await self._flush_outcomes()
-                handed_back = await runner.run(self.operations.release_worker(self.worker_id))
-                log.info("worker %s stopped; %d task(s) handed back", self.worker_id, handed_back)
+            await self._flush_outcomes()
+            await self._hand_back()
         finally:
             for attempt in self._held.values():
                 if attempt.runner is not None:
                     attempt.runner.cancel()
             self._pool.shutdown(wait=False, cancel_futures=True)
             await runner.close()
+        self.supervisor.raise_if_failed()
+
+    def _reporting_time(self) -> float:
+        return HURRY if self._stop_now else self.settings.lease_duration + BLOCK_MARGIN
+
+    async def _hand_back(self) -> None:
+        """Hand every unfinished task back to ready and deregister. Its list is looked at
+        once more later, in case a BLMOVE cut off by the stop still lands an id there."""
+        assert self.runner is not None
+        plan = self.operations.release_worker(self.worker_id, self._look_again_ms)
+        try:
+            async with asyncio.timeout(self._reporting_time()):
+                handed_back = await self.runner.run(plan)
+        except (DuetimeError, TimeoutError) as error:
+            log.warning(
+                "worker %s could not hand its tasks back (%s); leases and the dispatchers "
+                "bring them back", self.worker_id, error or "timed out",
+            )  # fmt: skip
+            return
+        log.info("worker %s stopped; %d task(s) handed back", self.worker_id, handed_back)
 
     async def _end(self, task: asyncio.Task[None]) -> None:
         """Stop a loop. Each loop also ends on its own at its next check of the stop
         flags, so a cancellation that gets lost inside the Redis client (redis-py's
         asyncio client can swallow one mid-command) only delays this by one call."""
         task.cancel()
-        _, pending = await asyncio.wait([task], timeout=self.settings.block_timeout + BLOCK_MARGIN)
+        wait = HURRY if self._stop_now else self.settings.block_timeout + BLOCK_MARGIN
+        _, pending = await asyncio.wait([task], timeout=wait)
         if pending:
             log.warning("%s did not stop in time; leaving it behind", task.get_name())
 
@@ -191,24 +277,37 @@ class Worker:
             try:
                 assert self.runner is not None
                 await self.runner.run(self.operations.heartbeat(self.worker_id, self._lease_ms, ()))
-                return
+                break
             except RedisUnavailableError as error:
                 if self._stop.is_set():
                     raise
                 pause = backoff.next()
                 log.warning("%s; retrying in %.1fs", error, pause)
                 await asyncio.sleep(pause)
+        # Workers killed earlier leave their entries until a dispatcher reaps them; a
+        # starting worker clears those that are past worker_ttl, so `inspect` is honest
+        # even where no dispatcher runs.
+        try:
+            await self.runner.run(
+                self.operations.reap_dead_workers(
+                    round(self.settings.worker_ttl * 1000), self._look_again_ms
+                )
+            )
+        except DuetimeError as error:
+            log.warning("could not clear silent workers at start-up: %s", error)
 
     async def _drain(self) -> None:
-        """Let running attempts finish within the grace period; cancel the rest."""
+        """Let running attempts finish within the grace period (not at all after
+        ``stop(now=True)``); cancel the rest, whose ids are then handed back."""
         deadline = time.monotonic() + self.settings.shutdown_grace
-        while self._running > 0 and time.monotonic() < deadline and not self._stop_now:
-            self._slot_freed.clear()
-            try:
-                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
-                    await self._slot_freed.wait()
-            except TimeoutError:
+        while self._running > 0 and not self._stop_now:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 break
+            self._slot_freed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._slot_freed.wait()
         for attempt in self._held.values():
             if not attempt.finished and attempt.runner is not None:
                 attempt.runner.cancel()  # its id stays in the list and is handed back
@@ -263,20 +362,26 @@ class Worker:
         attempt = _Attempt(item.task_id, item.attempt)
         self._held[item.task_id] = attempt
         self._running += 1
-        attempt.runner = asyncio.create_task(
-            self._execute(attempt, item.envelope, item.early_run_at_ms)
-        )
+        attempt.runner = asyncio.create_task(self._execute(attempt, item))
+        self.supervisor.watch(attempt.runner, f"the attempt of task {item.task_id}")
 
     # --- running ---------------------------------------------------------------------
 
-    async def _execute(self, attempt: _Attempt, blob: bytes, early_run_at_ms: float | None) -> None:
+    async def _execute(self, attempt: _Attempt, item: Claimed) -> None:
         try:
+            assert item.envelope is not None
             try:
-                envelope = codec.decode_envelope(blob)
-                handler = self.app.handler(envelope.task)
-            except (DecodeError, UnknownHandlerError) as error:
+                envelope = codec.decode_envelope(item.envelope)
+            except DecodeError as error:
                 # Poison: retrying cannot help, so it goes straight to dead.
                 await self._report_failure(attempt, None, error, "", final=True)
+                return
+            try:
+                if item.problem is not None:
+                    raise CorruptStateError(f"task {item.task_id}: {item.problem}")
+                handler = self.app.handler(envelope.task)
+            except (CorruptStateError, UnknownHandlerError) as error:
+                await self._report_failure(attempt, envelope, error, "", final=True)
                 return
             if attempt.attempt > envelope.max_attempts:
                 problem = DuetimeError(
@@ -287,9 +392,9 @@ class Worker:
                 return
             attempt.timeout = envelope.timeout_ms / 1000
             try:
-                if early_run_at_ms is not None:
+                if item.early_run_at_ms is not None:
                     # Promoted ahead of its run-at (promote_ahead): wait for it here.
-                    await wait_until(self.operations.clock, early_run_at_ms)
+                    await wait_until(self.operations.clock, item.early_run_at_ms)
                     attempt.started = time.monotonic()
                 attempt.started_ms = self.operations.clock.now_ms() or 0
                 value = await self._call(handler, envelope, attempt)
@@ -298,13 +403,13 @@ class Worker:
                     self.counters.fenced += 1
                     self._forget(attempt.task_id, attempt.attempt)
                 raise
-            except Exception as error:
-                if isinstance(error, TaskTimeoutError):
+            except Exception as raised:
+                failure = raised.original if isinstance(raised, _HandlerExit) else raised
+                if isinstance(failure, TaskTimeoutError):
                     self.counters.timed_out += 1
                 final = attempt.attempt >= envelope.max_attempts
-                await self._report_failure(
-                    attempt, envelope, error, traceback.format_exc(), final=final
-                )
+                trace = "".join(traceback.format_exception(failure))
+                await self._report_failure(attempt, envelope, failure, trace, final=final)
                 return
             attempt.finished = True
             self._release_slot()
@@ -316,7 +421,7 @@ class Worker:
             if envelope.result_ttl_ms:
                 finished = self.operations.clock.now_ms() or 0
                 result = codec.encode_result(
-                    ResultRecord(True, value, attempt.started_ms, finished)
+                    ResultRecord(True, value, attempt.started_ms, finished, attempt.attempt)
                 )
             self._outcomes.append(
                 Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result)
@@ -340,10 +445,10 @@ class Worker:
         try:
             async with scope:
                 if handler.is_async:
-                    return await handler.function(envelope.data)
+                    return await _await_async(handler.function, envelope.data)
                 context = contextvars.copy_context()
                 return await asyncio.get_running_loop().run_in_executor(
-                    self._pool, context.run, handler.function, envelope.data
+                    self._pool, context.run, _call_sync, handler.function, envelope.data
                 )
         except TimeoutError:
             if not scope.expired():
@@ -385,7 +490,8 @@ class Worker:
                 self.counters.fenced += 1
                 return
             assert self.runner is not None
-            text = f"{type(error).__name__}: {error}"
+            text = _capped(f"{type(error).__name__}: {error}", MAX_ERROR_CHARS)
+            trace = _capped(trace, MAX_TRACEBACK_CHARS, keep_end=True)
             failed_at = self.operations.clock.now_ms() or int(time.time() * 1000)
             error_record = codec.encode_error(
                 ErrorRecord(text, trace, attempt.attempt, failed_at, self.worker_id)
@@ -399,7 +505,7 @@ class Worker:
             ttl = envelope.result_ttl_ms if envelope else 0
             result = b""
             if ttl and final:
-                outcome = ResultRecord(False, text, attempt.started_ms, failed_at)
+                outcome = ResultRecord(False, text, attempt.started_ms, failed_at, attempt.attempt)
                 result = codec.encode_result(outcome)
             applied = await self._with_retries(
                 lambda: self.operations.fail(
@@ -444,7 +550,7 @@ class Worker:
                 log.error("could not report an outcome (%s); its lease will bring it back", error)
                 return False
             except RedisUnavailableError as error:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline or self._stop_now:
                     log.error(
                         "could not report an outcome (%s); its lease will bring it back", error
                     )
@@ -508,9 +614,11 @@ class Worker:
                 log.warning(
                     "worker %s had been presumed dead; its attempts were taken back", self.worker_id
                 )
-            for task_id in reply.lost:
+            for task_id, number in reply.lost:
+                # The very attempt that was reported: a newer attempt of the same task
+                # (claimed again by this worker after a pause) keeps running.
                 attempt = self._held.get(task_id)
-                if attempt is not None and not attempt.fenced:
+                if attempt is not None and attempt.attempt == number and not attempt.fenced:
                     attempt.fenced = True
                     log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
                                 task_id, attempt.attempt)  # fmt: skip

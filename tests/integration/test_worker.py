@@ -256,11 +256,15 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
             beat = await runner.run(
                 operations.heartbeat("stale", 1000, [(task_id, claimed.attempt)])
             )
-            assert beat.lost == [task_id]
+            assert beat.lost == [(task_id, claimed.attempt)]
             # The same worker claiming the task again does not revive the old attempt.
             await runner.run(operations.promote_due(10))
             [again] = await runner.run(operations.claim("stale", 1000, 1))
             assert again.attempt == claimed.attempt + 1
+            # A late report names the old attempt only; the new one is renewed, not lost.
+            both = [(task_id, claimed.attempt), (task_id, again.attempt)]
+            beat = await runner.run(operations.heartbeat("stale", 1000, both))
+            assert beat.lost == [(task_id, claimed.attempt)]
             assert await runner.run(operations.ack("stale", [late])) == [False]
             fresh = Outcome(task_id, again.attempt, 60_000, b"\xc3")
             assert await runner.run(operations.ack("stale", [fresh])) == [True]
@@ -269,7 +273,9 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
 
     run(scenario())
     counters = raw.hgetall(keys.stats)
-    assert int(counters[b"fenced"]) == 3
+    # Each dropped outcome once: the late ack, the late fail, and the old attempt as two
+    # heartbeats reported it lost (the worker stops renewing it after the first).
+    assert int(counters[b"fenced"]) == 5
     assert raw.lrange(keys.result(task_id), 0, -1) == [b"\xc3"]
 
 

@@ -39,7 +39,7 @@ from duetime import App, AsyncQueue, Dispatcher, Job, Queue, Settings, Worker, c
 from duetime.cli import EXIT_USAGE, main
 from duetime.errors import DecodeError, DuetimeError, InvalidInputError
 from duetime.store import QueueKeys
-from duetime.validation import LATEST_TIMESTAMP
+from duetime.validation import END_OF_9999
 from tests.helpers import FAST, wait_until
 from tests.servers import Server
 
@@ -94,7 +94,7 @@ def _self_referencing() -> list[Any]:
 
 NUMBERS: list[Any] = [
     0, -0.0, 1e-9, 1e-4, 0.0005, 0.001, 0.5, 1, 1e9, 1e14, 1e16, 1e17, 1e300,
-    LATEST_TIMESTAMP, LATEST_TIMESTAMP + 0.001, LATEST_TIMESTAMP + 1, 2**53, 2**63, 2**64,
+    END_OF_9999 - 1, END_OF_9999 - 0.001, END_OF_9999, END_OF_9999 + 1, 2**53, 2**63, 2**64,
     10**400, -1, -1e-9, math.nan, math.inf, -math.inf, True, False,
 ]  # fmt: skip
 OTHER_TYPES = st.one_of(
@@ -241,11 +241,9 @@ VALID: dict[str, st.SearchStrategy[Any]] = {
     "timeout": st.one_of(st.none(), st.floats(0.001, 1e6), st.integers(1, 10**6)),
     "result_ttl": st.one_of(st.none(), st.floats(0.001, 1e6), st.integers(1, 10**6)),
     "at": st.one_of(
-        st.floats(0, LATEST_TIMESTAMP),
+        st.floats(0, END_OF_9999, exclude_max=True),
         st.floats(-5, 1).map(lambda offset: time.time() + offset),  # due now: these run
-        st.datetimes(timezones=st.timezones()).filter(
-            lambda at: 0 <= at.timestamp() <= LATEST_TIMESTAMP
-        ),
+        st.datetimes(timezones=st.timezones()).filter(lambda at: 0 <= at.timestamp() < END_OF_9999),
     ),
     "delay": st.one_of(st.floats(0, 0.5), st.floats(0, 1e6), st.integers(0, 10**6)),
 }
@@ -581,7 +579,7 @@ number_texts = st.one_of(
     st.integers().map(str),
     st.sampled_from(
         ["nan", "inf", "-inf", "1e400", "-1", "0", "-0", "1_000", "0x10", "", " ", "abc",
-         "1e17", "1e300", "1e-9", "5", "0.2", "٣", str(10**30), str(LATEST_TIMESTAMP + 1)]
+         "1e17", "1e300", "1e-9", "5", "0.2", "٣", str(10**30), str(END_OF_9999)]
     ),
 )  # fmt: skip
 json_documents = st.recursive(

@@ -391,12 +391,14 @@ def shut_down(
     reap_bound: float,
 ) -> None:
     """Graceful end: workers hand back and deregister; dispatchers, still running, reap
-    every worker that was killed; then the dispatchers stop. Each step is bounded."""
+    every worker that was killed, and look once more at the list of every reaped or
+    stopped worker (a block later); then the dispatchers stop. Each step is bounded."""
     fleet.stop(*[w for w in workers if w.alive()])
+    keys = QueueKeys(queue)
     wait_until_sync(
-        lambda: client.zcard(QueueKeys(queue).workers) == 0,
+        lambda: client.zcard(keys.workers) == 0 and client.zcard(keys.reaped) == 0,
         timeout=reap_bound,
-        what="every killed worker reaped",
+        what="every killed worker reaped, and every reaped list looked at again",
     )
     fleet.stop(*[d for d in dispatchers if d.alive()])
 

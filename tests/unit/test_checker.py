@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from duetime import codec, cron
 from duetime.checker import check_invariants
 from duetime.store.operations import Snapshot
+
+
+def job_blob(name: str, timezone: str = "UTC") -> bytes:
+    job = cron.define(name, "* * * * *", {"n": 1}, timezone=timezone)
+    return cron.encode_job(job)
 
 
 def snapshot(**fields: object) -> Snapshot:
@@ -25,16 +31,19 @@ def test_consistent_queue_has_no_violations() -> None:
         active={"w1": ["c"]},
         leases={"w1|c": 5000},
         workers={"w1": 900},
-        attempts={"c", "d"},
+        attempts={"c": b"1", "d": b"3"},
         errors={"d"},
         dead=["d"],
-        early={"b", "c"},  # promoted ahead: in ready, or taken by BLMOVE before the claim
+        early={
+            "b": b"1000.5",
+            "c": b"1001",
+        },  # promoted ahead: in ready, or taken by BLMOVE before the claim
     )
     assert kinds(snap) == []
 
 
 def test_early_run_at_of_a_task_no_longer_waiting_is_a_leak() -> None:
-    snap = snapshot(tasks={"a"}, scheduled=["a"], early={"a", "gone"})
+    snap = snapshot(tasks={"a"}, scheduled=["a"], early={"a": b"1", "gone": b"2"})
     assert kinds(snap) == [("leak", "a"), ("leak", "gone")]
 
 
@@ -51,7 +60,7 @@ def test_id_without_envelope_is_an_orphan() -> None:
 
 
 def test_leftover_per_task_entries_are_leaks() -> None:
-    found = kinds(snapshot(attempts={"gone"}, errors={"gone"}))
+    found = kinds(snapshot(attempts={"gone": b"1"}, errors={"gone"}))
     assert found == [("leak", "gone"), ("leak", "gone")]
 
 
@@ -71,5 +80,41 @@ def test_results_without_ttl_stray_keys_and_wake_overflow() -> None:
 
 
 def test_cron_entries_without_a_definition_are_leaks() -> None:
-    snap = snapshot(cron={"kept"}, cron_entries={"cron_next": {"kept", "gone"}, "cron_held": set()})
+    snap = snapshot(
+        cron={"kept": job_blob("kept")},
+        cron_entries={"cron_next": {"kept", "gone"}, "cron_held": set()},
+    )
     assert kinds(snap) == [("leak", "gone")]
+
+
+def test_garbage_where_duetime_keeps_numbers_is_reported() -> None:
+    snap = snapshot(
+        tasks={"a", "b"},
+        ready=["a", "b"],
+        attempts={"a": b"x1", "b": b"2"},
+        early={"a": b"soon", "b": b"1000.25"},
+        counters={"scheduled": b"12", "completed": b"lots"},
+        cron_held={"job": b"later"},
+        cron={"job": job_blob("job")},
+    )
+    assert kinds(snap) == [
+        ("garbage", "a"),
+        ("garbage", "a"),
+        ("garbage", "stats.completed"),
+        ("garbage", "job"),
+    ]
+
+
+def test_cron_definitions_this_host_cannot_use_are_poison() -> None:
+    # A definition naming a zone missing here, one from a newer version, and garbage.
+    missing_zone = codec.pack(
+        [1, "far", "* * * * *", {}, "Mars/Olympus_Mons", "", "skip", "allow", 5, 300_000]
+    )
+    newer = codec.pack([2, "new", "* * * * *", {}, "UTC", "", "skip", "allow", 5, 300_000, "x"])
+    snap = snapshot(
+        cron={"far": missing_zone, "new": newer, "junk": b"\xc1", "fine": job_blob("fine")},
+    )
+    assert kinds(snap) == [("poison cron", "far"), ("poison cron", "junk"), ("poison cron", "new")]
+    reasons = {v.subject: v.detail for v in check_invariants(snap)}
+    assert "tz database" in reasons["far"]
+    assert "newer duetime" in reasons["new"]

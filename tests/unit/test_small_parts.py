@@ -25,7 +25,7 @@ def test_promote_ahead_may_be_zero_but_not_negative_or_long() -> None:
     assert Settings(promote_ahead=0).promote_ahead == 0
     with pytest.raises(ConfigurationError, match="promote_ahead"):
         Settings(promote_ahead=-0.001)
-    with pytest.raises(ConfigurationError, match="at most 1s"):
+    with pytest.raises(ConfigurationError, match=r"up to 1 \(a task promoted ahead holds"):
         Settings(promote_ahead=2.0)
     assert Settings.from_env({"DUETIME_PROMOTE_AHEAD": "0"}).promote_ahead == 0
 

@@ -62,6 +62,12 @@ class QueueKeys:
         return self._key("dead")
 
     @property
+    def reaped(self) -> str:
+        """ZSET reaped worker id -> when a dispatcher looks at its processing list once
+        more (a BLMOVE it left pending on the server may still move an id there)."""
+        return self._key("reaped")
+
+    @property
     def wake(self) -> str:
         """LIST holding at most one element: a sleeping dispatcher's alarm."""
         return self._key("wake")

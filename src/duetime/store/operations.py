@@ -8,6 +8,7 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 
 from duetime.clock import Clock
 from duetime.errors import DuetimeError
+from duetime.states import CronFireOutcome, RescheduleOutcome, TaskState
 from duetime.store import scripts
 from duetime.store.keys import QueueKeys, split_lease_member
 from duetime.store.scripts import Script
@@ -52,10 +54,13 @@ class EvalMany:
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """Commands sent in one round trip; ``transaction`` wraps them in MULTI/EXEC."""
+    """Commands sent in one round trip; ``transaction`` wraps them in MULTI/EXEC.
+    ``read_only`` (only reads in it) lets the runner send a refused transaction again
+    as a plain pipeline when the server is over maxmemory, which refuses MULTI."""
 
     commands: Sequence[Command]
     transaction: bool = False
+    read_only: bool = False
 
 
 Request = Command | Eval | EvalMany | Batch
@@ -73,6 +78,7 @@ class Promotion:
     next_lease_deadline_ms: int | None
     oldest_heartbeat_ms: int | None
     next_cron_tick_ms: int | None
+    next_reaped_look_ms: int | None = None  # when a reaped worker's list is looked at again
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +87,13 @@ class Claimed:
     attempt: int
     envelope: bytes | None  # None: the id had no envelope and was dropped
     early_run_at_ms: float | None = None  # promoted ahead of this run-at: wait for it
+    problem: str | None = None  # garbage found in the task's records: it goes to dead
 
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatReply:
     was_registered: bool
-    lost: list[str]  # attempts whose lease is gone (fenced)
+    lost: list[tuple[str, int]]  # (task id, attempt) of attempts whose lease is gone (fenced)
     held: list[str]  # every id in the worker's processing list
 
 
@@ -102,9 +109,9 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class StatusReply:
-    state: str
+    state: TaskState
     score_ms: float | None
-    attempts: int
+    attempts: int | None  # None: the stored counter is not a number (garbage)
     error: bytes | None
     envelope: bytes | None
     result: bytes | None
@@ -132,6 +139,7 @@ class DueCron:
     next_tick_ms: int  # the score read, compared and set by fire_cron
     definition: bytes | None
     held_tick_ms: int | None
+    problem: str | None = None  # its held tick is garbage: the job is a poison record
 
 
 @dataclass(slots=True)
@@ -146,12 +154,15 @@ class Snapshot:
     dead: list[str] = field(default_factory=list)
     leases: dict[str, int] = field(default_factory=dict)  # member -> deadline
     workers: dict[str, int] = field(default_factory=dict)  # worker -> heartbeat
-    attempts: set[str] = field(default_factory=set)
+    attempts: dict[str, bytes] = field(default_factory=dict)  # id -> attempts started
     errors: set[str] = field(default_factory=set)
-    early: set[str] = field(default_factory=set)  # ids promoted ahead, not yet claimed
+    early: dict[str, bytes] = field(default_factory=dict)  # id -> run-at, promoted ahead
+    counters: dict[str, bytes] = field(default_factory=dict)  # the stats hash as stored
+    reaped: set[str] = field(default_factory=set)  # reaped workers to look at once more
     wake_length: int = 0
-    cron: set[str] = field(default_factory=set)  # job names with a definition
+    cron: dict[str, bytes] = field(default_factory=dict)  # job name -> definition
     cron_entries: dict[str, set[str]] = field(default_factory=dict)  # key part -> names
+    cron_held: dict[str, bytes] = field(default_factory=dict)  # job name -> held tick
     results_without_ttl: list[str] = field(default_factory=list)
     stray_keys: list[str] = field(default_factory=list)
 
@@ -180,6 +191,18 @@ def _whole_score(value: bytes | str | None) -> int | None:
     """A score written in whole milliseconds (deadlines, heartbeats, cron ticks)."""
     number = _score(value)
     return None if number is None else int(number)
+
+
+_COUNT = re.compile(r"-?[0-9]{1,18}")
+
+
+def count_or_none(value: bytes | str | None) -> int | None:
+    """A counter duetime wrote as a decimal integer; None for anything else (garbage
+    written by hand), so one bad value is reported rather than failing the whole read."""
+    if value is None:
+        return None
+    text = _text(value)
+    return int(text) if _COUNT.fullmatch(text) else None
 
 
 def sample_clock(clock: Clock) -> Plan[None]:
@@ -238,18 +261,18 @@ class QueueOperations:
         stored: list[bytes | None] = yield Command(("HMGET", self.keys.tasks, *task_ids))
         return stored
 
-    def cancel(self, task_id: str) -> Plan[str | None]:
+    def cancel(self, task_id: str) -> Plan[TaskState | None]:
         k = self.keys
         place = yield Eval(
             scripts.CANCEL_TASK,
             (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.stats, k.early),
             (task_id,),
         )
-        return _text(place) if place else None
+        return TaskState(_text(place)) if place else None
 
     def reschedule(
         self, task_id: str, run_at_ms: float, rewrite: Callable[[bytes], bytes]
-    ) -> Plan[str | None]:
+    ) -> Plan[RescheduleOutcome | None]:
         """Move a waiting task to ``run_at_ms``; ``rewrite`` makes the new envelope
         from the current one. Compare-and-set: retried if the envelope changes meanwhile."""
         k = self.keys
@@ -265,8 +288,8 @@ class QueueOperations:
             )
             if not outcome:
                 return None
-            if _text(outcome) != "changed":
-                return _text(outcome)
+            if (result := RescheduleOutcome(_text(outcome))) != RescheduleOutcome.CHANGED:
+                return result
 
     def status(self, task_id: str) -> Plan[StatusReply]:
         k = self.keys
@@ -275,7 +298,10 @@ class QueueOperations:
             (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.result(task_id)),
             (task_id,),
         )
-        return StatusReply(_text(state), _score(score), int(attempts or 0), error, envelope, result)
+        return StatusReply(
+            TaskState(_text(state)), _score(score), count_or_none(attempts or b"0"),
+            error, envelope, result,
+        )  # fmt: skip
 
     def wait_result(self, task_id: str, timeout: float) -> Plan[bytes | None]:
         """Block until the task's result exists (without consuming it), up to ``timeout``."""
@@ -293,14 +319,14 @@ class QueueOperations:
         for by the worker that claims them)."""
         now = yield from self.now()
         k = self.keys
-        moved, next_due, next_lease, oldest_beat, next_tick = yield Eval(
+        moved, next_due, next_lease, oldest_beat, next_tick, next_look = yield Eval(
             scripts.PROMOTE_DUE,
-            (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next, k.early),
+            (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next, k.early, k.reaped),
             (now, now + ahead_ms, limit),
         )
         return Promotion(
             int(moved), now, _score(next_due), _whole_score(next_lease),
-            _whole_score(oldest_beat), _whole_score(next_tick),
+            _whole_score(oldest_beat), _whole_score(next_tick), _whole_score(next_look),
         )  # fmt: skip
 
     def eviction_policy(self) -> Plan[str]:
@@ -338,27 +364,56 @@ class QueueOperations:
             )
         )
 
-    def reap_worker(self, worker_id: str, stale_before_ms: int) -> Plan[int]:
+    def reap_worker(
+        self, worker_id: str, stale_before_ms: int, look_again_in_ms: int | None = None
+    ) -> Plan[int]:
+        """Re-enter a silent (or unregistered) worker's tasks and forget it; -1 if it
+        heartbeated after ``stale_before_ms``. With ``look_again_in_ms``, its list is
+        looked at once more that much later (see ``look_at_reaped``)."""
         now = yield from self.now()
         k = self.keys
+        look_at = -1 if look_again_in_ms is None else now + look_again_in_ms
         return int(
             (
                 yield Eval(
                     scripts.REAP_WORKER,
-                    (k.workers, k.active(worker_id), k.leases, k.scheduled, k.wake, k.stats),
-                    (now, worker_id, stale_before_ms),
+                    (
+                        k.workers,
+                        k.active(worker_id),
+                        k.leases,
+                        k.scheduled,
+                        k.wake,
+                        k.stats,
+                        k.reaped,
+                    ),
+                    (now, worker_id, stale_before_ms, look_at),
                 )
             )
         )
 
-    def reap_dead_workers(self, worker_ttl_ms: int) -> Plan[int]:
-        """Re-enter the tasks of every worker silent for longer than ``worker_ttl_ms``."""
+    def reap_dead_workers(self, worker_ttl_ms: int, look_again_in_ms: int) -> Plan[int]:
+        """Re-enter the tasks of every worker silent for longer than ``worker_ttl_ms``.
+        A reaped worker may have left a BLMOVE pending on the server (it was paused, not
+        dead); its list is looked at again ``look_again_in_ms`` later, once that block
+        has surely ended."""
         now = yield from self.now()
         stale_before = now - worker_ttl_ms
         stale = yield Command(("ZRANGE", self.keys.workers, "-inf", stale_before, "BYSCORE"))
         total = 0
         for raw in stale:
-            total += max(0, (yield from self.reap_worker(_text(raw), stale_before)))
+            reaped = yield from self.reap_worker(_text(raw), stale_before, look_again_in_ms)
+            total += max(0, reaped)
+        return total
+
+    def look_at_reaped(self, worker_ttl_ms: int) -> Plan[int]:
+        """Look once more at the lists of workers reaped a block's length ago: an id that
+        a pending BLMOVE moved there after the reap is re-entered now. A worker that came
+        back meanwhile (heartbeated within ``worker_ttl_ms``) keeps its list."""
+        now = yield from self.now()
+        due = yield Command(("ZRANGE", self.keys.reaped, "-inf", now, "BYSCORE", "LIMIT", 0, 100))
+        total = 0
+        for raw in due:
+            total += max(0, (yield from self.reap_worker(_text(raw), now - worker_ttl_ms)))
         return total
 
     def sweep_orphan_lists(self) -> Plan[int]:
@@ -405,9 +460,12 @@ class QueueOperations:
             (now, now + lease_ms, worker_id, most, *taken),
         )
         return [
-            Claimed(_text(reply[i]), int(reply[i + 1]), reply[i + 2], _score(reply[i + 3]))
-            for i in range(0, len(reply), 4)
-        ]
+            Claimed(
+                _text(reply[i]), int(reply[i + 1]), reply[i + 2], _score(reply[i + 3]),
+                _text(reply[i + 4]) if reply[i + 4] else None,
+            )
+            for i in range(0, len(reply), 5)
+        ]  # fmt: skip
 
     def heartbeat(
         self, worker_id: str, lease_ms: int, running: Sequence[tuple[str, int]]
@@ -418,9 +476,13 @@ class QueueOperations:
         for task_id, attempt in running:
             args += (task_id, attempt)
         known, lost, held = yield Eval(
-            scripts.HEARTBEAT, (k.workers, k.leases, k.attempts, k.active(worker_id)), args
+            scripts.HEARTBEAT, (k.workers, k.leases, k.attempts, k.active(worker_id), k.stats), args
         )
-        return HeartbeatReply(bool(known), [_text(i) for i in lost], [_text(i) for i in held])
+        return HeartbeatReply(
+            bool(known),
+            [(_text(lost[i]), int(lost[i + 1])) for i in range(0, len(lost), 2)],
+            [_text(i) for i in held],
+        )
 
     def ack(self, worker_id: str, outcomes: Sequence[Outcome]) -> Plan[list[bool]]:
         now = yield from self.now()
@@ -459,14 +521,25 @@ class QueueOperations:
         )  # fmt: skip
         return bool(applied)
 
-    def release_worker(self, worker_id: str) -> Plan[int]:
+    def release_worker(self, worker_id: str, look_again_in_ms: int) -> Plan[int]:
+        """Hand the worker's tasks back and deregister it; its list is looked at once
+        more ``look_again_in_ms`` later (a BLMOVE cut off by the stop may land there)."""
+        now = yield from self.now()
         k = self.keys
         return int(
             (
                 yield Eval(
                     scripts.RELEASE_WORKER,
-                    (k.workers, k.active(worker_id), k.leases, k.attempts, k.ready, k.stats),
-                    (worker_id,),
+                    (
+                        k.workers,
+                        k.active(worker_id),
+                        k.leases,
+                        k.attempts,
+                        k.ready,
+                        k.stats,
+                        k.reaped,
+                    ),
+                    (worker_id, now + look_again_in_ms),
                 )
             )
         )
@@ -506,7 +579,8 @@ class QueueOperations:
             {_text(n): blob for n, blob in _pairs(definitions)},
             {_text(n): int(float(s)) for n, s in _pairs(next_ticks)},
             {_text(n): _text(i) for n, i in _pairs(last)},
-            {_text(n): int(t) for n, t in _pairs(held)},
+            # A held tick that is not a number is garbage; the job shows as not held.
+            {_text(n): t for n, raw in _pairs(held) if (t := count_or_none(raw)) is not None},
         )
 
     def due_cron(self, now_ms: int, limit: int) -> Plan[list[DueCron]]:
@@ -521,11 +595,16 @@ class QueueOperations:
         definitions, held = yield Batch(
             (Command(("HMGET", k.cron, *names)), Command(("HMGET", k.cron_held, *names)))
         )
-        return [
-            DueCron(name, int(float(flat[2 * i + 1])), definitions[i],
-                    None if held[i] is None else int(held[i]))
-            for i, name in enumerate(names)
-        ]  # fmt: skip
+        due = []
+        for i, name in enumerate(names):
+            held_tick = count_or_none(held[i])
+            problem = None
+            if held[i] is not None and held_tick is None:
+                problem = f"its held tick is not a number: {_text(held[i])[:40]!r}"
+            due.append(
+                DueCron(name, int(float(flat[2 * i + 1])), definitions[i], held_tick, problem)
+            )
+        return due
 
     def fire_cron(
         self,
@@ -536,8 +615,9 @@ class QueueOperations:
         retry_at_ms: int,
         held_tick_ms: int,
         ticks: Sequence[tuple[str, int, bytes]],
-    ) -> Plan[str | int]:
-        """Enqueue due ticks and advance the job (compare-and-set on its next tick)."""
+    ) -> Plan[CronFireOutcome | int]:
+        """Enqueue due ticks and advance the job (compare-and-set on its next tick):
+        the number of ticks enqueued, or why none was."""
         k = self.keys
         args: list[Any] = [name, expected_next_ms, -1 if following_ms is None else following_ms,
                            overlap, retry_at_ms, held_tick_ms]  # fmt: skip
@@ -545,7 +625,7 @@ class QueueOperations:
             args += (task_id, run_at_ms, envelope)
         keys = (k.cron_next, k.cron_last, k.cron_held, k.tasks, k.ready, k.stats)
         reply = yield Eval(scripts.FIRE_CRON, keys, args)
-        return reply if isinstance(reply, int) else _text(reply)
+        return reply if isinstance(reply, int) else CronFireOutcome(_text(reply))
 
     # --- dead letters ----------------------------------------------------------------
 
@@ -623,7 +703,11 @@ class QueueOperations:
                 _text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
             },
             "next_due_ms": int(float(head[1])) if head else None,
-            "counters": {_text(name): int(value) for name, value in stats.items()},
+            # A counter that is not a number (garbage) shows as -1; the checker reports it.
+            "counters": {
+                _text(name): -1 if (number := count_or_none(value)) is None else number
+                for name, value in stats.items()
+            },
         }
 
     def snapshot(self) -> Plan[Snapshot]:
@@ -635,7 +719,7 @@ class QueueOperations:
         stray: list[str] = []
         fixed = {k.tasks, k.scheduled, k.ready, k.leases, k.workers, k.attempts, k.errors,
                  k.dead, k.wake, k.stats, k.cron, k.cron_next, k.cron_last,
-                 k.cron_held, k.early}  # fmt: skip
+                 k.cron_held, k.early, k.reaped}  # fmt: skip
         cursor: Any = 0
         while True:
             cursor, found = yield Command(
@@ -662,23 +746,26 @@ class QueueOperations:
                     Command(("ZRANGE", k.dead, 0, -1)),
                     Command(("ZRANGE", k.leases, 0, -1, "WITHSCORES")),
                     Command(("ZRANGE", k.workers, 0, -1, "WITHSCORES")),
-                    Command(("HKEYS", k.attempts)),
+                    Command(("HGETALL", k.attempts)),
                     Command(("HKEYS", k.errors)),
                     Command(("LLEN", k.wake)),
-                    Command(("HKEYS", k.cron)),
+                    Command(("HGETALL", k.cron)),
                     Command(("ZRANGE", k.cron_next, 0, -1)),
                     Command(("HKEYS", k.cron_last)),
-                    Command(("HKEYS", k.cron_held)),
-                    Command(("HKEYS", k.early)),
+                    Command(("HGETALL", k.cron_held)),
+                    Command(("HGETALL", k.early)),
+                    Command(("HGETALL", k.stats)),
+                    Command(("ZRANGE", k.reaped, 0, -1)),
                     *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
                     *(Command(("PTTL", key)) for key in result_keys),
                 ),
                 transaction=True,
+                read_only=True,
             )
             tasks, scheduled, ready, dead, leases, workers, attempts, errors, wake = replies[:9]
-            cron_names, cron_next, cron_last, cron_held, early = replies[9:14]
-            lists = replies[14 : 14 + len(active_keys)]
-            ttls = replies[14 + len(active_keys) :]
+            cron, cron_next, cron_last, cron_held, early, stats, reaped = replies[9:16]
+            lists = replies[16 : 16 + len(active_keys)]
+            ttls = replies[16 + len(active_keys) :]
             snap = Snapshot(now_ms=now)
             snap.workers = {
                 _text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
@@ -692,16 +779,19 @@ class QueueOperations:
             snap.leases = {
                 _text(leases[i]): int(float(leases[i + 1])) for i in range(0, len(leases), 2)
             }
-            snap.attempts = {_text(i) for i in attempts}
+            snap.attempts = {_text(i): value for i, value in _pairs(attempts)}
             snap.errors = {_text(i) for i in errors}
-            snap.early = {_text(i) for i in early}
+            snap.early = {_text(i): value for i, value in _pairs(early)}
+            snap.counters = {_text(name): value for name, value in _pairs(stats)}
+            snap.reaped = {_text(i) for i in reaped}
             snap.wake_length = int(wake)
-            snap.cron = {_text(i) for i in cron_names}
+            snap.cron = {_text(name): blob for name, blob in _pairs(cron)}
             snap.cron_entries = {
                 "cron_next": {_text(i) for i in cron_next},
                 "cron_last": {_text(i) for i in cron_last},
-                "cron_held": {_text(i) for i in cron_held},
+                "cron_held": {_text(i) for i, _ in _pairs(cron_held)},
             }
+            snap.cron_held = {_text(i): value for i, value in _pairs(cron_held)}
             snap.active = {
                 k.worker_of_active(key): [_text(i) for i in ids]
                 for key, ids in zip(active_keys, lists, strict=True)

@@ -20,9 +20,16 @@ import redis.asyncio
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from duetime.errors import ConfigurationError, RedisCommandError, RedisUnavailableError
+from duetime.errors import (
+    ConfigurationError,
+    CorruptStateError,
+    DuetimeError,
+    RedisCommandError,
+    RedisOutOfMemoryError,
+    RedisUnavailableError,
+)
 from duetime.settings import Settings
-from duetime.store.operations import Command, Eval, EvalMany, Plan, Request
+from duetime.store.operations import Batch, Command, Eval, EvalMany, Plan, Request
 from duetime.store.scripts import Script
 
 T = TypeVar("T")
@@ -159,18 +166,61 @@ def _raise_first_error(replies: list[Any]) -> list[Any]:
     return replies
 
 
+_OUT_OF_MEMORY_HINT = (
+    "Redis is out of memory: used memory is over maxmemory and the policy is noeviction, so "
+    "it refuses writes (reads and `duetime inspect --check` still work). Raise maxmemory, "
+    "free memory (e.g. `duetime dead purge`), or add capacity; do not switch to an evicting "
+    "policy, which would drop tasks"
+)
+
+
+def _is_out_of_memory(error: redis.RedisError) -> bool:
+    return isinstance(error, redis.exceptions.OutOfMemoryError) or "OOM command not allowed" in str(
+        error
+    )
+
+
 @contextmanager
 def _translated(address: str) -> Iterator[None]:
+    """redis-py errors become duetime errors here; nothing from redis-py escapes."""
     try:
         yield
     except (redis.ConnectionError, redis.TimeoutError) as error:
         raise RedisUnavailableError(
             f"Redis at {address} is unavailable: {mask_url(str(error))}"
         ) from None
-    except redis.ResponseError as error:
+    except redis.exceptions.InvalidResponse as error:
+        # A reply that is not the Redis protocol: a broken connection or not a Redis server.
+        raise RedisUnavailableError(
+            f"Redis at {address} answered with something that is not the Redis protocol: "
+            f"{mask_url(str(error))}"
+        ) from None
+    except redis.RedisError as error:
+        if _is_out_of_memory(error):
+            raise RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})") from None
         raise RedisCommandError(
             f"Redis at {address} refused a command: {mask_url(str(error))}"
         ) from None
+
+
+def _advance(plan: Plan[T], reply: Any) -> Request:
+    """The plan's next request. A plan that chokes on a reply (a number that is not a
+    number, a record of the wrong shape) met data duetime never wrote: that is reported
+    as CorruptStateError, with the original exception chained for the traceback."""
+    try:
+        return plan.send(reply)
+    except (StopIteration, DuetimeError):
+        raise
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError) as error:
+        raise CorruptStateError(
+            f"unexpected data in Redis ({type(error).__name__}: {error}); "
+            "run `duetime inspect --check` to find it"
+        ) from error
+
+
+def _read_only_transaction_refused(error: redis.RedisError, request: Batch) -> bool:
+    """Over maxmemory, Redis refuses every command queued in MULTI, reads too."""
+    return request.transaction and request.read_only and _is_out_of_memory(error)
 
 
 class SyncRunner:
@@ -184,7 +234,7 @@ class SyncRunner:
         with _translated(self.address):
             while True:
                 try:
-                    request = plan.send(reply)
+                    request = _advance(plan, reply)
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
                 reply = self._execute(request)
@@ -207,10 +257,18 @@ class SyncRunner:
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return _raise_first_error(replies)
-        pipe = self.client.pipeline(transaction=request.transaction)
+        try:
+            return self._batch(request, request.transaction)
+        except redis.RedisError as error:
+            if not _read_only_transaction_refused(error, request):
+                raise
+            return self._batch(request, transaction=False)
+
+    def _batch(self, request: Batch, transaction: bool) -> list[Any]:
+        pipe = self.client.pipeline(transaction=transaction)
         for command in request.commands:
             pipe.execute_command(*_wire(command.args))
-        return pipe.execute()
+        return list(pipe.execute())
 
     def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
@@ -236,7 +294,7 @@ class AsyncRunner:
         with _translated(self.address):
             while True:
                 try:
-                    request = plan.send(reply)
+                    request = _advance(plan, reply)
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
                 reply = await self._execute(request)
@@ -260,10 +318,18 @@ class AsyncRunner:
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return _raise_first_error(replies)
-        pipe = self.client.pipeline(transaction=request.transaction)
+        try:
+            return await self._batch(request, request.transaction)
+        except redis.RedisError as error:
+            if not _read_only_transaction_refused(error, request):
+                raise
+            return await self._batch(request, transaction=False)
+
+    async def _batch(self, request: Batch, transaction: bool) -> list[Any]:
+        pipe = self.client.pipeline(transaction=transaction)
         for command in request.commands:
             pipe.execute_command(*_wire(command.args))
-        return await pipe.execute()
+        return list(await pipe.execute())
 
     async def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)

@@ -11,6 +11,8 @@
 -- ARGV[3..] quads: task id, attempt, result TTL (ms, 0 = keep none), result blob
 -- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
 -- superseded: the outcome is dropped and counted).
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local out = {}
@@ -42,9 +44,9 @@ for i = 3, #ARGV, 4 do
   end
 end
 if acked > 0 then
-  redis.call('HINCRBY', KEYS[6], 'completed', acked)
+  redis.pcall('HINCRBY', KEYS[6], 'completed', acked)
 end
 if fenced > 0 then
-  redis.call('HINCRBY', KEYS[6], 'fenced', fenced)
+  redis.pcall('HINCRBY', KEYS[6], 'fenced', fenced)
 end
 return out

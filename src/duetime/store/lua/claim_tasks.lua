@@ -11,9 +11,13 @@
 -- ARGV[3] worker id
 -- ARGV[4] most ids to move from ready
 -- ARGV[5..] ids the worker already moved into its list with BLMOVE
--- Returns: flat quadruples {task id, attempt, envelope, run-at}; run-at (ms) is given for
--- an id promoted ahead of it (the worker waits until then), false otherwise. An id with
--- no envelope comes back with attempt 0 and envelope false, already dropped from the list.
+-- Returns: flat quintuples {task id, attempt, envelope, run-at, problem}. run-at (ms) is
+-- given for an id promoted ahead of it (the worker waits until then), false otherwise.
+-- problem is false, or says which of the task's records held garbage (a count or a time
+-- that is not a number, written by hand): the task is still leased, with its attempt
+-- counter reset to a count, and the worker sends it to dead with that reason, so
+-- garbage costs one task, never the claim of its neighbours. An id with no envelope
+-- comes back with attempt 0 and envelope false, already dropped from the list.
 local worker = ARGV[3]
 redis.call('ZADD', KEYS[6], ARGV[1], worker)
 local ids = {}
@@ -33,20 +37,36 @@ end
 local out = {}
 for _, id in ipairs(ids) do
   local envelope = redis.call('HGET', KEYS[5], id)
-  local run_at = redis.call('HGET', KEYS[7], id)
-  if run_at then
+  local note = redis.call('HGET', KEYS[7], id)
+  local problem = false
+  local run_at = false
+  if note then
     redis.call('HDEL', KEYS[7], id)
+    run_at = tonumber(note)
+    if not run_at or run_at ~= run_at or math.abs(run_at) == math.huge then
+      problem = 'its early run-at note is not a number: ' .. string.sub(note, 1, 40)
+      run_at = false
+    end
   end
   if envelope then
+    local stored = redis.call('HGET', KEYS[4], id)
+    local started = tonumber(stored or '0')
+    if not started or started < 0 or started ~= math.floor(started) or started > 1e9 then
+      problem = 'its attempt counter is not a count: ' .. string.sub(stored, 1, 40)
+      started = 0
+    end
+    redis.call('HSET', KEYS[4], id, started + 1)
     redis.call('ZADD', KEYS[3], ARGV[2], worker .. '|' .. id)
     out[#out + 1] = id
-    out[#out + 1] = redis.call('HINCRBY', KEYS[4], id, 1)
+    out[#out + 1] = started + 1
     out[#out + 1] = envelope
-    out[#out + 1] = run_at
+    out[#out + 1] = run_at and note or false
+    out[#out + 1] = problem
   else
     redis.call('LREM', KEYS[2], 1, id)
     out[#out + 1] = id
     out[#out + 1] = 0
+    out[#out + 1] = false
     out[#out + 1] = false
     out[#out + 1] = false
   end

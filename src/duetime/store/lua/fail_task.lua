@@ -16,22 +16,24 @@
 -- ARGV[6] retry at (ms), or -1 to move the task to dead
 -- ARGV[7] result TTL (ms, 0 = keep none); ARGV[8] result blob (stored only on death)
 -- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
 local id = ARGV[3]
 local member = ARGV[2] .. '|' .. id
 local deadline = redis.call('ZSCORE', KEYS[2], member)
 if not (deadline and tonumber(deadline) > now and redis.call('HGET', KEYS[3], id) == ARGV[4]) then
-  redis.call('HINCRBY', KEYS[8], 'fenced', 1)
+  redis.pcall('HINCRBY', KEYS[8], 'fenced', 1)
   return 0
 end
 redis.call('LREM', KEYS[1], 1, id)
 redis.call('ZREM', KEYS[2], member)
 redis.call('HSET', KEYS[4], id, ARGV[5])
-redis.call('HINCRBY', KEYS[8], 'failed', 1)
+redis.pcall('HINCRBY', KEYS[8], 'failed', 1)
 local retry_at = tonumber(ARGV[6])
 if retry_at < 0 then
   redis.call('ZADD', KEYS[6], now, id)
-  redis.call('HINCRBY', KEYS[8], 'dead', 1)
+  redis.pcall('HINCRBY', KEYS[8], 'dead', 1)
   local ttl = tonumber(ARGV[7])
   if ttl > 0 then
     redis.call('DEL', KEYS[9])
@@ -44,6 +46,6 @@ else
   if (not head[2] or retry_at < tonumber(head[2])) and redis.call('LLEN', KEYS[7]) == 0 then
     redis.call('RPUSH', KEYS[7], 1)
   end
-  redis.call('HINCRBY', KEYS[8], 'retried', 1)
+  redis.pcall('HINCRBY', KEYS[8], 'retried', 1)
 end
 return 1

@@ -3,13 +3,19 @@
 -- KEYS[2] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
 -- KEYS[3] attempts   HASH  task id -> attempts started
 -- KEYS[4] active     LIST  the worker's processing list
+-- KEYS[5] stats      HASH
 -- ARGV[1] now (ms)
 -- ARGV[2] new lease deadline (ms)
 -- ARGV[3] worker id
 -- ARGV[4..] pairs: task id, attempt
--- Returns: {1 if the worker was still registered else 0, {lost task ids}, {ids in the
--- processing list}}; a lost id's lease had expired or its attempt was superseded, so that
--- attempt is fenced. The list lets the worker find ids whose BLMOVE reply it never got.
+-- Returns: {1 if the worker was still registered else 0, {lost task id, attempt, ...},
+-- {ids in the processing list}}. A lost attempt's lease had expired or it was superseded
+-- by a newer attempt, so that attempt (the id and the number: never a newer attempt of
+-- the same task) is fenced; its outcome will be dropped, and it is counted as fenced here,
+-- once, since the worker stops renewing it. The list lets the worker find ids whose
+-- BLMOVE reply it never got.
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
 local worker = ARGV[3]
 local known = redis.call('ZSCORE', KEYS[1], worker) and 1 or 0
@@ -23,6 +29,10 @@ for i = 4, #ARGV, 2 do
     redis.call('ZADD', KEYS[2], 'XX', ARGV[2], member)
   else
     lost[#lost + 1] = id
+    lost[#lost + 1] = ARGV[i + 1]
   end
+end
+if #lost > 0 then
+  redis.pcall('HINCRBY', KEYS[5], 'fenced', #lost / 2)
 end
 return {known, lost, redis.call('LRANGE', KEYS[4], 0, -1)}

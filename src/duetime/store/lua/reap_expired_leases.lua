@@ -8,6 +8,8 @@
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
 -- Returns: number of tasks re-entered into scheduled (due now).
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
 local count = 0
 for i = 2, #ARGV, 2 do
@@ -30,6 +32,6 @@ if count > 0 then
   if redis.call('LLEN', KEYS[3]) == 0 then
     redis.call('RPUSH', KEYS[3], 1)
   end
-  redis.call('HINCRBY', KEYS[4], 'expired_leases', count)
+  redis.pcall('HINCRBY', KEYS[4], 'expired_leases', count)
 end
 return count

@@ -6,14 +6,23 @@
 -- KEYS[4] scheduled  ZSET
 -- KEYS[5] wake       LIST
 -- KEYS[6] stats      HASH
+-- KEYS[7] reaped     ZSET  reaped worker id -> when to look at its list once more (ms)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
+-- ARGV[4] look again at (ms), or -1: a silent worker may still have a BLMOVE pending on
+--         the server, which can move an id into its list after this reap; the list is
+--         looked at once more at this time (after the longest block), so such an id is
+--         re-entered then rather than at the next maintenance sweep
 -- Returns: number of tasks re-entered, or -1 if the worker heartbeated meanwhile.
+-- reaped_workers counts a worker once, however many dispatchers reap it.
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local beat = redis.call('ZSCORE', KEYS[1], worker)
 if beat and tonumber(beat) > tonumber(ARGV[3]) then
+  redis.call('ZREM', KEYS[7], worker)
   return -1
 end
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
@@ -22,12 +31,18 @@ for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[4], now, id)
 end
 redis.call('DEL', KEYS[2])
-redis.call('ZREM', KEYS[1], worker)
+if redis.call('ZREM', KEYS[1], worker) == 1 then
+  redis.pcall('HINCRBY', KEYS[6], 'reaped_workers', 1)
+  if tonumber(ARGV[4]) >= 0 then
+    redis.call('ZADD', KEYS[7], ARGV[4], worker)
+  end
+else
+  redis.call('ZREM', KEYS[7], worker)
+end
 if #ids > 0 then
   if redis.call('LLEN', KEYS[5]) == 0 then
     redis.call('RPUSH', KEYS[5], 1)
   end
-  redis.call('HINCRBY', KEYS[6], 'reaped_tasks', #ids)
+  redis.pcall('HINCRBY', KEYS[6], 'reaped_tasks', #ids)
 end
-redis.call('HINCRBY', KEYS[6], 'reaped_workers', 1)
 return #ids

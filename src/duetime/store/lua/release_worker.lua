@@ -6,15 +6,25 @@
 -- KEYS[4] attempts   HASH
 -- KEYS[5] ready      LIST
 -- KEYS[6] stats      HASH
+-- KEYS[7] reaped     ZSET  worker id -> when a dispatcher looks at its list once more (ms)
 -- ARGV[1] worker id
+-- ARGV[2] when to look at the list once more (ms): a BLMOVE the stop cut off on the
+--         client side may still be pending on the server and land an id there
 -- Returns: number of tasks handed back.
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local worker = ARGV[1]
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 -- Walk backwards so LPUSH keeps their order at the head of ready.
 for i = #ids, 1, -1 do
   local id = ids[i]
   if redis.call('ZREM', KEYS[3], worker .. '|' .. id) == 1 then
-    if redis.call('HINCRBY', KEYS[4], id, -1) <= 0 then
+    -- Read, not HINCRBY: an attempt counter that is not a number must not fail the
+    -- hand-back half way (the next claim reports it).
+    local started = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+    if started and started > 1 then
+      redis.call('HSET', KEYS[4], id, started - 1)
+    elseif started then
       redis.call('HDEL', KEYS[4], id)
     end
   end
@@ -22,7 +32,8 @@ for i = #ids, 1, -1 do
 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[1], worker)
+redis.call('ZADD', KEYS[7], ARGV[2], worker)
 if #ids > 0 then
-  redis.call('HINCRBY', KEYS[6], 'handed_back', #ids)
+  redis.pcall('HINCRBY', KEYS[6], 'handed_back', #ids)
 end
 return #ids

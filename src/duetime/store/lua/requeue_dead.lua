@@ -6,6 +6,8 @@
 -- KEYS[5] stats      HASH
 -- ARGV[1..] task ids
 -- Returns: number requeued (ids not in dead are ignored).
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local count = 0
 for _, id in ipairs(ARGV) do
   if redis.call('ZREM', KEYS[1], id) == 1 then
@@ -16,6 +18,6 @@ for _, id in ipairs(ARGV) do
   end
 end
 if count > 0 then
-  redis.call('HINCRBY', KEYS[5], 'requeued', count)
+  redis.pcall('HINCRBY', KEYS[5], 'requeued', count)
 end
 return count

@@ -7,6 +7,8 @@
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2..] triples: task id, run-at (ms), envelope
 -- Returns: one integer per task, 1 = created, 0 = the id was already live (nothing changed).
+-- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
+-- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 local earliest = head[2] and tonumber(head[2]) or math.huge
@@ -36,6 +38,6 @@ if wake and redis.call('LLEN', KEYS[4]) == 0 then
   redis.call('RPUSH', KEYS[4], 1)
 end
 if count > 0 then
-  redis.call('HINCRBY', KEYS[5], 'scheduled', count)
+  redis.pcall('HINCRBY', KEYS[5], 'scheduled', count)
 end
 return created

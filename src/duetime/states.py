@@ -1,0 +1,36 @@
+"""The named states and outcomes that cross the Redis layer: where a task is, and what
+a script reports. They are ``StrEnum`` members, so they compare equal to the strings the
+Lua scripts return and print as those strings in JSON, while a typo in Python code is
+an ``AttributeError`` at once rather than a comparison that is silently never true."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskState(StrEnum):
+    """Where a task is."""
+
+    SCHEDULED = "scheduled"  # waiting for its run-at (or a retry's back-off)
+    READY = "ready"  # due, waiting for a worker
+    RUNNING = "running"  # in a worker's processing list
+    DEAD = "dead"  # out of attempts (or poison); kept for a person to look at
+    FINISHED = "finished"  # gone; only its stored outcome is left, until its TTL
+    UNKNOWN = "unknown"  # nothing is kept under this id
+
+
+class RescheduleOutcome(StrEnum):
+    """What ``reschedule_task.lua`` did."""
+
+    OK = "ok"
+    CHANGED = "changed"  # the envelope changed since it was read: read again and retry
+    RUNNING = "running"
+    DEAD = "dead"
+
+
+class CronFireOutcome(StrEnum):
+    """What ``fire_cron.lua`` did when it did not enqueue ticks (then it returns a count)."""
+
+    STALE = "stale"  # another dispatcher fired this tick, or the job changed
+    SKIPPED = "skipped"  # overlap=skip: the previous run is still live
+    DELAYED = "delayed"  # overlap=delay: the tick is held until the previous run ends
