@@ -11,6 +11,7 @@ or failed-over server has an empty script cache). redis-py errors become
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -88,12 +89,27 @@ def _describe(client: Any) -> str:
     return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
 
 
+def _check_database(url: str) -> None:
+    """redis-py takes a path that is not a number (``redis://host/x``) as database 0
+    without a word; a typo must not silently point at another database."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        return
+    path = parts.path.strip("/")
+    if path and not (path.isascii() and path.isdigit()):
+        raise ConfigurationError(
+            f"invalid Redis URL {mask_url(url)}: the database after the last / must be a "
+            f"number, got {path!r}"
+        )
+
+
 def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any, Any, str]:
     """Main and blocking clients plus a printable (masked) address."""
     module: Any = redis.asyncio if asynchronous else redis
     timeouts = (settings.socket_timeout, settings.block_timeout + BLOCK_MARGIN)
     if spec is None or isinstance(spec, str):
         url = resolve_url(spec)
+        _check_database(url)
         try:
             clients = [
                 module.Redis(
