@@ -1,0 +1,188 @@
+"""Leases and fencing at the edges, each driven to the exact step: a late "lost" report
+names one attempt, never its successor; an outcome the worker drops itself is counted;
+a BLMOVE left pending by a reaped worker cannot hide a task until the next sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
+from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.operations import Command, Plan, QueueOperations
+from tests.helpers import FAST, running, wait_until, wait_until_sync
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def server_ms(raw: redis.Redis) -> int:
+    seconds, micros = raw.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_a_late_lost_report_of_an_old_attempt_does_not_cancel_the_new_one(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker paused past its lease takes its own task again as attempt 2, while a
+    heartbeat sent for attempt 1 is still on its way; that heartbeat's reply (attempt 1
+    lost) must fence attempt 1 only. Before, it cancelled attempt 2 and ran attempt 3."""
+    keys = QueueKeys(queue_name)
+    gate = f"test:{queue_name}:gate"
+    real_heartbeat = QueueOperations.heartbeat
+    held_back: list[bool] = []
+
+    def gated_heartbeat(
+        self: QueueOperations, worker_id: str, lease_ms: int, running: Any
+    ) -> Plan[Any]:
+        running = list(running)
+        if (task_id, 1) in running and not held_back:
+            held_back.append(True)  # this heartbeat waits until the test lets it go
+            yield Command(("BLPOP", gate, 20), block=20)
+        return (yield from real_heartbeat(self, worker_id, lease_ms, running))
+
+    monkeypatch.setattr(QueueOperations, "heartbeat", gated_heartbeat)
+    clock = ManualClock(server_ms(raw))
+    starts: list[int] = []
+    release = asyncio.Event()
+
+    async def handler(data: object) -> str:
+        from duetime import current_task
+
+        starts.append(current_task().attempt)
+        await release.wait()
+        return "ok"
+
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        task_id = queue.schedule_now({"n": 1})
+        worker = Worker(App(default=handler), queue_name, redis_url, settings=FAST, clock=clock)
+
+        async def scenario() -> None:
+            runner = AsyncRunner(redis_url, Settings())
+            operations = QueueOperations(keys, clock)
+            try:
+                async with running(worker):
+                    await wait_until(lambda: starts == [1] and bool(held_back), what="attempt 1")
+                    clock.advance(FAST.lease_duration + 1)  # attempt 1's lease runs out
+                    assert await runner.run(operations.reap_expired_leases(10)) == 1
+                    await runner.run(operations.promote_due(10))
+                    await wait_until(lambda: starts == [1, 2], what="attempt 2 on the same worker")
+                    raw.rpush(gate, 1)  # the late heartbeat arrives: attempt 1 is lost
+                    await wait_until(lambda: raw.llen(gate) == 0, what="the late heartbeat")
+                    await asyncio.sleep(3 * FAST.heartbeat_interval)  # its reply is handled
+                    release.set()
+                    await wait_until(
+                        lambda: queue.stats().counters.get("completed") == 1, what="the ack"
+                    )
+            finally:
+                await runner.close()
+
+        run(scenario())
+        assert starts == [1, 2]  # one fault, two starts: attempt 2 was not cancelled
+        counters = queue.stats().counters
+        # Attempt 1 was fenced once, by the heartbeat; its own late ack was refused.
+        assert counters["fenced"] == 2
+        assert queue.check() == []
+
+
+def test_an_outcome_dropped_by_the_worker_itself_is_counted_as_fenced(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """The heartbeat learns that a running attempt lost its lease: the worker cancels it
+    and drops its outcome without a word to Redis, so the count must come from the
+    heartbeat. Before, the queue's fenced counter did not move."""
+    clock = ManualClock(server_ms(raw))
+    started = asyncio.Event()
+
+    async def hangs(data: object) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        queue.schedule_now({"n": 1})
+        worker = Worker(App(default=hangs), queue_name, redis_url, settings=FAST, clock=clock)
+
+        async def scenario() -> None:
+            async with running(worker):
+                await started.wait()
+                clock.advance(FAST.lease_duration + 1)
+                await wait_until(lambda: worker.counters.fenced == 1, what="the fence")
+
+        run(scenario())
+        assert queue.stats().counters.get("fenced") == 1
+
+
+def test_a_task_moved_by_a_reaped_workers_pending_blmove_is_recovered_after_a_block(
+    redis_url: str, raw: redis.Redis, queue_name: str, server: Any
+) -> None:
+    """A worker paused by SIGSTOP keeps its BLMOVE pending on the server. The dispatcher
+    reaps it and re-enters its task; the server then hands that very task to the paused
+    worker's BLMOVE, into a list nobody leases. The dispatcher looks at a reaped
+    worker's list once more a block later, so the task runs again then, not at the
+    next maintenance sweep (an hour away here)."""
+    keys = QueueKeys(queue_name)
+    settings = Settings(
+        heartbeat_interval=0.1,
+        worker_ttl=0.5,
+        lease_duration=30,
+        block_timeout=1.0,
+        maintenance_interval=3600,
+        retry_base=0.02,
+    )
+    runs: list[object] = []
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_now({"n": 1})
+        # The paused worker: it had claimed the task, then went silent long ago.
+        paused = "paused-worker"
+        clock = queue.core.clock
+
+        async def claim_as_paused() -> None:
+            runner = AsyncRunner(redis_url, settings)
+            try:
+                await runner.run(QueueOperations(keys, clock).claim(paused, 30_000, 1))
+            finally:
+                await runner.close()
+
+        run(claim_as_paused())
+        raw.zadd(keys.workers, {paused: 1})
+        # Its BLMOVE, sent before it froze, is still waiting on the server.
+        blocker = redis.Redis.from_url(redis_url)
+        pending = threading.Thread(
+            target=lambda: blocker.blmove(
+                keys.ready, keys.active(paused), settings.block_timeout, "LEFT", "RIGHT"
+            ),
+            daemon=True,
+        )
+        pending.start()
+        wait_until_sync(lambda: int(raw.info("clients")["blocked_clients"]) >= 1)
+
+        async def scenario() -> None:
+            async with running(Dispatcher([queue_name], redis_url, settings=settings)):
+                await wait_until(
+                    lambda: (
+                        raw.zscore(keys.workers, paused) is None
+                        and raw.lrange(keys.active(paused), 0, -1) == [task_id.encode()]
+                        and raw.hget(keys.stats, "promoted") == b"1"
+                    ),
+                    what="the reap, then the pending BLMOVE catching the re-entered task",
+                )
+                assert [v.kind for v in queue.check()] == ["orphan list", "unleased"]
+                captured_at = time.monotonic()
+                async with running(Worker(App(default=runs.append), queue_name, redis_url)):
+                    await wait_until(lambda: len(runs) == 1, timeout=10, what="the task again")
+                # Recovered after about a block, not after the hour-long sweep.
+                assert time.monotonic() - captured_at < settings.look_again_after_reap + 3
+
+        try:
+            run(scenario())
+        finally:
+            pending.join(5)
+            blocker.close()
+        assert queue.check() == []
+        assert raw.zscore(keys.reaped, paused) is None  # looked at once more, then forgotten
