@@ -186,3 +186,43 @@ def test_a_task_moved_by_a_reaped_workers_pending_blmove_is_recovered_after_a_bl
             blocker.close()
         assert queue.check() == []
         assert raw.zscore(keys.reaped, paused) is None  # looked at once more, then forgotten
+
+
+def test_stop_now_acks_what_finished_and_hands_back_the_rest_at_once(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop(now=True) does not wait for running handlers, yet an attempt that already
+    finished is acked (not run again after worker_ttl) and the rest is handed back."""
+    keys = QueueKeys(queue_name)
+
+    async def acker_stalled(self: Worker) -> None:  # outcomes pile up, unsent
+        await self._closing.wait()
+
+    monkeypatch.setattr(Worker, "_ack_loop", acker_stalled)
+    finished: list[object] = []
+
+    async def handler(data: dict[str, str]) -> None:
+        if data["kind"] == "slow":
+            await asyncio.sleep(60)
+        finished.append(data)
+
+    with Queue(queue_name, redis_url) as queue:
+        quick = queue.schedule_now({"kind": "quick"})
+        slow = queue.schedule_now({"kind": "slow"})
+        settings = FAST.replace(shutdown_grace=120)
+        worker = Worker(App(default=handler), queue_name, redis_url, settings=settings)
+
+        async def scenario() -> None:
+            task = asyncio.create_task(worker.run())
+            await wait_until(lambda: len(finished) == 1, what="the quick task")
+            await wait_until(lambda: raw.zcard(keys.leases) == 2, what="both claimed")
+            worker.stop(now=True)
+            await asyncio.wait_for(task, timeout=10)
+
+        run(scenario())
+        assert queue.status(quick) is None  # acked: it will not run again
+        assert queue.stats().counters.get("completed") == 1
+        status = queue.status(slow)
+        assert status is not None and status.state == "ready"
+        assert raw.zcard(keys.workers) == 0
+        assert queue.check() == []

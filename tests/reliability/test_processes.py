@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -96,17 +97,53 @@ def test_sigterm_hands_back_running_tasks_and_exits_0(
     daemons: Daemons, raw: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
     keys = QueueKeys(queue_name)
+    daemons.env["DUETIME_SHUTDOWN_GRACE"] = "0.5"  # before the start, or it has no effect
     process = daemons.start("run", "tests.apps:app", "--queue", queue_name)
     with Queue(queue_name, redis_url) as queue:
         quick = queue.schedule_now({"n": 1})
         wait_until_sync(lambda: len(runs(raw)) == 1, timeout=20, what="a quick task")
         stuck = queue.schedule_now({"seconds": 30}, task="slow")
         wait_until_sync(lambda: queue.status(stuck).state == "running", timeout=20)  # type: ignore[union-attr]
-        daemons.env["DUETIME_SHUTDOWN_GRACE"] = "0.5"
         process.send_signal(signal.SIGTERM)
+        # Exited after the 0.5 s grace, long before the 30 s handler would have ended
+        # (the default grace is 30 s, so a grace that did not apply fails this wait).
         assert process.wait(20) == 0
+        assert len(runs(raw)) == 1  # the slow handler never finished
         assert queue.status(quick) is None
         status = queue.status(stuck)
         assert status is not None and status.state == "ready"
+        assert raw.zcard(keys.workers) == 0
+        assert queue.check() == []
+
+
+def test_a_second_sigterm_hands_back_at_once_instead_of_waiting_out_the_grace(
+    daemons: Daemons, raw: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    daemons.env["DUETIME_SHUTDOWN_GRACE"] = "120"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "duetime", "--log-level", "info", "run", "tests.apps:app",
+         "--queue", queue_name],
+        env=daemons.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    daemons.processes.append(process)
+    said: list[str] = []
+    assert process.stderr is not None
+    stderr = process.stderr
+    threading.Thread(target=lambda: said.extend(map(bytes.decode, stderr)), daemon=True).start()
+    with Queue(queue_name, redis_url) as queue:
+        quick = queue.schedule_now({"n": 1})
+        wait_until_sync(lambda: len(runs(raw)) == 1, timeout=20, what="a quick task")
+        stuck = queue.schedule_now({"seconds": 60}, task="slow")
+        wait_until_sync(lambda: queue.status(stuck).state == "running", timeout=20)  # type: ignore[union-attr]
+        process.send_signal(signal.SIGTERM)
+        # Signals of one kind do not queue: send the second once the first was taken.
+        wait_until_sync(lambda: any("stopping gracefully" in line for line in said))
+        process.send_signal(signal.SIGTERM)
+        # Neither the 120 s grace nor the 60 s handler is waited for.
+        assert process.wait(15) == 0
+        assert queue.status(quick) is None
+        status = queue.status(stuck)
+        assert status is not None and status.state == "ready"  # handed back, not left to a reap
         assert raw.zcard(keys.workers) == 0
         assert queue.check() == []
