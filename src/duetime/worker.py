@@ -97,6 +97,7 @@ def new_worker_id() -> str:
 class _Attempt:
     task_id: str
     attempt: int
+    leased_at: float = 0.0  # monotonic time the lease was last granted or renewed (sent)
     timeout: float = 0.0
     started: float = field(default_factory=time.monotonic)
     started_ms: int = 0
@@ -328,6 +329,7 @@ class Worker:
                 taken = [i for i in self._untracked if i not in self._held][:free]
                 self._untracked = []
                 most = min(free, self.settings.claim_batch) - len(taken)
+                leased_at = time.monotonic()
                 claimed = await run(
                     self.operations.claim(self.worker_id, self._lease_ms, most, taken)
                 )
@@ -337,6 +339,7 @@ class Worker:
                     )
                     if task_id is None:
                         continue
+                    leased_at = time.monotonic()
                     claimed = await run(
                         self.operations.claim(
                             self.worker_id,
@@ -352,14 +355,14 @@ class Worker:
                 await asyncio.sleep(pause)
                 continue
             for item in claimed:
-                self._start(item)
+                self._start(item, leased_at)
 
-    def _start(self, item: Claimed) -> None:
+    def _start(self, item: Claimed, leased_at: float) -> None:
         if item.envelope is None:
             self.counters.dropped += 1
             log.warning("dropped task id %s from ready: it has no envelope", item.task_id)
             return
-        attempt = _Attempt(item.task_id, item.attempt)
+        attempt = _Attempt(item.task_id, item.attempt, leased_at)
         self._held[item.task_id] = attempt
         self._running += 1
         attempt.runner = asyncio.create_task(self._execute(attempt, item))
@@ -396,6 +399,8 @@ class Worker:
                     # Promoted ahead of its run-at (promote_ahead): wait for it here.
                     await wait_until(self.operations.clock, item.early_run_at_ms)
                     attempt.started = time.monotonic()
+                if not await self._still_leased(attempt):
+                    return
                 attempt.started_ms = self.operations.clock.now_ms() or 0
                 value = await self._call(handler, envelope, attempt)
             except asyncio.CancelledError:
@@ -431,6 +436,36 @@ class Worker:
             if not attempt.finished:
                 attempt.finished = True
                 self._release_slot()
+
+    async def _still_leased(self, attempt: _Attempt) -> bool:
+        """Whether an attempt may start its handler. Normally it starts at once, well
+        within its lease; but a worker that was paused (SIGSTOP, a VM freeze, a stalled
+        loop) between the claim and the start may wake after its lease ran out and the
+        task was given to another worker. Past half a lease since the last grant, the
+        lease is renewed first, and an attempt found lost does not start at all."""
+        if time.monotonic() - attempt.leased_at < self.settings.lease_duration / 2:
+            return True
+        assert self.runner is not None
+        sent = time.monotonic()
+        try:
+            reply = await self.runner.run(
+                self.operations.heartbeat(
+                    self.worker_id, self._lease_ms, [(attempt.task_id, attempt.attempt)]
+                )
+            )
+        except DuetimeError:
+            return True  # cannot tell: run it; fencing still drops a late outcome
+        if reply.lost:
+            attempt.fenced = True  # counted as fenced by the renewal that found it lost
+            self.counters.fenced += 1
+            log.warning(
+                "task %s attempt %d lost its lease before it could start (this worker was "
+                "paused or stalled); not started", attempt.task_id, attempt.attempt,
+            )  # fmt: skip
+            self._forget(attempt.task_id, attempt.attempt)
+            return False
+        attempt.leased_at = sent
+        return True
 
     async def _call(self, handler: Handler, envelope: Envelope, attempt: _Attempt) -> Any:
         _current.set(
@@ -604,6 +639,7 @@ class Worker:
             ]
             try:
                 await self.runner.run(self.operations.refresh_clock())
+                sent = time.monotonic()
                 reply = await self.runner.run(
                     self.operations.heartbeat(self.worker_id, self._lease_ms, running)
                 )
@@ -614,16 +650,21 @@ class Worker:
                 log.warning(
                     "worker %s had been presumed dead; its attempts were taken back", self.worker_id
                 )
-            for task_id, number in reply.lost:
-                # The very attempt that was reported: a newer attempt of the same task
-                # (claimed again by this worker after a pause) keeps running.
+            lost = set(reply.lost)
+            for task_id, number in running:
+                # The very attempt named: a newer attempt of the same task (claimed again
+                # by this worker after a pause) is another entry, and keeps running.
                 attempt = self._held.get(task_id)
-                if attempt is not None and attempt.attempt == number and not attempt.fenced:
-                    attempt.fenced = True
-                    log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
-                                task_id, attempt.attempt)  # fmt: skip
-                    if attempt.runner is not None and not attempt.finished:
-                        attempt.runner.cancel()
+                if attempt is None or attempt.attempt != number or attempt.fenced:
+                    continue
+                if (task_id, number) not in lost:
+                    attempt.leased_at = sent
+                    continue
+                attempt.fenced = True
+                log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
+                            task_id, attempt.attempt)  # fmt: skip
+                if attempt.runner is not None and not attempt.finished:
+                    attempt.runner.cancel()
             self._untracked = [i for i in reply.held if i not in self._held]
             if self._untracked:
                 self._slot_freed.set()  # let the claimer pick them up now

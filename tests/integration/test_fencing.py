@@ -226,3 +226,47 @@ def test_stop_now_acks_what_finished_and_hands_back_the_rest_at_once(
         assert status is not None and status.state == "ready"
         assert raw.zcard(keys.workers) == 0
         assert queue.check() == []
+
+
+def test_an_attempt_whose_lease_ran_out_before_its_start_is_not_started(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that stalls between its claim and the handler's start (here: waiting for
+    a run-at, promoted ahead, while its heartbeats are held back) may wake after its
+    lease ran out and the task went to another worker: it checks its lease first and
+    does not start a second copy."""
+    keys = QueueKeys(queue_name)
+
+    async def heartbeats_held_back(self: Worker) -> None:
+        await self._closing.wait()
+
+    monkeypatch.setattr(Worker, "_heartbeat_loop", heartbeats_held_back)
+    t0 = server_ms(raw)
+    clock = ManualClock(t0)
+    started: list[object] = []
+    settings = FAST.replace(promote_ahead=1.0)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        task_id = queue.schedule_task((t0 + 900) / 1000, {"a": 1})
+        worker = Worker(App(default=started.append), queue_name, redis_url, settings=settings,
+                        clock=clock)  # fmt: skip
+
+        async def scenario() -> None:
+            runner = AsyncRunner(redis_url, Settings())
+            operations = QueueOperations(keys, clock)
+            try:
+                await runner.run(operations.promote_due(10, 1000))  # noted ahead of its run-at
+                async with running(worker):
+                    member = f"{worker.worker_id}|{task_id}"
+                    await wait_until(lambda: raw.zscore(keys.leases, member) is not None)
+                    await asyncio.sleep(settings.lease_duration)  # past half a lease, stalled
+                    clock.advance(settings.lease_duration + 1)  # run-at and lease deadline pass
+                    assert await runner.run(operations.reap_expired_leases(10)) == 1
+                    await wait_until(lambda: worker.counters.fenced == 1, what="the check")
+                    assert started == []
+            finally:
+                await runner.close()
+
+        run(scenario())
+        assert started == []
+        assert queue.stats().counters.get("fenced") == 1
+        assert raw.zscore(keys.scheduled, task_id) is not None  # it will run elsewhere

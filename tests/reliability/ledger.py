@@ -208,10 +208,16 @@ def compare(
         numbers = [run.attempt for run in runs]
         if len(set(numbers)) != len(numbers):
             verdict.repeated.append(f"{task_id} attempts {numbers}")
-        for index, run in enumerate(runs[1:], start=1):
+        # In claim order (the attempt number), not start order: a worker frozen between
+        # its claim and its handler's first line starts an older attempt after a newer
+        # one ran elsewhere, and it is that older attempt the fault hit.
+        claimed = sorted(runs, key=lambda run: (run.attempt, run.started_ms))
+        for index, run in enumerate(claimed[1:], start=1):
             verdict.duplicates += 1
             if any(
-                fault.hits(earlier, before, after) for earlier in runs[:index] for fault in faults
+                fault.hits(earlier, before, after)
+                for earlier in claimed[:index]
+                for fault in faults
             ):
                 verdict.explained += 1
             else:

@@ -1262,3 +1262,105 @@ def test_large_backlog_worker_memory_stays_flat(
     assert promotion_surplus(counters) <= 0, counters
     assert growth, "too few samples after warm-up to judge memory"
     assert max(growth.values()) < 0.30, growth
+
+
+# --- 7. workers paused by SIGSTOP past their lease and their worker TTL -------------------
+
+PAUSE_ENV = {
+    # The settings of the independent trial that found a paused worker's pending BLMOVE
+    # capturing its own re-entered task: a block longer than the worker TTL.
+    "DUETIME_HEARTBEAT_INTERVAL": "0.5",
+    "DUETIME_WORKER_TTL": "2.0",
+    "DUETIME_LEASE_DURATION": "4.0",
+    "DUETIME_BLOCK_TIMEOUT": "3.0",
+    "DUETIME_RETRY_BASE": "0.05",
+    "DUETIME_SHUTDOWN_GRACE": "5",
+}
+
+
+@KINDS_IN_SOAK
+def test_worker_paused_past_its_lease_and_ttl_then_resumed(
+    fleet: Fleet,
+    redis_url: str,
+    raw: redis.Redis,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Two workers; now and then one (preferably busy) is frozen with SIGSTOP for longer
+    than its lease and its worker TTL, then resumed with SIGCONT, while tasks come due
+    throughout. The frozen worker is reaped and its tasks run elsewhere; when it wakes,
+    its late outcomes are fenced, its pending BLMOVE may have caught a re-entered task,
+    and it must carry on working. Proves: nothing lost, nothing early, every duplicate
+    explained by a pause, no task started more than once more per pause it lived
+    through (a late "lost" report must not cancel a newer attempt), and a consistent,
+    empty queue at the end."""
+    rng = random.Random(SEED)
+    env = {**PAUSE_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
+    count, duration = pick(120, 3000), pick(10.0, 60.0)
+    dispatcher = fleet.start("dispatcher", queue_name, redis_url, env)
+    workers = [fleet.start("worker", queue_name, redis_url, env, "-c", "5") for _ in range(2)]
+    wait_for_workers(raw, queue_name, 2)
+    ledger = Ledger(raw)
+    begin = time.time() + 1.0
+    jobs = [
+        Job(
+            {"work": round(rng.choice((rng.uniform(0.02, 0.2), rng.uniform(0.5, 1.5))), 3)},
+            at=begin + duration * i / count,
+            task="ledger",
+            id=f"p{i}",
+        )
+        for i in range(count)
+    ]
+    scheduled = {str(job.id): float(job.at) for job in jobs}  # type: ignore[arg-type]
+    pauses: list[Fault] = []
+    lease, ttl = float(PAUSE_ENV["DUETIME_LEASE_DURATION"]), float(PAUSE_ENV["DUETIME_WORKER_TTL"])
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_many(jobs)
+        moment = begin + 1.0
+        try:
+            while moment < begin + duration - 2:
+                pause_until(moment)
+                ledger.refresh()
+                busy = [w for w in workers if ledger.in_flight(w.pid)]
+                victim = rng.choice(busy or workers)
+                frozen_for = rng.uniform(lease + 0.5, lease + 2.5)  # past lease and TTL
+                start = time.time()
+                victim.process.send_signal(signal.SIGSTOP)
+                pause_until(start + frozen_for)
+                victim.process.send_signal(signal.SIGCONT)
+                pauses.append(Fault("SIGSTOP", start, time.time(), frozenset({victim.pid})))
+                moment = time.time() + rng.uniform(1.0, 3.0)
+        finally:
+            for worker in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signal.SIGCONT)
+        settle(ledger, queue, raw, list(scheduled), timeout=duration + 60, fleet=fleet)
+        shut_down(fleet, raw, queue_name, workers, [dispatcher], reap_bound=30)
+        dump(fleet, ledger, pauses)
+        verdict = compare(ledger, scheduled, faults=pauses, after=lease + ttl + 2)
+        counters = queue.stats().counters
+        problems = verdict_problems(verdict, queue, raw, fleet)
+
+    # One pause costs a task at most one extra start: count the pauses each task's runs
+    # lived through (its process frozen while the run was not done).
+    too_many = []
+    for task_id, runs in ledger.runs_by_task().items():
+        lived_through = {id(fault) for run in runs for fault in pauses if fault.hits(run, 0.0, 0.0)}
+        if len(runs) > 1 + len(lived_through):
+            too_many.append(f"{task_id}: {len(runs)} starts, {len(lived_through)} pause(s)")
+    report(
+        "workers paused by SIGSTOP",
+        capsys,
+        tasks=count,
+        seconds=duration,
+        pauses=len(pauses),
+        paused_s=[round(p.end - p.start, 1) for p in pauses],
+        counters=counters,
+        **verdict.summary(),
+    )
+    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
+    assert too_many == [], f"seed {SEED}:\n" + "\n".join(too_many)
+    assert pauses, "no pause was injected"
+    # Each paused worker was reaped while frozen, and came back to work.
+    assert counters.get("reaped_workers", 0) >= 1, counters
+    assert all(w.alive() is False and w.process.returncode == 0 for w in workers)
