@@ -38,6 +38,7 @@ from duetime.errors import (
 )
 from duetime.scheduler import Queue
 from duetime.settings import Settings
+from duetime.states import TaskState
 from duetime.store.runner import mask_url
 from duetime.worker import Worker
 
@@ -546,7 +547,7 @@ def dead_show(queue: str, task_id: str, redis_url: str | None) -> None:
     """A dead task's data, error and traceback."""
     with _queue(queue, redis_url) as client:
         found = client.status(task_id)
-    if found is None or found.state != "dead":
+    if found is None or found.state != TaskState.DEAD:
         raise TaskNotFoundError(f"no dead task {task_id!r} in queue {queue!r}")
     click.echo(json.dumps(_asdict(found), default=str, indent=2))
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
@@ -56,8 +56,8 @@ class CronJob:
     data: Any
     timezone: str = "UTC"
     task: str = ""
-    missed: str = "skip"
-    overlap: str = "allow"
+    missed: MissedPolicy = "skip"
+    overlap: OverlapPolicy = "allow"
     max_attempts: int = 5
     timeout_ms: int = 300_000
 
@@ -185,7 +185,8 @@ def define(
     packed = codec.pack(data)
     validation.payload(data, len(packed), max_payload_bytes, packed)
     job = CronJob(
-        name, expression, data, timezone, task, missed, overlap,
+        name, expression, data, timezone, task,
+        cast(MissedPolicy, missed), cast(OverlapPolicy, overlap),
         validation.attempts(max_attempts),
         validation.milliseconds(timeout, "timeout"),
     )  # fmt: skip

@@ -62,7 +62,7 @@ class CronFiring:
     name: str
     expected_next_ms: int
     following_ms: int | None
-    overlap: str
+    overlap: cron.OverlapPolicy
     first_tick_ms: int
     ticks: list[tuple[str, int, bytes]]
 

@@ -329,7 +329,7 @@ class QueueCore:
 
     def cancel_plan(self, task_id: str) -> Plan[bool]:
         place = yield from self.operations.cancel(validation.task_id(task_id))
-        if place == "running":
+        if place == TaskState.RUNNING:
             raise TaskStateError(
                 f"task {task_id} is running and cannot be cancelled; "
                 "it will finish or fail on its own"

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from duetime.errors import ConfigurationError
+from duetime.validation import as_float
 
 MOST_PROMOTE_AHEAD = 1.0
 #: The most tasks one promote script call moves: the batch goes through Lua's unpack(),
@@ -33,12 +34,9 @@ class _Range:
 
     def problem(self, value: object) -> str | None:
         kind = "an integer" if self.whole else "a number"
-        if isinstance(value, bool) or not isinstance(value, int if self.whole else int | float):
+        number = as_float(value)
+        if number is None or (self.whole and not isinstance(value, int)):
             return f"must be {kind}, got {value!r}"
-        try:
-            number = float(value)
-        except OverflowError:
-            number = math.inf
         low_ok = number >= self.least if self.least_allowed else number > self.least
         if not (math.isfinite(number) and low_ok and number <= self.most):
             if self.whole:

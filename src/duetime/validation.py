@@ -131,17 +131,25 @@ def _milliseconds_not_below(micros: int) -> float:
 LONGEST_SECONDS = 100 * 365.25 * 24 * 3600
 
 
-def positive_seconds(value: object, what: str) -> float:
+def as_float(value: object) -> float | None:
+    """A real number (never a bool) as a float, inf where too large for one; None for
+    anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidOptionError(f"{what} must be a number of seconds, got {value!r}")
+        return None
     try:
-        seconds = float(value)
+        return float(value)
     except OverflowError:
-        seconds = math.inf
+        return math.inf
+
+
+def positive_seconds(value: object, what: str) -> float:
+    seconds = as_float(value)
+    if seconds is None:
+        raise InvalidOptionError(f"{what} must be a number of seconds, got {shown(value)}")
     if not math.isfinite(seconds) or not 0 < seconds <= LONGEST_SECONDS:
         raise InvalidOptionError(
             f"{what} must be a positive number of seconds up to {LONGEST_SECONDS:.0f}, "
-            f"got {value!r}"
+            f"got {shown(value)}"
         )
     return seconds
 
@@ -155,13 +163,8 @@ def wait_seconds(value: object, what: str) -> float | None:
     """A wait: None (for ever) or a finite number of seconds from 0 up."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidOptionError(f"{what} must be a number of seconds or None, got {shown(value)}")
-    try:
-        seconds = float(value)
-    except OverflowError:
-        seconds = math.inf
-    if not math.isfinite(seconds) or seconds < 0:
+    seconds = as_float(value)
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
         raise InvalidOptionError(
             f"{what} must be a finite number of seconds from 0 up (or None to wait for ever), "
             f"got {shown(value)}"

@@ -127,14 +127,7 @@ def test_a_task_moved_by_a_reaped_workers_pending_blmove_is_recovered_after_a_bl
     worker's list once more a block later, so the task runs again then, not at the
     next maintenance sweep (an hour away here)."""
     keys = QueueKeys(queue_name)
-    settings = Settings(
-        heartbeat_interval=0.1,
-        worker_ttl=0.5,
-        lease_duration=30,
-        block_timeout=1.0,
-        maintenance_interval=3600,
-        retry_base=0.02,
-    )
+    settings = FAST.replace(lease_duration=30, block_timeout=1.0, maintenance_interval=3600)
     runs: list[object] = []
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_now({"n": 1})

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from duetime import Queue
+from duetime.states import TaskState
 from duetime.store import QueueKeys
 from tests.apps import RUNS
 from tests.helpers import wait_until_sync
@@ -60,6 +61,20 @@ def runs(raw: redis.Redis) -> list[str]:
     return [entry.decode() for entry in raw.lrange(RUNS, 0, -1)]
 
 
+def one_done_and_one_running(queue: Queue, raw: redis.Redis, seconds: float) -> tuple[str, str]:
+    """A quick task run to the end, then a slow one (``seconds``) left running."""
+    quick = queue.schedule_now({"n": 1})
+    wait_until_sync(lambda: len(runs(raw)) == 1, timeout=20, what="a quick task")
+    slow = queue.schedule_now({"seconds": seconds}, task="slow")
+
+    def slow_is_running() -> bool:
+        status = queue.status(slow)
+        return status is not None and status.state == TaskState.RUNNING
+
+    wait_until_sync(slow_is_running, timeout=20, what="the slow task running")
+    return quick, slow
+
+
 def test_kill_9_mid_task_the_task_runs_exactly_once_more(
     daemons: Daemons, raw: redis.Redis, redis_url: str, queue_name: str
 ) -> None:
@@ -100,10 +115,7 @@ def test_sigterm_hands_back_running_tasks_and_exits_0(
     daemons.env["DUETIME_SHUTDOWN_GRACE"] = "0.5"  # before the start, or it has no effect
     process = daemons.start("run", "tests.apps:app", "--queue", queue_name)
     with Queue(queue_name, redis_url) as queue:
-        quick = queue.schedule_now({"n": 1})
-        wait_until_sync(lambda: len(runs(raw)) == 1, timeout=20, what="a quick task")
-        stuck = queue.schedule_now({"seconds": 30}, task="slow")
-        wait_until_sync(lambda: queue.status(stuck).state == "running", timeout=20)  # type: ignore[union-attr]
+        quick, stuck = one_done_and_one_running(queue, raw, seconds=30)
         process.send_signal(signal.SIGTERM)
         # Exited after the 0.5 s grace, long before the 30 s handler would have ended
         # (the default grace is 30 s, so a grace that did not apply fails this wait).
@@ -132,10 +144,7 @@ def test_a_second_sigterm_hands_back_at_once_instead_of_waiting_out_the_grace(
     stderr = process.stderr
     threading.Thread(target=lambda: said.extend(map(bytes.decode, stderr)), daemon=True).start()
     with Queue(queue_name, redis_url) as queue:
-        quick = queue.schedule_now({"n": 1})
-        wait_until_sync(lambda: len(runs(raw)) == 1, timeout=20, what="a quick task")
-        stuck = queue.schedule_now({"seconds": 60}, task="slow")
-        wait_until_sync(lambda: queue.status(stuck).state == "running", timeout=20)  # type: ignore[union-attr]
+        quick, stuck = one_done_and_one_running(queue, raw, seconds=60)
         process.send_signal(signal.SIGTERM)
         # Signals of one kind do not queue: send the second once the first was taken.
         wait_until_sync(lambda: any("stopping gracefully" in line for line in said))
