@@ -49,7 +49,7 @@ from duetime.errors import (
     TaskTimeoutError,
     UnknownHandlerError,
 )
-from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.settings import DEFAULT_SETTINGS, MOST_PROMOTE_AHEAD, Settings
 from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Claimed, Outcome, QueueOperations
@@ -65,6 +65,9 @@ HURRY = 1.0
 #: and the record says how long the original was.
 MAX_ERROR_CHARS = 4_000
 MAX_TRACEBACK_CHARS = 16_000
+#: Seconds by which an early run-at note may exceed the furthest promote_ahead (the
+#: dispatcher's and this worker's clock estimates may differ by a few milliseconds).
+EARLY_NOTE_SLACK = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,8 +383,9 @@ class Worker:
                 await self._report_failure(attempt, None, error, "", final=True)
                 return
             try:
-                if item.problem is not None:
-                    raise CorruptStateError(f"task {item.task_id}: {item.problem}")
+                garbage = item.problem or self._implausible_early(item)
+                if garbage is not None:
+                    raise CorruptStateError(f"task {item.task_id}: {garbage}")
                 handler = self.app.handler(envelope.task)
             except (CorruptStateError, UnknownHandlerError) as error:
                 await self._report_failure(attempt, envelope, error, "", final=True)
@@ -436,6 +440,17 @@ class Worker:
             if not attempt.finished:
                 attempt.finished = True
                 self._release_slot()
+
+    def _implausible_early(self, item: Claimed) -> str | None:
+        """A dispatcher notes a run-at at most MOST_PROMOTE_AHEAD ahead of its clock; a
+        note much further ahead was not written by duetime, and waiting for it would hold
+        a slot (with a renewed lease) for as long as it says."""
+        now = self.operations.clock.now_ms()
+        if item.early_run_at_ms is None or now is None:
+            return None
+        if item.early_run_at_ms - now > (MOST_PROMOTE_AHEAD + EARLY_NOTE_SLACK) * 1000:
+            return f"its early run-at note is {item.early_run_at_ms:.0f}, far past now ({now})"
+        return None
 
     async def _still_leased(self, attempt: _Attempt) -> bool:
         """Whether an attempt may start its handler. Normally it starts at once, well

@@ -482,3 +482,29 @@ def test_cancelling_a_task_promoted_ahead_leaves_no_note_behind(
         queue.reschedule(moved, (t0 + 60_000) / 1000)
         assert raw.hlen(keys.early) == 0
         assert queue.check() == []
+
+
+def test_an_early_note_far_past_any_promote_ahead_is_garbage_not_a_wait(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """A number in `early` that no dispatcher could have written (an hour ahead) would
+    hold a worker slot for an hour: the task goes to dead saying why, the rest run."""
+    keys = QueueKeys(queue_name)
+    done: list[object] = []
+    with Queue(queue_name, redis_url) as queue:
+        odd = queue.schedule_now({"n": 1})
+        fine = queue.schedule_now({"n": 2})
+        seconds, _ = raw.time()
+        raw.hset(keys.early, odd, (int(seconds) + 3600) * 1000)
+        worker = Worker(App(default=done.append), queue_name, redis_url, settings=FAST)
+
+        async def scenario() -> None:
+            async with running(worker):
+                await wait_until(lambda: queue.stats().dead == 1 and len(done) == 1)
+
+        run(scenario())
+        status = queue.status(odd)
+        assert status is not None and status.state == "dead"
+        assert "early run-at note" in (status.last_error or "")
+        assert queue.status(fine) is None and done == [{"n": 2}]
+        assert queue.check() == []
