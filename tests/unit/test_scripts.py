@@ -1,0 +1,95 @@
+"""Every Lua script touches only keys it is given in KEYS, and declares them in its
+header: a key built inside Lua would break on Redis Cluster (CROSSSLOT, or a key on
+another node) and on proxies that check declared keys. Checked by reading each script."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+LUA = Path(str(resources.files("duetime.store").joinpath("lua")))
+SCRIPTS = sorted(LUA.glob("*.lua"))
+#: How many leading arguments of each command used by the scripts are key names.
+KEY_ARGUMENTS = {
+    "DEL": 1, "HDEL": 1, "HEXISTS": 1, "HGET": 1, "HINCRBY": 1, "HSET": 1, "HSETNX": 1,
+    "LINDEX": 1, "LLEN": 1, "LMOVE": 2, "LPOS": 1, "LPUSH": 1, "LRANGE": 1, "LREM": 1,
+    "PEXPIRE": 1, "RPUSH": 1, "ZADD": 1, "ZCARD": 1, "ZRANGE": 1, "ZREM": 1, "ZSCORE": 1,
+}  # fmt: skip
+CALL = re.compile(r"redis\.p?call\(")
+KEY = re.compile(r"KEYS\[(.+)\]")
+DECLARED = re.compile(r"^-- KEYS\[(\d+)(\.\.)?\]", re.MULTILINE)
+
+
+def arguments(source: str, start: int) -> list[str]:
+    """The arguments of the call whose "(" ends at ``start``, split at top-level commas
+    (brackets inside quoted strings do not count)."""
+    depth, current, found, quote = 0, "", [], ""
+    for char in source[start:]:
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                found.append(current.strip())
+                return found
+            depth -= 1
+        if char == "," and depth == 0 and not quote:
+            found.append(current.strip())
+            current = ""
+        else:
+            current += char
+    raise AssertionError("unbalanced call")
+
+
+def code(path: Path) -> str:
+    """The script without its comments (none of them holds "--" inside a string)."""
+    return re.sub(r"--.*", "", path.read_text())
+
+
+def key_indices(source: str) -> list[str]:
+    """What each KEYS[...] in the source indexes with (brackets may nest)."""
+    found = []
+    for match in re.finditer(r"KEYS\[", source):
+        found.append(arguments(source.replace("]", ")"), match.end())[0])
+    return found
+
+
+def calls(source: str) -> list[list[str]]:
+    return [arguments(source, match.end()) for match in CALL.finditer(source)]
+
+
+def test_every_script_is_checked() -> None:
+    assert len(SCRIPTS) >= 18
+    assert all(calls(code(path)) for path in SCRIPTS)
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda path: path.stem)
+def test_keys_come_only_from_KEYS_and_are_declared(path: Path) -> None:
+    header, source = path.read_text(), code(path)
+    declared = {int(n) for n, _ in DECLARED.findall(header)}
+    open_ended = [int(n) for n, more in DECLARED.findall(header) if more]
+    assert declared, f"{path.name} declares no KEYS in its header"
+    for call in calls(source):
+        command = call[0].strip("'\"").upper()
+        assert command in KEY_ARGUMENTS, f"{path.name}: {command} is not a known command"
+        for argument in call[1 : 1 + KEY_ARGUMENTS[command]]:
+            assert KEY.fullmatch(argument), (
+                f"{path.name}: {command} is given the key {argument!r}, not one of KEYS"
+            )
+    for index in key_indices(source):
+        if index.isdigit():
+            number = int(index)
+            assert number in declared or any(number >= first for first in open_ended), (
+                f"{path.name} uses KEYS[{number}] without declaring it"
+            )
+        else:  # a computed index must fall in an open-ended range of the header
+            assert open_ended, f"{path.name} indexes KEYS[{index}] with no KEYS[n..] declared"
+    # Names are never glued together in Lua (".." next to KEYS, or a "duetime:" literal).
+    assert not re.search(r"KEYS\[[^\]]+\]\s*\.\.|\.\.\s*KEYS\[", source), path.name
+    assert "duetime:" not in source, path.name
