@@ -82,3 +82,37 @@ def hang_always(data: dict[str, object]) -> None:
 
     _ledger("start")
     threading.Event().wait()
+
+
+# --- handlers raising BaseExceptions (tests/reliability/test_hostile_input.py) ----------
+#: Each records its run, then raises something that is not an ``Exception``: the attempt
+#: must fail like any other (retried, then dead), never end the worker's process.
+
+
+def _record_run() -> None:
+    context = duetime.current_task()
+    _record.rpush(RUNS, f"{context.id}:{context.attempt}")
+
+
+@app.task
+def exit_sync(data: dict[str, object]) -> None:
+    _record_run()
+    raise SystemExit("handler exit")
+
+
+@app.task
+async def exit_async(data: dict[str, object]) -> None:
+    _record_run()
+    raise SystemExit("handler exit")
+
+
+@app.task
+def interrupt_sync(data: dict[str, object]) -> None:
+    _record_run()
+    raise KeyboardInterrupt
+
+
+@app.task
+async def interrupt_async(data: dict[str, object]) -> None:
+    _record_run()
+    raise KeyboardInterrupt

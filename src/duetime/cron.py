@@ -160,27 +160,30 @@ def define(
 ) -> CronJob:
     """Validate a declaration completely; raises InvalidInputError before anything is stored."""
     if not isinstance(name, str) or not validation.QUEUE_NAME.fullmatch(name):
-        raise InvalidNameError(f"invalid cron job name {name!r}: use 1-64 of A-Z a-z 0-9 _ . -")
+        raise InvalidNameError(
+            f"invalid cron job name {validation.shown(name)}: use 1-64 of A-Z a-z 0-9 _ . -"
+        )
     if not isinstance(expression, str) or not croniter.is_valid(
         ALIASES.get(expression, expression)
     ):
         raise InvalidInputError(
-            f"invalid cron expression {expression!r}: use 5 fields (minute hour day month "
-            "weekday), an optional 6th for seconds, or @hourly/@daily/@weekly/@monthly/@yearly"
+            f"invalid cron expression {validation.shown(expression)}: use 5 fields (minute "
+            "hour day month weekday), an optional 6th for seconds, or "
+            "@hourly/@daily/@weekly/@monthly/@yearly"
         )
     try:
         ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         raise InvalidInputError(
-            f"unknown time zone {timezone!r}: use an IANA name such as Europe/Paris"
+            f"unknown time zone {validation.shown(timezone)}: use an IANA name such as Europe/Paris"
         ) from None
     if missed not in MISSED_POLICIES:
         raise InvalidInputError(
-            f"missed must be one of {', '.join(MISSED_POLICIES)}, got {missed!r}"
+            f"missed must be one of {', '.join(MISSED_POLICIES)}, got {validation.shown(missed)}"
         )
     if overlap not in OVERLAP_POLICIES:
         raise InvalidInputError(
-            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {overlap!r}"
+            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {validation.shown(overlap)}"
         )
     packed = codec.pack(data)
     validation.payload(data, len(packed), max_payload_bytes, packed)
@@ -191,7 +194,9 @@ def define(
         validation.milliseconds(timeout, "timeout"),
     )  # fmt: skip
     if job.next_tick(_utc_ms(datetime.now(UTC))) is None:
-        raise InvalidInputError(f"cron expression {expression!r} never fires (e.g. February 30)")
+        raise InvalidInputError(
+            f"cron expression {validation.shown(expression)} never fires (e.g. February 30)"
+        )
     return job
 
 

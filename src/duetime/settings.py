@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from duetime.errors import ConfigurationError
-from duetime.validation import as_float
+from duetime.validation import as_float, shown
 
 MOST_PROMOTE_AHEAD = 1.0
 #: The most tasks one promote script call moves: the batch goes through Lua's unpack(),
@@ -36,7 +36,7 @@ class _Range:
         kind = "an integer" if self.whole else "a number"
         number = as_float(value)
         if number is None or (self.whole and not isinstance(value, int)):
-            return f"must be {kind}, got {value!r}"
+            return f"must be {kind}, got {shown(value)}"
         low_ok = number >= self.least if self.least_allowed else number > self.least
         if not (math.isfinite(number) and low_ok and number <= self.most):
             if self.whole:
@@ -44,7 +44,7 @@ class _Range:
             else:
                 low = f"{'from' if self.least_allowed else 'above'} {self.least:g} up to"
             because = f" ({self.why})" if self.why else ""
-            return f"must be {kind} {low} {self.most:g}{because}, got {value!r}"
+            return f"must be {kind} {low} {self.most:g}{because}, got {shown(value)}"
         return None
 
 

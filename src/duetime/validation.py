@@ -30,7 +30,9 @@ END_OF_9999 = 253_402_300_800.0
 
 def shown(value: object, most: int = 80) -> str:
     """The repr of a refused value for an error message, cut short: a 10 KB id is not
-    echoed whole."""
+    echoed whole, and an integer of 5,000 digits (whose repr Python refuses) is named."""
+    if isinstance(value, int) and value.bit_length() > 4 * most:
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"
     text = repr(value)
     if len(text) <= most:
         return text
@@ -75,42 +77,50 @@ def timestamp_ms(value: object) -> float:
     """Epoch seconds (int/float) or an aware datetime, as milliseconds to the microsecond,
     rounded up so the result is never before the time given."""
     if isinstance(value, datetime):
-        if value.tzinfo is None or value.utcoffset() is None:
-            raise InvalidTimestampError(
-                f"naive datetime {value.isoformat()} has no time zone; pass an aware datetime "
-                "(e.g. datetime.now(timezone.utc)) or epoch seconds"
-            )
-        seconds = value.timestamp()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        try:
-            seconds = float(value)
-        except OverflowError:
-            raise InvalidTimestampError(f"run-at {value!r} is too large") from None
-    else:
+        return _milliseconds_not_below(_datetime_micros(value))
+    seconds = as_float(value)
+    if seconds is None:
         raise InvalidTimestampError(
             "run-at must be epoch seconds (int or float) or an aware datetime, "
             f"got {type(value).__name__}"
         )
-    if not math.isfinite(seconds):
-        raise InvalidTimestampError(f"run-at must be a finite number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidTimestampError(f"run-at must be a finite number, got {shown(value)}")
     if seconds < 0:
-        raise InvalidTimestampError(f"run-at must not be negative, got {value!r}")
+        raise InvalidTimestampError(f"run-at must not be negative, got {shown(value)}")
     if seconds >= END_OF_9999:
-        hint = "" if isinstance(value, datetime) else "; is it in milliseconds?"
-        raise InvalidTimestampError(f"run-at {shown(value)} is after the year 9999{hint}")
-    if isinstance(value, datetime):
-        micros = (value - _EPOCH) // timedelta(microseconds=1)  # exact, unlike timestamp()
-    else:
-        # The float read as the shortest decimal that stands for it (its repr), which is
-        # what was written: 12.003 is 12,003,000 µs, although the nearest double lies a
-        # hair above. Exact arithmetic, where a product of floats could round below the
-        # time given: integers on the float's exact value first (cheap), and the decimal
-        # only when a whole microsecond just below also stands for this float.
-        numerator, denominator = seconds.as_integer_ratio()
-        micros = -((-numerator * 1_000_000) // denominator)
-        if (micros - 1) / 1_000_000 == seconds:
-            micros = int((Decimal(repr(seconds)) * 1_000_000).to_integral_value(ROUND_CEILING))
+        raise InvalidTimestampError(
+            f"run-at {shown(value)} is after the year 9999; is it in milliseconds?"
+        )
+    # The float read as the shortest decimal that stands for it (its repr), which is
+    # what was written: 12.003 is 12,003,000 µs, although the nearest double lies a
+    # hair above. Exact arithmetic, where a product of floats could round below the
+    # time given: integers on the float's exact value first (cheap), and the decimal
+    # only when a whole microsecond just below also stands for this float.
+    numerator, denominator = seconds.as_integer_ratio()
+    micros = -((-numerator * 1_000_000) // denominator)
+    if (micros - 1) / 1_000_000 == seconds:
+        micros = int((Decimal(repr(seconds)) * 1_000_000).to_integral_value(ROUND_CEILING))
     return _milliseconds_not_below(micros)
+
+
+def _datetime_micros(value: datetime) -> int:
+    """Microseconds since the epoch, exactly (timestamp() rounds: 23:59:59.999999 of the
+    last day of 9999 would come out as the year 10000)."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidTimestampError(
+            f"naive datetime {value.isoformat()} has no time zone; pass an aware datetime "
+            "(e.g. datetime.now(timezone.utc)) or epoch seconds"
+        )
+    try:
+        micros = (value - _EPOCH) // timedelta(microseconds=1)
+    except OverflowError:  # an offset that pushes it past datetime's range
+        micros = round(END_OF_9999 * 1_000_000)
+    if micros < 0:
+        raise InvalidTimestampError(f"run-at must not be negative, got {value.isoformat()}")
+    if micros >= END_OF_9999 * 1_000_000:
+        raise InvalidTimestampError(f"run-at {value.isoformat()} is after the year 9999")
+    return micros
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -138,8 +148,8 @@ def as_float(value: object) -> float | None:
         return None
     try:
         return float(value)
-    except OverflowError:
-        return math.inf
+    except OverflowError:  # an int beyond a float's range
+        return math.inf if value > 0 else -math.inf
 
 
 def positive_seconds(value: object, what: str) -> float:
@@ -182,7 +192,9 @@ def whole_number(value: object, what: str, least: int, most: int) -> int:
 
 def attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
-        raise InvalidOptionError(f"max_attempts must be an integer from 1 to 1000, got {value!r}")
+        raise InvalidOptionError(
+            f"max_attempts must be an integer from 1 to 1000, got {shown(value)}"
+        )
     return value
 
 
@@ -207,5 +219,5 @@ def payload(data: Any, encoded_size: int, limit: int, packed: bytes | None = Non
         except Exception as error:
             raise InvalidPayloadError(
                 f"task data would not decode again ({type(error).__name__}: {error}); use "
-                "str or int dict keys, and nest containers less than 1,000 levels deep"
+                "str or int dict keys, and nest containers at most 1,023 levels deep"
             ) from None

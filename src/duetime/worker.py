@@ -147,6 +147,12 @@ async def _await_async(function: Any, data: Any) -> Any:
         raise _HandlerExit(error) from None
 
 
+def _describe(error: BaseException) -> str:
+    """ "ValueError: bad input", or only the type where there is no message."""
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
 def _capped(text: str, most: int, keep_end: bool = False) -> str:
     """``text`` cut to about ``most`` characters, saying so (a traceback keeps its end,
     where the failing line is)."""
@@ -171,7 +177,9 @@ class Worker:
         worker_id: str | None = None,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ConfigurationError(f"concurrency must be a positive integer, got {concurrency!r}")
+            raise ConfigurationError(
+                f"concurrency must be a positive integer, got {validation.shown(concurrency)}"
+            )
         self.app = App.coerce(app)
         self.queue = validation.queue_name(queue)
         self.concurrency = concurrency
@@ -540,7 +548,7 @@ class Worker:
                 self.counters.fenced += 1
                 return
             assert self.runner is not None
-            text = _capped(f"{type(error).__name__}: {error}", MAX_ERROR_CHARS)
+            text = _capped(_describe(error), MAX_ERROR_CHARS)
             trace = _capped(trace, MAX_TRACEBACK_CHARS, keep_end=True)
             failed_at = self.operations.clock.now_ms() or int(time.time() * 1000)
             error_record = codec.encode_error(
