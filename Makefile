@@ -20,7 +20,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy src
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py

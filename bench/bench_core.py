@@ -102,7 +102,8 @@ class Row:
 
 # --- dispatcher and worker processes -------------------------------------------------
 
-_stamps: list[tuple[int, float]] = []  # (task data = its index, handler start time)
+# (task data = its index, or the run-at for "tick"; handler start time)
+_stamps: list[tuple[float, float]] = []
 
 
 async def async_noop(data: Any) -> None:

@@ -23,4 +23,4 @@ def _broken_claim(self: QueueOperations, *args: Any, **kwargs: Any) -> NoReturn:
     raise ValueError("claim is broken in this process")
 
 
-QueueOperations.claim = _broken_claim  # type: ignore[assignment,method-assign]
+QueueOperations.claim = _broken_claim  # type: ignore[method-assign]

@@ -1,5 +1,5 @@
-"""Test helpers: wait on a condition with a deadline (never a bare sleep), and run
-daemons in the test's event loop."""
+"""Test helpers: wait on a condition with a deadline (never a bare sleep), run daemons
+in the test's event loop, and read a plain client's replies as the bytes they are."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import io
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -22,6 +22,18 @@ FAST = Settings(
     lease_duration=1.0,
     shutdown_grace=2.0,
 )
+
+
+def as_bytes(reply: object) -> bytes:
+    """A reply from a plain client (decode_responses=False), which is bytes: redis-py
+    annotates it ``bytes | str`` since its types cannot see that flag."""
+    assert isinstance(reply, bytes), reply
+    return reply
+
+
+def decoded(replies: Iterable[object]) -> list[str]:
+    """The members a plain client returned (LRANGE, ZRANGE...), decoded as UTF-8."""
+    return [as_bytes(reply).decode() for reply in replies]
 
 
 async def wait_until(

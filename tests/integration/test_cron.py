@@ -15,14 +15,14 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.dispatcher import QueueDispatcher
 from duetime.errors import InvalidInputError, TaskNotFoundError
 from duetime.store import AsyncRunner, QueueKeys
-from tests.helpers import running, wait_until
+from tests.helpers import decoded, running, wait_until
 
 T0 = 1_800_000_000_000  # a whole second, on a whole minute
 SECOND = 1000
 
 
 def ready_ids(raw: redis.Redis, queue_name: str) -> list[str]:
-    return [i.decode() for i in raw.lrange(QueueKeys(queue_name).ready, 0, -1)]
+    return decoded(raw.lrange(QueueKeys(queue_name).ready, 0, -1))
 
 
 async def step_all(dispatchers: list[QueueDispatcher]) -> None:

@@ -148,7 +148,12 @@ def test_a_task_moved_by_a_reaped_workers_pending_blmove_is_recovered_after_a_bl
         blocker = redis.Redis.from_url(redis_url)
         pending = threading.Thread(
             target=lambda: blocker.blmove(
-                keys.ready, keys.active(paused), settings.block_timeout, "LEFT", "RIGHT"
+                keys.ready,
+                keys.active(paused),
+                # redis-py annotates this timeout as int; BLMOVE takes a float (seconds).
+                settings.block_timeout,  # type: ignore[arg-type]
+                "LEFT",
+                "RIGHT",
             ),
             daemon=True,
         )

@@ -12,7 +12,7 @@ import redis
 from duetime import App, ManualClock, Queue, Settings, Worker
 from duetime.dispatcher import QueueDispatcher
 from duetime.store import AsyncRunner, QueueKeys
-from tests.helpers import running
+from tests.helpers import decoded, running
 
 T0 = 1_800_000_000_000
 
@@ -59,7 +59,7 @@ def test_dead_tasks_are_purged_by_age_and_by_count(
             await runner.close()
 
     asyncio.run(scenario())
-    assert [i.decode() for i in raw.zrange(keys.dead, 0, -1)] == ids[3:]
+    assert decoded(raw.zrange(keys.dead, 0, -1)) == ids[3:]
     assert raw.hlen(keys.tasks) == 3 and raw.hlen(keys.errors) == 3
     with Queue(queue_name, redis_url, clock=clock) as queue:
         assert queue.check() == []

@@ -25,6 +25,7 @@ from duetime.errors import (
     TaskStateError,
 )
 from duetime.store import QueueKeys
+from tests.helpers import decoded
 
 
 def evalsha_calls(raw: redis.Redis) -> int:
@@ -56,7 +57,7 @@ def test_due_task_goes_straight_to_ready(redis_url: str, raw: redis.Redis, queue
     with Queue(queue_name, redis_url) as queue:
         past = queue.schedule_task(time.time() - 10, {"n": 1})
         now = queue.schedule_now({"n": 2})
-        assert [i.decode() for i in raw.lrange(keys.ready, 0, -1)] == [past, now]
+        assert decoded(raw.lrange(keys.ready, 0, -1)) == [past, now]
         assert raw.zcard(keys.scheduled) == 0
         assert queue.status(now).state == "ready"  # type: ignore[union-attr]
 

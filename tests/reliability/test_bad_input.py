@@ -40,7 +40,7 @@ from duetime.cli import EXIT_USAGE, main
 from duetime.errors import DecodeError, DuetimeError, InvalidInputError
 from duetime.store import QueueKeys
 from duetime.validation import END_OF_9999
-from tests.helpers import FAST, wait_until
+from tests.helpers import FAST, as_bytes, wait_until
 from tests.servers import Server
 
 # --- the property: accepted and stored, or refused with nothing written -----------------
@@ -72,6 +72,9 @@ class NoOffset(tzinfo):
         return None
 
     def dst(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> str | None:
         return None
 
 
@@ -354,7 +357,7 @@ def verify_stored(
     if blob is None:
         return [f"{task_id!r} was accepted but nothing is stored"]
     try:
-        envelope = codec.decode_envelope(blob)
+        envelope = codec.decode_envelope(as_bytes(blob))
     except DecodeError as error:
         return [f"{task_id!r} was accepted but its stored envelope is unreadable: {error}"]
     problems = []
@@ -441,7 +444,7 @@ def run_sample(redis_url: str, sample: list[Runnable]) -> list[str]:
         return ran and (status is None or status.state == "finished")
 
     async def scenario() -> None:
-        daemons = [Dispatcher(queues, redis_url, settings=FAST)]
+        daemons: list[Dispatcher | Worker] = [Dispatcher(queues, redis_url, settings=FAST)]
         daemons += [Worker(app, q, redis_url, settings=FAST) for q in queues]
         tasks = [asyncio.create_task(d.run()) for d in daemons]
         try:
@@ -552,7 +555,7 @@ def test_an_accepted_result_ttl_is_honoured_by_the_worker(
         later = queue.schedule_in(0.3, {"n": 2})
 
         async def scenario() -> None:
-            daemons = [
+            daemons: list[Worker | Dispatcher] = [
                 Worker(App(default=handler), queue_name, redis_url, settings=FAST),
                 Dispatcher([queue_name], redis_url, settings=FAST),
             ]
@@ -734,7 +737,7 @@ def test_cli_tiny_result_ttl_is_not_silently_dropped(
     assert result.exit_code == 0, result.output
     blob = raw.hget(QueueKeys(queue_name).tasks, result.stdout.strip())
     assert blob is not None
-    assert codec.decode_envelope(blob).result_ttl_ms > 0
+    assert codec.decode_envelope(as_bytes(blob)).result_ttl_ms > 0
 
 
 # --- garbage already in Redis, under running daemons ---------------------------------
@@ -779,7 +782,8 @@ class Outcome:
 
 
 def envelope(task: str = "", data: Any = None, version: int = 1) -> bytes:
-    return msgpack.packb([version, task, {} if data is None else data, 0, 3, 5000, 0])
+    packed: bytes = msgpack.packb([version, task, {} if data is None else data, 0, 3, 5000, 0])
+    return packed
 
 
 def plant_ready(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes, blob: bytes) -> None:
@@ -851,7 +855,7 @@ def replace_key(part: str, write: Callable[[redis.Redis, str], Any], name: str =
 
 
 def plant_bad_lease(raw: redis.Redis, keys: QueueKeys, worker: str) -> Planted:
-    raw.zadd(keys.leases, {"no-separator": 1, b"\xff|bad-utf8": 1})
+    raw.zadd(keys.leases, {b"no-separator": 1, b"\xff|bad-utf8": 1})
     return Planted()
 
 
@@ -934,10 +938,11 @@ def where(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes, worker: str) 
         places.append("scheduled")
     if raw.zscore(keys.dead, task_id) is not None:
         places.append("dead")
-    if raw.type(keys.ready) == b"list" and raw.lpos(keys.ready, task_id) is not None:
+    # redis-py annotates LPOS's value as str only; it sends a bytes value as it is.
+    if raw.type(keys.ready) == b"list" and raw.lpos(keys.ready, task_id) is not None:  # type: ignore[arg-type]
         places.append("ready")
     active = keys.active(worker)
-    if raw.type(active) == b"list" and raw.lpos(active, task_id) is not None:
+    if raw.type(active) == b"list" and raw.lpos(active, task_id) is not None:  # type: ignore[arg-type]
         places.append("processing list")
     return places
 
@@ -953,7 +958,7 @@ def check_planted(run: Running, log: ScenarioLog) -> list[str]:
             problems.append(f"{shown} is not dead; it is in {where(raw, keys, task_id, worker)}")
             continue
         record = raw.hget(keys.errors, task_id)
-        error = codec.decode_error(record).error if record else "(no error record)"
+        error = codec.decode_error(as_bytes(record)).error if record else "(no error record)"
         if expected not in error:
             problems.append(f"{shown} is dead with error {error!r}, expected {expected!r}")
     for task_id in run.planted.dropped:
@@ -1027,7 +1032,7 @@ async def run_scenarios(servers: list[Server]) -> dict[str, Outcome]:
         registry.append((tag, task))
         return task
 
-    loop.set_task_factory(factory)  # type: ignore[arg-type]
+    loop.set_task_factory(factory)
     log = ScenarioLog()
     duetime_log = logging.getLogger("duetime")
     duetime_log.addHandler(log)
@@ -1199,7 +1204,7 @@ def test_daemons_back_off_while_redis_refuses_them(
     from 0.05 s allows about ten of each per daemon; a loop without one, thousands)."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler(logging.WARNING)
-    handler.emit = records.append  # type: ignore[method-assign]
+    handler.emit = lambda record: records.append(record)  # type: ignore[method-assign]
     with socket.socket() as held:  # bound, never listening: connections are refused
         held.bind(("127.0.0.1", 0))
         ports = {"wrong password": server.port, "nothing listening": held.getsockname()[1]}

@@ -16,7 +16,7 @@ from duetime import Queue
 from duetime.states import TaskState
 from duetime.store import QueueKeys
 from tests.apps import RUNS
-from tests.helpers import wait_until_sync
+from tests.helpers import decoded, wait_until_sync
 
 FAST_ENV = {
     "DUETIME_HEARTBEAT_INTERVAL": "0.2",
@@ -58,7 +58,7 @@ def daemons(redis_url: str) -> Iterator[Daemons]:
 
 
 def runs(raw: redis.Redis) -> list[str]:
-    return [entry.decode() for entry in raw.lrange(RUNS, 0, -1)]
+    return decoded(raw.lrange(RUNS, 0, -1))
 
 
 def one_done_and_one_running(queue: Queue, raw: redis.Redis, seconds: float) -> tuple[str, str]:

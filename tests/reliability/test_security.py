@@ -44,7 +44,7 @@ from duetime.errors import DuetimeError, RedisCommandError, RedisUnavailableErro
 from duetime.store import QueueKeys
 from tests.apps import RUNS
 from tests.conftest import IN_CI
-from tests.helpers import FAST, wait_until, wait_until_sync
+from tests.helpers import FAST, decoded, wait_until, wait_until_sync
 from tests.servers import Server, binary, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ class _DynamicCode(ast.NodeVisitor):
         self.generic_visit(node)
         self.function = outer
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Call(self, node: ast.Call) -> None:
         callee = node.func
@@ -173,7 +173,7 @@ def test_a_subprocess_worker_runs_only_registered_handlers(
             status = queue.status(task_id)
             assert status is not None and status.state == "dead"
             assert (status.last_error or "").startswith(error), status.last_error
-        assert [run.decode() for run in raw.lrange(RUNS, 0, -1)] == [f"{healthy}:1"]
+        assert decoded(raw.lrange(RUNS, 0, -1)) == [f"{healthy}:1"]
         assert not marker.exists()
         assert queue.check() == []
 
@@ -267,6 +267,11 @@ class AclUsers:
         return f"redis://duetime-{role}:{self.passwords[role]}@127.0.0.1:{self.port}/0"
 
 
+def execute(client: redis.Redis, *args: str) -> Any:
+    """``client.execute_command(*args)``, typed: redis-py leaves that method unannotated."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
 @pytest.fixture
 def acl_users(server: Server, raw: redis.Redis) -> Iterator[AclUsers]:
     """The documented users, created on the throwaway server with fresh passwords and
@@ -276,16 +281,16 @@ def acl_users(server: Server, raw: redis.Redis) -> Iterator[AclUsers]:
         for role, tokens in acl_lines().items():
             users.passwords[role] = secrets.token_urlsafe(16)
             line = [f">{users.passwords[role]}" if t.startswith(">") else t for t in tokens]
-            raw.execute_command(*line)
-        raw.execute_command("ACL", "LOG", "RESET")
+            execute(raw, *line)
+        execute(raw, "ACL", "LOG", "RESET")
         yield users
     finally:
         for role in users.passwords:
-            raw.execute_command("ACL", "DELUSER", f"duetime-{role}")
+            execute(raw, "ACL", "DELUSER", f"duetime-{role}")
 
 
 def acl_denials(raw: redis.Redis) -> list[str]:
-    entries = raw.execute_command("ACL", "LOG")
+    entries = execute(raw, "ACL", "LOG")
     denials = []
     for entry in entries:
         fields = (
@@ -440,12 +445,12 @@ def test_each_user_is_refused_everything_else(
     try:
         for command in refused:
             with pytest.raises(redis.exceptions.NoPermissionError):
-                client.execute_command(*command)
+                execute(client, *command)
         # Its own script gets no further: every command inside is checked too.
         sha = client.script_load("return redis.call(ARGV[1], KEYS[1])")
-        for key, command in (("other:secret", "GET"), (QueueKeys(queue_name).tasks, "FLUSHALL")):
+        for key, inner in (("other:secret", "GET"), (QueueKeys(queue_name).tasks, "FLUSHALL")):
             with pytest.raises(redis.ResponseError, match=DENIED):
-                client.evalsha(sha, 1, key, command)
+                client.evalsha(sha, 1, key, inner)
         # Roles stay apart: through duetime's own API too.
         if role == "worker":
             with (
@@ -595,9 +600,12 @@ def test_schedule_worker_and_dispatcher_over_tls(
         scheduled = CliRunner().invoke(main, ["schedule", "-q", queue_name, "--in", "0", "[1]"])
         assert scheduled.exit_code == 0, scheduled.output
 
+        def record(data: Any) -> Any:
+            done.append(data)
+            return data
+
         async def scenario() -> None:
-            worker = Worker(App(default=lambda d: done.append(d) or d), queue_name, url,
-                            settings=FAST)  # fmt: skip
+            worker = Worker(App(default=record), queue_name, url, settings=FAST)
             dispatcher = Dispatcher([queue_name], url, settings=FAST)
             tasks = [asyncio.create_task(d.run()) for d in (worker, dispatcher)]
             try:
@@ -801,8 +809,12 @@ def test_password_is_masked_in_a_daemon_process_output(closed_port: int, tmp_pat
     try:
         for form, (process, _) in processes.items():
             path = tmp_path / f"{form}.log"
+
+            def logged(path: Path = path) -> bool:
+                return "unavailable" in path.read_text(errors="replace")
+
             wait_until_sync(
-                lambda path=path: "unavailable" in path.read_text(errors="replace"),
+                logged,
                 timeout=30,
                 what=f"{form}: a logged connection failure",
             )

@@ -98,8 +98,9 @@ def test_ticks_from_now_just_before_a_spring_forward() -> None:
     job = cron.define("hourly", "0 * * * *", {}, timezone="Europe/Paris")
     now = round(time.time() * 1000)  # 01:59:30 Paris, half a minute before 02:00 -> 03:00
     tz = ZoneInfo("Europe/Paris")
-    upcoming = [datetime.fromtimestamp(t / 1000, tz).strftime("%H:%M%z") for t in
-                [job.next_tick(now)]]  # fmt: skip
+    tick = job.next_tick(now)
+    assert tick is not None
+    upcoming = [datetime.fromtimestamp(t / 1000, tz).strftime("%H:%M%z") for t in [tick]]
     assert upcoming == ["03:00+0200"]
 
 

@@ -18,7 +18,7 @@ app = Celery("bench", broker=os.environ.get("BENCH_REDIS_URL", "redis://"))
 app.conf.broker_connection_retry_on_startup = True  # silences a deprecation warning only
 
 
-@app.task(name="bench.task")
+@app.task(name="bench.task")  # type: ignore[untyped-decorator]  # peer lib not in .venv
 def task(data: Any) -> None:
     run_task(data)
 

@@ -20,7 +20,7 @@ broker = RedisBroker(url=os.environ.get("BENCH_REDIS_URL", "redis://"))
 dramatiq.set_broker(broker)
 
 
-@dramatiq.actor(queue_name=QUEUE)
+@dramatiq.actor(queue_name=QUEUE)  # type: ignore[untyped-decorator]  # peer lib not in .venv
 def task(data: Any) -> None:
     run_task(data)
 

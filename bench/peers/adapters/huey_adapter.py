@@ -18,7 +18,7 @@ from peers.common import QUEUE, Item, Profile, payload, run_task
 huey = RedisHuey(QUEUE, url=os.environ.get("BENCH_REDIS_URL", "redis://"))
 
 
-@huey.task()
+@huey.task()  # type: ignore[untyped-decorator]  # peer lib not in .venv
 def task(data: Any) -> None:
     run_task(data)
 
