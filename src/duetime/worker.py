@@ -200,6 +200,7 @@ class Worker:
         self._stop = asyncio.Event()  # stop claiming
         self._closing = asyncio.Event()  # running attempts are done or abandoned
         self._stop_now = False
+        self._fences_unreported = 0  # outcomes dropped here, not yet added to `fenced`
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="duetime-task")
         self._lease_ms = round(settings.lease_duration * 1000)
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
@@ -261,7 +262,9 @@ class Worker:
         """Hand every unfinished task back to ready and deregister. Its list is looked at
         once more later, in case a BLMOVE cut off by the stop still lands an id there."""
         assert self.runner is not None
-        plan = self.operations.release_worker(self.worker_id, self._look_again_ms)
+        plan = self.operations.release_worker(
+            self.worker_id, self._look_again_ms, self._fences_unreported
+        )
         try:
             async with asyncio.timeout(self._reporting_time()):
                 handed_back = await self.runner.run(plan)
@@ -417,8 +420,7 @@ class Worker:
                 value = await self._call(handler, envelope, attempt)
             except asyncio.CancelledError:
                 if attempt.fenced:  # cancelled because its lease is gone: nothing to report
-                    self.counters.fenced += 1
-                    self._forget(attempt.task_id, attempt.attempt)
+                    self._drop(attempt)
                 raise
             except Exception as raised:
                 failure = raised.original if isinstance(raised, _HandlerExit) else raised
@@ -431,8 +433,7 @@ class Worker:
             attempt.finished = True
             self._release_slot()
             if attempt.fenced:
-                self.counters.fenced += 1
-                self._forget(attempt.task_id, attempt.attempt)
+                self._drop(attempt)
                 return
             result = b""
             if envelope.result_ttl_ms:
@@ -479,13 +480,12 @@ class Worker:
         except DuetimeError:
             return True  # cannot tell: run it; fencing still drops a late outcome
         if reply.lost:
-            attempt.fenced = True  # counted as fenced by the renewal that found it lost
-            self.counters.fenced += 1
+            attempt.fenced = True
             log.warning(
                 "task %s attempt %d lost its lease before it could start (this worker was "
                 "paused or stalled); not started", attempt.task_id, attempt.attempt,
             )  # fmt: skip
-            self._forget(attempt.task_id, attempt.attempt)
+            self._drop(attempt)
             return False
         attempt.leased_at = sent
         return True
@@ -521,6 +521,15 @@ class Worker:
                 old.shutdown(wait=False)
             raise TaskTimeoutError(f"timed out after {attempt.timeout:g}s") from None
 
+    def _drop(self, attempt: _Attempt) -> None:
+        """An attempt fenced before its outcome reached Redis: the outcome is dropped here,
+        so it is counted here, and the queue's `fenced` counter learns of it with the next
+        heartbeat (or the hand-back). Refusals by the ack and fail scripts are counted by
+        those scripts: each dropped outcome is counted once, where it is dropped."""
+        self.counters.fenced += 1
+        self._fences_unreported += 1
+        self._forget(attempt.task_id, attempt.attempt)
+
     def _forget(self, task_id: str, attempt: int) -> None:
         """Drop a finished attempt, unless the task was claimed again meanwhile (a
         fenced attempt finishing late must not drop its successor's entry)."""
@@ -545,7 +554,7 @@ class Worker:
         self._release_slot()
         try:
             if attempt.fenced:
-                self.counters.fenced += 1
+                self._drop(attempt)
                 return
             assert self.runner is not None
             text = _capped(_describe(error), MAX_ERROR_CHARS)
@@ -663,9 +672,11 @@ class Worker:
             try:
                 await self.runner.run(self.operations.refresh_clock())
                 sent = time.monotonic()
+                fences = self._fences_unreported
                 reply = await self.runner.run(
-                    self.operations.heartbeat(self.worker_id, self._lease_ms, running)
+                    self.operations.heartbeat(self.worker_id, self._lease_ms, running, fences)
                 )
+                self._fences_unreported -= fences
             except DuetimeError as error:
                 log.warning("heartbeat failed: %s", error)
                 continue

@@ -1296,15 +1296,23 @@ def test_worker_paused_past_its_lease_and_ttl_then_resumed(
     empty queue at the end."""
     rng = random.Random(SEED)
     env = {**PAUSE_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
-    count, duration = pick(120, 3000), pick(10.0, 60.0)
+    # Work to match the slots: the long run keeps one worker of two frozen much of the
+    # time, so about 0.3 s of work a task on 2 x 10 slots leaves room to catch up.
+    count, duration, concurrency = pick(120, 1500), pick(10.0, 60.0), pick("5", "10")
     dispatcher = fleet.start("dispatcher", queue_name, redis_url, env)
-    workers = [fleet.start("worker", queue_name, redis_url, env, "-c", "5") for _ in range(2)]
+    workers = [
+        fleet.start("worker", queue_name, redis_url, env, "-c", concurrency) for _ in range(2)
+    ]
     wait_for_workers(raw, queue_name, 2)
     ledger = Ledger(raw)
     begin = time.time() + 1.0
+
+    def work() -> float:  # mostly short; one in five long enough to be caught by a pause
+        return round(rng.uniform(0.5, 1.5) if rng.random() < 0.2 else rng.uniform(0.02, 0.2), 3)
+
     jobs = [
         Job(
-            {"work": round(rng.choice((rng.uniform(0.02, 0.2), rng.uniform(0.5, 1.5))), 3)},
+            {"work": work()},
             at=begin + duration * i / count,
             task="ledger",
             id=f"p{i}",
@@ -1334,7 +1342,7 @@ def test_worker_paused_past_its_lease_and_ttl_then_resumed(
             for worker in workers:
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.send_signal(signal.SIGCONT)
-        settle(ledger, queue, raw, list(scheduled), timeout=duration + 60, fleet=fleet)
+        settle(ledger, queue, raw, list(scheduled), timeout=duration + 120, fleet=fleet)
         shut_down(fleet, raw, queue_name, workers, [dispatcher], reap_bound=30)
         dump(fleet, ledger, pauses)
         verdict = compare(ledger, scheduled, faults=pauses, after=lease + ttl + 2)

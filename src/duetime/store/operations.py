@@ -468,11 +468,17 @@ class QueueOperations:
         ]  # fmt: skip
 
     def heartbeat(
-        self, worker_id: str, lease_ms: int, running: Sequence[tuple[str, int]]
+        self,
+        worker_id: str,
+        lease_ms: int,
+        running: Sequence[tuple[str, int]],
+        fenced_outcomes: int = 0,
     ) -> Plan[HeartbeatReply]:
+        """Prove the worker alive and renew its running attempts' leases; also adds the
+        outcomes the worker dropped itself (fenced) to the queue's counter."""
         now = yield from self.now()
         k = self.keys
-        args: list[Any] = [now, now + lease_ms, worker_id]
+        args: list[Any] = [now, now + lease_ms, worker_id, fenced_outcomes]
         for task_id, attempt in running:
             args += (task_id, attempt)
         known, lost, held = yield Eval(
@@ -521,9 +527,12 @@ class QueueOperations:
         )  # fmt: skip
         return bool(applied)
 
-    def release_worker(self, worker_id: str, look_again_in_ms: int) -> Plan[int]:
+    def release_worker(
+        self, worker_id: str, look_again_in_ms: int, fenced_outcomes: int = 0
+    ) -> Plan[int]:
         """Hand the worker's tasks back and deregister it; its list is looked at once
-        more ``look_again_in_ms`` later (a BLMOVE cut off by the stop may land there)."""
+        more ``look_again_in_ms`` later (a BLMOVE cut off by the stop may land there).
+        ``fenced_outcomes``: outcomes it dropped itself, not yet counted."""
         now = yield from self.now()
         k = self.keys
         return int(
@@ -539,7 +548,7 @@ class QueueOperations:
                         k.stats,
                         k.reaped,
                     ),
-                    (worker_id, now + look_again_in_ms),
+                    (worker_id, now + look_again_in_ms, fenced_outcomes),
                 )
             )
         )

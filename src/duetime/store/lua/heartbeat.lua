@@ -7,13 +7,14 @@
 -- ARGV[1] now (ms)
 -- ARGV[2] new lease deadline (ms)
 -- ARGV[3] worker id
--- ARGV[4..] pairs: task id, attempt
+-- ARGV[4] outcomes the worker dropped itself since its last heartbeat (fenced), counted
+-- ARGV[5..] pairs: task id, attempt
 -- Returns: {1 if the worker was still registered else 0, {lost task id, attempt, ...},
 -- {ids in the processing list}}. A lost attempt's lease had expired or it was superseded
--- by a newer attempt, so that attempt (the id and the number: never a newer attempt of
--- the same task) is fenced; its outcome will be dropped, and it is counted as fenced here,
--- once, since the worker stops renewing it. The list lets the worker find ids whose
--- BLMOVE reply it never got.
+-- by a newer attempt (or it just finished and was acked), so that attempt (the id and the
+-- number: never a newer attempt of the same task) is fenced: the worker drops an outcome
+-- it still holds and counts it with a later heartbeat. The list lets the worker find ids
+-- whose BLMOVE reply it never got.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
@@ -21,7 +22,7 @@ local worker = ARGV[3]
 local known = redis.call('ZSCORE', KEYS[1], worker) and 1 or 0
 redis.call('ZADD', KEYS[1], now, worker)
 local lost = {}
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local id = ARGV[i]
   local member = worker .. '|' .. id
   local deadline = redis.call('ZSCORE', KEYS[2], member)
@@ -32,7 +33,7 @@ for i = 4, #ARGV, 2 do
     lost[#lost + 1] = ARGV[i + 1]
   end
 end
-if #lost > 0 then
-  redis.pcall('HINCRBY', KEYS[5], 'fenced', #lost / 2)
+if tonumber(ARGV[4]) > 0 then
+  redis.pcall('HINCRBY', KEYS[5], 'fenced', ARGV[4])
 end
 return {known, lost, redis.call('LRANGE', KEYS[4], 0, -1)}

@@ -10,6 +10,7 @@
 -- ARGV[1] worker id
 -- ARGV[2] when to look at the list once more (ms): a BLMOVE the stop cut off on the
 --         client side may still be pending on the server and land an id there
+-- ARGV[3] outcomes the worker dropped itself (fenced) and has not yet counted
 -- Returns: number of tasks handed back.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
@@ -35,5 +36,8 @@ redis.call('ZREM', KEYS[1], worker)
 redis.call('ZADD', KEYS[7], ARGV[2], worker)
 if #ids > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'handed_back', #ids)
+end
+if tonumber(ARGV[3]) > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'fenced', ARGV[3])
 end
 return #ids
