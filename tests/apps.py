@@ -116,3 +116,23 @@ def interrupt_sync(data: dict[str, object]) -> None:
 async def interrupt_async(data: dict[str, object]) -> None:
     _record_run()
     raise KeyboardInterrupt
+
+
+# --- server-clock handler for the skewed-host-clock test (test_clock_skew.py) -----------
+#: Each attempt appends "<id>:<attempt>:<server µs>:<run-at ms>:<wall µs>" at its start:
+#: the server's TIME (the one clock duetime goes by; read after the start, so it can only
+#: be later than the start), the run-at duetime handed the attempt, and this process's
+#: own wall clock read right before TIME, which shows whether its clock is skewed.
+SERVER_CLOCK_RUNS = "test:server_clock_runs"
+
+
+@app.task
+def server_clock(data: dict[str, object]) -> None:
+    context = duetime.current_task()
+    wall_us = time.time_ns() // 1000
+    seconds, micros = _record.time()
+    _record.rpush(
+        SERVER_CLOCK_RUNS,
+        f"{context.id}:{context.attempt}:{seconds * 1_000_000 + micros}:"
+        f"{round(context.run_at * 1000)}:{wall_us}",
+    )
