@@ -12,6 +12,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -86,3 +87,72 @@ class Server:
     def stop(self) -> None:
         self.kill(signal.SIGTERM)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def command(client: redis.Redis, *args: Any) -> Any:
+    """A raw command (redis-py leaves execute_command unannotated)."""
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+#: Redis Cluster hash slots, spread evenly over the masters of a test cluster.
+SLOTS = 16384
+
+
+@dataclass
+class Cluster:
+    """A Redis Cluster of ``masters`` masters (no replicas) on free loopback ports, built
+    with CLUSTER MEET and ADDSLOTSRANGE, for tests that need one."""
+
+    kind: str
+    executable: str
+    masters: int = 3
+    nodes: list[Server] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:2])
+
+    def start(self, timeout: float = 20.0) -> None:
+        buses = []
+        for _ in range(self.masters):
+            # An explicit bus port: the default (port + 10000) fails for free ports above
+            # 55535.
+            buses.append(free_port())
+            node = Server(
+                self.kind, self.executable,
+                extra=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                       "--cluster-node-timeout", "2000", "--cluster-port", str(buses[-1])],
+            )  # fmt: skip
+            node.start()
+            self.nodes.append(node)
+        first = self.nodes[0].client()
+        for node, bus in zip(self.nodes[1:], buses[1:], strict=True):
+            command(first, "CLUSTER", "MEET", "127.0.0.1", node.port, bus)
+        first.close()
+        share = SLOTS // self.masters
+        for index, node in enumerate(self.nodes):
+            last = SLOTS - 1 if index == self.masters - 1 else (index + 1) * share - 1
+            client = node.client()
+            command(client, "CLUSTER", "ADDSLOTSRANGE", index * share, last)
+            client.close()
+        deadline = time.monotonic() + timeout
+        while not all(self._ready(node) for node in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test cluster did not come up")
+            time.sleep(0.05)
+
+    def _ready(self, node: Server) -> bool:
+        client = node.client()
+        try:
+            info = command(client, "CLUSTER", "INFO")
+        finally:
+            client.close()
+        text = info.decode() if isinstance(info, bytes) else str(info)
+        return "cluster_state:ok" in text and f"cluster_known_nodes:{self.masters}" in text
+
+    def node_of_slot(self, slot: int) -> Server:
+        return self.nodes[min(slot // (SLOTS // self.masters), self.masters - 1)]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()

@@ -31,10 +31,12 @@ SCHEDULE_BATCH = 1000
 class Command:
     """One Redis command. ``block`` is set for blocking commands: the seconds the
     server may hold it, so the runner sends it on a connection whose socket timeout
-    is longer than that."""
+    is longer than that. ``route`` is a key of the queue for a command that names none
+    (TIME, SCAN, CONFIG GET): on a cluster it goes to the node holding that key."""
 
     args: tuple[Any, ...]
     block: float | None = None
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,19 +207,19 @@ def count_or_none(value: bytes | str | None) -> int | None:
     return int(text) if _COUNT.fullmatch(text) else None
 
 
-def sample_clock(clock: Clock) -> Plan[None]:
-    """Take one TIME sample for the clock."""
+def sample_clock(clock: Clock, route: str) -> Plan[None]:
+    """Take one TIME sample for the clock, from the server that holds ``route``."""
     sent = time.monotonic()
-    seconds, micros = yield Command(("TIME",))
+    seconds, micros = yield Command(("TIME",), route=route)
     # Microseconds kept: flooring here and again in now_ms() made the estimate trail by ~1 ms.
     clock.observe(int(seconds) * 1000 + int(micros) / 1000, time.monotonic() - sent)
 
 
-def current_time(clock: Clock) -> Plan[int]:
+def current_time(clock: Clock, route: str) -> Plan[int]:
     """The server time in ms, sampling TIME only when the clock asks for it."""
     now = clock.now_ms()
     while now is None:
-        yield from sample_clock(clock)
+        yield from sample_clock(clock, route)
         now = clock.now_ms()
     return now
 
@@ -230,12 +232,12 @@ class QueueOperations:
         self.clock = clock
 
     def now(self) -> Plan[int]:
-        return (yield from current_time(self.clock))
+        return (yield from current_time(self.clock, self.keys.tasks))
 
     def refresh_clock(self) -> Plan[None]:
         """Resample the server clock if it is due, so hot paths need not."""
         if self.clock.wants_sample():
-            yield from sample_clock(self.clock)
+            yield from sample_clock(self.clock, self.keys.tasks)
 
     # --- producing -------------------------------------------------------------------
 
@@ -330,7 +332,7 @@ class QueueOperations:
         )  # fmt: skip
 
     def eviction_policy(self) -> Plan[str]:
-        reply = yield Command(("CONFIG", "GET", "maxmemory-policy"))
+        reply = yield Command(("CONFIG", "GET", "maxmemory-policy"), route=self.keys.tasks)
         values = list(reply.values()) if isinstance(reply, dict) else reply[1::2]
         return _text(values[0]) if values else "unknown"
 
@@ -424,7 +426,7 @@ class QueueOperations:
         cursor: Any = 0
         while True:
             cursor, found = yield Command(
-                ("SCAN", cursor, "MATCH", k.active_pattern, "COUNT", 1000)
+                ("SCAN", cursor, "MATCH", k.active_pattern, "COUNT", 1000), route=k.tasks
             )
             for raw in found:
                 worker_id = k.worker_of_active(_text(raw))
@@ -732,7 +734,8 @@ class QueueOperations:
         cursor: Any = 0
         while True:
             cursor, found = yield Command(
-                ("SCAN", cursor, "MATCH", f"duetime:{{{k.queue}}}:*", "COUNT", 1000)
+                ("SCAN", cursor, "MATCH", f"duetime:{{{k.queue}}}:*", "COUNT", 1000),
+                route=k.tasks,
             )
             for raw in found:
                 key = _text(raw)

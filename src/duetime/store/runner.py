@@ -1,28 +1,25 @@
 """Execute plans on redis-py: a synchronous runner and an asyncio one.
 
-Both open two connection pools from one address: one for ordinary commands with a
-short socket timeout, and one for blocking commands (BLMOVE, BLPOP) whose socket
+Both use two clients from one address (see ``connections``): one for ordinary commands
+with a short socket timeout, and one for blocking commands (BLMOVE, BLPOP) whose socket
 timeout is longer than the longest block, so a hung socket fails in bounded time
 either way. Scripts are called by SHA and loaded again after NOSCRIPT (a restarted
-or failed-over server has an empty script cache). redis-py errors become
-``duetime.errors`` here, with the URL's password masked.
+or failed-over server has an empty script cache; on a cluster they are loaded on every
+primary). On a cluster, a command that names no key goes to the node of the key its
+plan names as its route. redis-py errors become ``duetime.errors`` here, with the URL's
+password masked.
 """
 
 from __future__ import annotations
 
-import re
-import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import redis
 import redis.asyncio
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from duetime.errors import (
-    ConfigurationError,
     CorruptStateError,
     DuetimeError,
     RedisCommandError,
@@ -30,126 +27,39 @@ from duetime.errors import (
     RedisUnavailableError,
 )
 from duetime.settings import Settings
+from duetime.store.connections import BLOCK_MARGIN, RedisSpec, connect, mask_url, resolve_url
 from duetime.store.operations import Batch, Command, Eval, EvalMany, Plan, Request
 from duetime.store.scripts import Script
 
 T = TypeVar("T")
 
-#: Extra seconds a blocking command's socket waits beyond the block itself.
-BLOCK_MARGIN = 5.0
-
-_ADDRESS_KWARGS = frozenset(
-    {"host", "port", "db", "username", "password", "path", "client_name", "credential_provider"}
-)
-
-RedisSpec = str | redis.Redis | redis.asyncio.Redis | None
-
-
-def mask_url(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    url = re.sub(r"(://)[^:/@]+@", r"\1***@", url)
-    url = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-    return re.sub(r"(?i)([?&]password=)[^&#]*", r"\1***", url)
-
-
-def resolve_url(spec: str | None) -> str:
-    """An explicit URL, else $DUETIME_REDIS_URL, else the embedded server's."""
-    import os
-
-    if spec:
-        return spec
-    from_env = os.environ.get("DUETIME_REDIS_URL")
-    if from_env:
-        return from_env
-    from duetime.embedded import ensure_server
-
-    return ensure_server().url
-
-
-def _overrides(settings: Settings, socket_timeout: float, tcp: bool) -> dict[str, Any]:
-    return {
-        "socket_timeout": socket_timeout,
-        "socket_connect_timeout": settings.socket_timeout,
-        # Keepalive notices a peer that vanished without a FIN (TCP only).
-        **({"socket_keepalive": True} if tcp else {}),
-        "health_check_interval": 30,
-        "decode_responses": False,
-        "encoding_errors": "surrogateescape",  # see operations._text
-        "protocol": 2,
-        # Short retries for a blip; daemons back off longer at their own loop level.
-        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-    }
-
-
-def _describe(client: Any) -> str:
-    kwargs = client.connection_pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}"
-    host, port = kwargs.get("host", "localhost"), kwargs.get("port", 6379)
-    return f"redis://{host}:{port}/{kwargs.get('db', 0)}"
-
-
-def _check_database(url: str) -> None:
-    """redis-py takes a path that is not a number (``redis://host/x``) as database 0
-    without a word; a typo must not silently point at another database."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("redis", "rediss"):
-        return
-    path = parts.path.strip("/")
-    if path and not (path.isascii() and path.isdigit()):
-        raise ConfigurationError(
-            f"invalid Redis URL {mask_url(url)}: the database after the last / must be a "
-            f"number, got {path!r}"
-        )
-
-
-def _pools(spec: RedisSpec, settings: Settings, asynchronous: bool) -> tuple[Any, Any, str]:
-    """Main and blocking clients plus a printable (masked) address."""
-    module: Any = redis.asyncio if asynchronous else redis
-    timeouts = (settings.socket_timeout, settings.block_timeout + BLOCK_MARGIN)
-    if spec is None or isinstance(spec, str):
-        url = resolve_url(spec)
-        _check_database(url)
-        try:
-            clients = [
-                module.Redis(
-                    connection_pool=module.ConnectionPool.from_url(
-                        url, **_overrides(settings, t, tcp=not url.startswith("unix:"))
-                    )
-                )
-                for t in timeouts
-            ]
-        except ValueError as error:
-            raise ConfigurationError(f"invalid Redis URL {mask_url(url)}: {error}") from None
-        return clients[0], clients[1], mask_url(url)
-    expected = redis.asyncio.Redis if asynchronous else redis.Redis
-    if not isinstance(spec, expected):
-        kind = "an asyncio" if asynchronous else "a synchronous"
-        raise ConfigurationError(
-            f"redis= must be a URL or {kind} redis-py client, got {type(spec).__name__}"
-        )
-    pool = spec.connection_pool
-    # Only the address, credentials and TLS come from the caller's client; protocol,
-    # timeouts and retries are ours (redis-py also keeps RESP3-only handlers there).
-    address = {
-        name: value
-        for name, value in pool.connection_kwargs.items()
-        if name in _ADDRESS_KWARGS or name.startswith("ssl")
-    }
-    clients = []
-    for t in timeouts:
-        kwargs = {**address, **_overrides(settings, t, tcp="path" not in address)}
-        kwargs.pop("retry", None)
-        clients.append(
-            module.Redis(
-                connection_pool=type(pool)(connection_class=pool.connection_class, **kwargs),
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-            )
-        )
-    return clients[0], clients[1], _describe(spec)
+__all__ = ["BLOCK_MARGIN", "AsyncRunner", "RedisSpec", "SyncRunner", "mask_url", "resolve_url"]
 
 
 Call = tuple[Sequence[str], Sequence[Any]]
+
+
+def _routed(runner: SyncRunner | AsyncRunner, client: Any, command: Command) -> dict[str, Any]:
+    """On a cluster, a command that names no key (TIME, SCAN, CONFIG GET) is sent to the
+    node that holds its route key's slot: the queue's node, whose clock and keys count."""
+    if not runner.clustered or command.route is None:
+        return {}
+    return {"target_nodes": client.get_node_from_key(command.route)}
+
+
+def _scan_reply(reply: Any) -> Any:
+    """A cluster client answers SCAN with ({node: cursor}, keys); plans expect the
+    server's own [cursor, keys] (one node is asked: the queue's)."""
+    if isinstance(reply, tuple) and len(reply) == 2 and isinstance(reply[0], dict):
+        [cursor] = reply[0].values()
+        return [cursor, reply[1]]
+    return reply
+
+
+def _script_load(runner: SyncRunner | AsyncRunner) -> dict[str, Any]:
+    """Where SCRIPT LOAD goes: on a cluster, every primary (any may own a queue after a
+    failover or a resharding)."""
+    return {"target_nodes": "primaries"} if runner.clustered else {}
 
 
 def _wire(args: Sequence[Any]) -> list[Any]:
@@ -211,6 +121,12 @@ def _translated(address: str) -> Iterator[None]:
             f"Redis at {address} answered with something that is not the Redis protocol: "
             f"{mask_url(str(error))}"
         ) from None
+    except (redis.exceptions.MovedError, redis.exceptions.AskError) as error:
+        raise RedisCommandError(
+            f"Redis at {address} is a cluster node, and the queue's slot lives on another "
+            f"node (MOVED {error}): connect with redis+cluster://host:port[,host:port...] "
+            "or a RedisCluster client"
+        ) from None
     except redis.RedisError as error:
         if _is_out_of_memory(error):
             raise RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})") from None
@@ -243,7 +159,9 @@ class SyncRunner:
     """Runs plans on a synchronous redis-py client."""
 
     def __init__(self, spec: RedisSpec, settings: Settings) -> None:
-        self.client, self.blocking_client, self.address = _pools(spec, settings, asynchronous=False)
+        connection = connect(spec, settings, asynchronous=False)
+        self.client, self.blocking_client = connection.main, connection.blocking
+        self.address, self.clustered = connection.address, connection.clustered
 
     def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -258,17 +176,22 @@ class SyncRunner:
     def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
             client = self.client if request.block is None else self.blocking_client
-            return client.execute_command(*_wire(request.args))
+            reply = client.execute_command(*_wire(request.args), **_routed(self, client, request))
+            return _scan_reply(reply)
         if isinstance(request, Eval):
             try:
                 return self.client.evalsha(*_eval_args(request.script, request.keys, request.args))
             except redis.exceptions.NoScriptError:
-                self.client.script_load(request.script.source)
+                self.client.execute_command(
+                    "SCRIPT LOAD", request.script.source, **_script_load(self)
+                )
                 return self.client.evalsha(*_eval_args(request.script, request.keys, request.args))
         if isinstance(request, EvalMany):
             replies = self._pipelined(request, request.calls)
             if missing := _missing_script(replies):
-                self.client.script_load(request.script.source)
+                self.client.execute_command(
+                    "SCRIPT LOAD", request.script.source, **_script_load(self)
+                )
                 again = self._pipelined(request, [request.calls[i] for i in missing])
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
@@ -293,17 +216,19 @@ class SyncRunner:
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
-        # The clients were given their pools, so closing them leaves the pools open.
         for client in (self.client, self.blocking_client):
             client.close()
-            client.connection_pool.disconnect()
+            if not self.clustered:  # it was given its pool, which close() leaves open
+                client.connection_pool.disconnect()
 
 
 class AsyncRunner:
     """Runs the same plans on an asyncio redis-py client."""
 
     def __init__(self, spec: RedisSpec, settings: Settings) -> None:
-        self.client, self.blocking_client, self.address = _pools(spec, settings, asynchronous=True)
+        connection = connect(spec, settings, asynchronous=True)
+        self.client, self.blocking_client = connection.main, connection.blocking
+        self.address, self.clustered = connection.address, connection.clustered
 
     async def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -318,18 +243,27 @@ class AsyncRunner:
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
             client = self.client if request.block is None else self.blocking_client
-            return await client.execute_command(*_wire(request.args))
+            if self.clustered and request.route is not None:
+                await client.initialize()  # the asyncio client learns the slots lazily
+            reply = await client.execute_command(
+                *_wire(request.args), **_routed(self, client, request)
+            )
+            return _scan_reply(reply)
         if isinstance(request, Eval):
             arguments = _eval_args(request.script, request.keys, request.args)
             try:
                 return await self.client.evalsha(*arguments)
             except redis.exceptions.NoScriptError:
-                await self.client.script_load(request.script.source)
+                await self.client.execute_command(
+                    "SCRIPT LOAD", request.script.source, **_script_load(self)
+                )
                 return await self.client.evalsha(*arguments)
         if isinstance(request, EvalMany):
             replies = await self._pipelined(request, request.calls)
             if missing := _missing_script(replies):
-                await self.client.script_load(request.script.source)
+                await self.client.execute_command(
+                    "SCRIPT LOAD", request.script.source, **_script_load(self)
+                )
                 again = await self._pipelined(request, [request.calls[i] for i in missing])
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
@@ -356,4 +290,5 @@ class AsyncRunner:
     async def close(self) -> None:
         for client in (self.client, self.blocking_client):
             await client.aclose()
-            await client.connection_pool.disconnect()
+            if not self.clustered:  # it was given its pool, which aclose() leaves open
+                await client.connection_pool.disconnect()
