@@ -156,3 +156,89 @@ class Cluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+#: The service name the test Sentinel set-up monitors.
+SERVICE = "duetime"
+
+
+@dataclass
+class Sentinels:
+    """A master, one replica and three sentinels on free loopback ports, for tests of
+    failover. ``down_after_ms`` is short so a killed master is replaced within seconds."""
+
+    kind: str
+    executable: str
+    down_after_ms: int = 1000
+    master: Server | None = None
+    replica: Server | None = None
+    sentinels: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+    directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="duetime-snt-")))
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
+        return f"redis+sentinel://{hosts}/{SERVICE}"
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.master = Server(self.kind, self.executable)
+        self.master.start()
+        self.replica = Server(
+            self.kind, self.executable, extra=["--replicaof", "127.0.0.1", str(self.master.port)]
+        )
+        self.replica.start()
+        for index in range(3):
+            port = free_port()
+            config = self.directory / f"sentinel-{index}.conf"
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {self.directory}\n"
+                f"sentinel monitor {SERVICE} 127.0.0.1 {self.master.port} 2\n"
+                f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
+                f"sentinel failover-timeout {SERVICE} 5000\n"
+            )
+            with open(self.directory / f"sentinel-{index}.log", "ab") as log:
+                self.sentinels.append(
+                    subprocess.Popen(
+                        [self.executable, str(config), "--sentinel"],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
+                )
+            self.ports.append(port)
+        deadline = time.monotonic() + timeout
+        while not all(self._ready(port) for port in self.ports):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sentinels did not come up; see {self.directory}")
+            time.sleep(0.05)
+
+    def _ready(self, port: int) -> bool:
+        client = redis.Redis(port=port, socket_timeout=1)
+        try:
+            state = dict(command(client, "SENTINEL", "MASTER", SERVICE))
+        except (redis.ConnectionError, redis.ResponseError, TypeError, ValueError):
+            return False
+        finally:
+            client.close()
+        fields = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in state.items()}
+        return (
+            int(fields.get("num-slaves", 0)) >= 1 and int(fields.get("num-other-sentinels", 0)) >= 2
+        )
+
+    def master_port(self) -> int:
+        client = redis.Redis(port=self.ports[0], socket_timeout=1)
+        try:
+            _, port = command(client, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
+        finally:
+            client.close()
+        return int(port)
+
+    def stop(self) -> None:
+        for process in self.sentinels:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        for server in (self.master, self.replica):
+            if server is not None:
+                server.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)

@@ -309,7 +309,7 @@ class Dispatcher:
             raise ConfigurationError("a dispatcher needs at least one queue")
         self.queues = [validation.queue_name(q) for q in names]
         self.settings = settings
-        self.clock = clock or ServerClock(settings.clock_resync_interval)
+        self.clock = clock  # None: each queue follows the clock of the server holding it
         self._redis = redis
         self._stop = asyncio.Event()
         self.supervisor = Supervisor(f"dispatcher of {', '.join(self.queues)}")
@@ -317,17 +317,24 @@ class Dispatcher:
     def stop(self) -> None:
         self._stop.set()
 
+    def _clock(self) -> Clock:
+        """The injected clock, or a clock of its own for each queue: on a cluster, queues
+        live on different masters, and each queue's "now" is its own server's TIME."""
+        return self.clock or ServerClock(self.settings.clock_resync_interval)
+
     async def run(self) -> None:
         """Dispatch until ``stop()``. Raises DaemonFailedError (after stopping every
         queue) when one queue's loop kept failing."""
         runner = AsyncRunner(self._redis, self.settings)
         try:
-            await warn_if_evicting(runner, QueueOperations(QueueKeys(self.queues[0]), self.clock))
+            await warn_if_evicting(
+                runner, QueueOperations(QueueKeys(self.queues[0]), self._clock())
+            )
             loops = [
                 asyncio.create_task(
                     self.supervisor.keep_running(
                         f"queue {q}",
-                        QueueDispatcher(q, runner, self.settings, self.clock).loop(self._stop),
+                        QueueDispatcher(q, runner, self.settings, self._clock()).loop(self._stop),
                     )
                 )
                 for q in self.queues

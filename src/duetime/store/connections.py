@@ -63,6 +63,7 @@ class Connection:
     blocking: Any  # BLMOVE, BLPOP: a longer socket timeout
     address: str  # printable, password masked
     clustered: bool  # a RedisCluster client: keyless commands need a route
+    helpers: tuple[Any, ...] = ()  # more clients to close with these (the sentinels')
 
 
 def mask_url(url: str) -> str:
@@ -335,4 +336,4 @@ def _sentinel(
         )
         for t in _timeouts(settings)
     )
-    return Connection(main, blocking, address, clustered=False)
+    return Connection(main, blocking, address, clustered=False, helpers=tuple(sentinels.sentinels))

@@ -162,6 +162,7 @@ class SyncRunner:
         connection = connect(spec, settings, asynchronous=False)
         self.client, self.blocking_client = connection.main, connection.blocking
         self.address, self.clustered = connection.address, connection.clustered
+        self._helpers = connection.helpers
 
     def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -216,7 +217,7 @@ class SyncRunner:
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
-        for client in (self.client, self.blocking_client):
+        for client in (self.client, self.blocking_client, *self._helpers):
             client.close()
             if not self.clustered:  # it was given its pool, which close() leaves open
                 client.connection_pool.disconnect()
@@ -229,6 +230,7 @@ class AsyncRunner:
         connection = connect(spec, settings, asynchronous=True)
         self.client, self.blocking_client = connection.main, connection.blocking
         self.address, self.clustered = connection.address, connection.clustered
+        self._helpers = connection.helpers
 
     async def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -288,7 +290,7 @@ class AsyncRunner:
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
-        for client in (self.client, self.blocking_client):
+        for client in (self.client, self.blocking_client, *self._helpers):
             await client.aclose()
             if not self.clustered:  # it was given its pool, which aclose() leaves open
                 await client.connection_pool.disconnect()
