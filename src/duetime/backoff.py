@@ -1,8 +1,11 @@
-"""Back-off arithmetic: task retry delays and daemon reconnect pauses."""
+"""Back-off arithmetic (task retry delays, daemon reconnect pauses) and the logging of
+an outage: once when it starts, once when it ends, never a line per retry."""
 
 from __future__ import annotations
 
+import logging
 import random
+import time
 
 
 def retry_delay(attempt: int, base: float, cap: float) -> float:
@@ -25,3 +28,34 @@ class Backoff:
 
     def reset(self) -> None:
         self._failures = 0
+
+
+class Outage:
+    """A stretch of failed calls of one loop, logged as a warning at the first failure
+    and one line when a call succeeds again; the retries in between go to debug, so a
+    long outage (or a demoted master answering READONLY) never floods the log."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self._log = log
+        self._what = what
+        self._since: float | None = None
+        self._failures = 0
+
+    def failed(self, error: BaseException, pause: float) -> None:
+        self._failures += 1
+        if self._since is None:
+            self._since = time.monotonic()
+            self._log.warning(
+                "%s: %s; retrying (every %.2fs at first, backing off)", self._what, error, pause
+            )
+        else:
+            self._log.debug("%s: still failing (%s); retrying in %.2fs", self._what, error, pause)
+
+    def succeeded(self) -> None:
+        if self._since is not None:
+            self._log.warning(
+                "%s: working again after %.1fs (%d failed attempt(s))",
+                self._what, time.monotonic() - self._since, self._failures,
+            )  # fmt: skip
+            self._since = None
+            self._failures = 0

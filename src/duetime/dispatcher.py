@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from duetime import cron, validation
-from duetime.backoff import Backoff
+from duetime.backoff import Backoff, Outage
 from duetime.clock import Clock, ServerClock, sleep_precisely
 from duetime.codec import Envelope, encode_envelope
 from duetime.errors import ConfigurationError, DecodeError, DuetimeError
@@ -237,6 +237,7 @@ class QueueDispatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         backoff = Backoff()
+        outage = Outage(log, f"queue {self.queue}")
         wake: asyncio.Task[bool] | None = None
         stopping = asyncio.create_task(stop.wait())
         try:
@@ -244,13 +245,14 @@ class QueueDispatcher:
                 try:
                     wake_at = await self.step()
                     backoff.reset()
+                    outage.succeeded()
                     # Measured now, after the round trip, not from the step's "now".
                     delay = 0.0 if wake_at is None else self.clock.seconds_until(wake_at)
                 except DuetimeError as error:
                     # Unreachable, or a command refused (e.g. a key of the wrong type):
                     # log it and back off; a dispatcher never dies of it.
                     wake_at, delay = None, backoff.next()
-                    log.warning("queue %s: %s; retrying in %.2fs", self.queue, error, delay)
+                    outage.failed(error, delay)
                 if delay <= 0:
                     await asyncio.sleep(0)  # let other queues and the wake task run
                     continue
@@ -278,11 +280,11 @@ class QueueDispatcher:
                     await sleep_precisely(min(TIMER_SLACK, self.clock.seconds_until(wake_at)))
                 if wake.done():
                     finished, wake = wake, None
-                    if not finished.cancelled() and finished.exception() is not None:
-                        log.warning(
-                            "queue %s: wake wait failed: %s", self.queue, finished.exception()
-                        )
-                        await asyncio.sleep(backoff.next())
+                    failure = None if finished.cancelled() else finished.exception()
+                    if failure is not None:
+                        pause = backoff.next()
+                        outage.failed(failure, pause)
+                        await asyncio.sleep(pause)
         finally:
             stopping.cancel()
             if wake is not None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from duetime import codec, validation
 from duetime.app import App, Handler
-from duetime.backoff import Backoff, retry_delay
+from duetime.backoff import Backoff, Outage, retry_delay
 from duetime.clock import Clock, ServerClock, wait_until
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
 from duetime.errors import (
@@ -288,16 +288,18 @@ class Worker:
 
     async def _register(self) -> None:
         backoff = Backoff()
+        outage = Outage(log, f"worker {self.worker_id} registering")
         while True:
             try:
                 assert self.runner is not None
                 await self.runner.run(self.operations.heartbeat(self.worker_id, self._lease_ms, ()))
+                outage.succeeded()
                 break
             except RedisUnavailableError as error:
                 if self._stop.is_set():
                     raise
                 pause = backoff.next()
-                log.warning("%s; retrying in %.1fs", error, pause)
+                outage.failed(error, pause)
                 await asyncio.sleep(pause)
         # Workers killed earlier leave their entries until a dispatcher reaps them; a
         # starting worker clears those that are past worker_ttl, so `inspect` is honest
@@ -333,6 +335,7 @@ class Worker:
         assert self.runner is not None
         run = self.runner.run
         backoff = Backoff()
+        outage = Outage(log, f"worker {self.worker_id} claiming")
         while not self._stop.is_set():
             free = self.concurrency - self._running
             if free <= 0:
@@ -347,6 +350,7 @@ class Worker:
                 claimed = await run(
                     self.operations.claim(self.worker_id, self._lease_ms, most, taken)
                 )
+                outage.succeeded()
                 if not claimed:
                     task_id = await run(
                         self.operations.take_ready(self.worker_id, self.settings.block_timeout)
@@ -365,7 +369,7 @@ class Worker:
                 backoff.reset()
             except DuetimeError as error:  # unreachable, or a command refused: never die of it
                 pause = backoff.next()
-                log.warning("%s; claiming again in %.1fs", error, pause)
+                outage.failed(error, pause)
                 await asyncio.sleep(pause)
                 continue
             for item in claimed:
@@ -655,6 +659,7 @@ class Worker:
 
     async def _heartbeat_loop(self) -> None:
         assert self.runner is not None
+        outage = Outage(log, f"worker {self.worker_id} heartbeat")
         while not self._closing.is_set():
             # Keeps renewing leases while running attempts drain; ends once closing.
             with contextlib.suppress(TimeoutError):
@@ -677,8 +682,9 @@ class Worker:
                     self.operations.heartbeat(self.worker_id, self._lease_ms, running, fences)
                 )
                 self._fences_unreported -= fences
+                outage.succeeded()
             except DuetimeError as error:
-                log.warning("heartbeat failed: %s", error)
+                outage.failed(error, self.settings.heartbeat_interval)
                 continue
             if not reply.was_registered:
                 log.warning(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from freezegun import freeze_time
 
 from duetime import App, ManualClock, ServerClock, Settings
-from duetime.backoff import Backoff, retry_delay
+from duetime.backoff import Backoff, Outage, retry_delay
 from duetime.clock import wait_until
 from duetime.errors import ConfigurationError, UnknownHandlerError
 
@@ -156,3 +157,22 @@ def test_async_detection_uses_coroutine_functions() -> None:
         await asyncio.sleep(0)
 
     assert App(default=coroutine).handler("").is_async
+
+
+def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = logging.getLogger("duetime.test-outage")
+    outage = Outage(log, "queue q")
+    with caplog.at_level(logging.DEBUG, logger="duetime.test-outage"):
+        outage.succeeded()  # nothing to report
+        for _ in range(25):
+            outage.failed(ConnectionError("READONLY You can't write against a replica"), 0.05)
+        outage.succeeded()
+        outage.failed(ConnectionError("down again"), 0.05)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3
+    assert "READONLY" in warnings[0]
+    assert "working again" in warnings[1] and "25 failed" in warnings[1]
+    assert "down again" in warnings[2]
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 24
