@@ -17,16 +17,21 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 KINDS = ["redis", "valkey"]
 
 
-@pytest.fixture(scope="session", params=KINDS)
-def server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    kind = request.param
+def require_binary(kind: str) -> str:
+    """The server binary of ``kind``; a skip locally when it is missing, a failure in CI."""
     executable = binary(kind)
     if executable is None:
         message = f"no {kind} server binary available"
         if IN_CI:
             pytest.fail(f"{message}: CI must test against a real server")
         pytest.skip(message)
-    instance = Server(kind, executable)
+    return executable
+
+
+@pytest.fixture(scope="session", params=KINDS)
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    kind = request.param
+    instance = Server(kind, require_binary(kind))
     instance.start()
     yield instance
     instance.stop()

@@ -16,9 +16,9 @@ from redis.crc import key_slot
 
 from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
 from duetime.errors import RedisCommandError, TaskFailedError
-from tests.conftest import IN_CI
+from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
-from tests.servers import SLOTS, Cluster, binary
+from tests.servers import SLOTS, Cluster
 
 #: Queue names whose hash tags fall on masters 0, 1 and 2 of a 3-master test cluster.
 QUEUES = ("qa", "qc", "qb")
@@ -26,12 +26,7 @@ QUEUES = ("qa", "qc", "qb")
 
 @pytest.fixture(scope="module", params=["redis", "valkey"])
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
-    executable = binary(request.param)
-    if executable is None:
-        if IN_CI:
-            pytest.fail(f"no {request.param} server binary: CI must test a real cluster")
-        pytest.skip(f"no {request.param} server binary available")
-    instance = Cluster(request.param, executable)
+    instance = Cluster(request.param, require_binary(request.param))
     instance.start()
     yield instance
     instance.stop()

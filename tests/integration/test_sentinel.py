@@ -16,19 +16,14 @@ import redis.sentinel
 
 from duetime import App, Dispatcher, Queue, Worker
 from duetime.errors import RedisUnavailableError
-from tests.conftest import IN_CI
+from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
-from tests.servers import SERVICE, Sentinels, binary, command
+from tests.servers import SERVICE, Sentinels, command
 
 
 @pytest.fixture(params=["redis"])
 def sentinels(request: pytest.FixtureRequest) -> Iterator[Sentinels]:
-    executable = binary(request.param)
-    if executable is None:
-        if IN_CI:
-            pytest.fail(f"no {request.param} server binary: CI must test a real Sentinel")
-        pytest.skip(f"no {request.param} server binary available")
-    group = Sentinels(request.param, executable)
+    group = Sentinels(request.param, require_binary(request.param))
     group.start()
     yield group
     group.stop()
