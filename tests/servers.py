@@ -182,7 +182,9 @@ class Sentinels:
         return f"redis+sentinel://{hosts}/{SERVICE}"
 
     def start(self, timeout: float = 30.0) -> None:
-        self.master = Server(self.kind, self.executable)
+        # No 5 s pause before the replica's first sync (the default), so it is in sync
+        # when the test starts.
+        self.master = Server(self.kind, self.executable, extra=["--repl-diskless-sync-delay", "0"])
         self.master.start()
         self.replica = Server(
             self.kind, self.executable, extra=["--replicaof", "127.0.0.1", str(self.master.port)]
@@ -207,10 +209,19 @@ class Sentinels:
                 )
             self.ports.append(port)
         deadline = time.monotonic() + timeout
-        while not all(self._ready(port) for port in self.ports):
+        while not (self._replica_online() and all(self._ready(port) for port in self.ports)):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"sentinels did not come up; see {self.directory}")
             time.sleep(0.05)
+
+    def _replica_online(self) -> bool:
+        assert self.master is not None
+        client = self.master.client()
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        return bool(info.get("slave0", {}).get("state") == "online")
 
     def _ready(self, port: int) -> bool:
         client = redis.Redis(port=port, socket_timeout=1)

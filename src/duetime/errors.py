@@ -95,3 +95,30 @@ class CorruptStateError(DuetimeError):
 class DaemonFailedError(DuetimeError):
     """A part of a dispatcher or worker kept failing after restarts; the process should
     exit non-zero so that its supervisor (systemd, Kubernetes, ...) restarts it."""
+
+
+class NotDurableError(DuetimeError):
+    """Durable mode: a write was applied on the master, but fewer replicas than asked
+    confirmed it within the timeout, so a failover may or may not keep it. Scheduling
+    again with the same task id is safe (an id that is live changes nothing)."""
+
+    def __init__(
+        self,
+        confirmed: int,
+        wanted: int,
+        timeout_ms: int,
+        reply: object = None,
+        task_ids: tuple[str, ...] = (),
+    ) -> None:
+        ids = f" (task ids: {', '.join(task_ids[:10])}{'...' if len(task_ids) > 10 else ''})"
+        super().__init__(
+            f"the write was applied on the master, but only {confirmed} of {wanted} "
+            f"replica(s) confirmed it within {timeout_ms / 1000:g}s: it may or may not "
+            f"survive a failover{ids if task_ids else ''}; scheduling again with the same id "
+            "is safe"
+        )
+        self.confirmed = confirmed
+        self.wanted = wanted
+        self.timeout_ms = timeout_ms
+        self.reply = reply
+        self.task_ids = task_ids

@@ -23,6 +23,7 @@ from duetime.errors import (
     DecodeError,
     DuetimeError,
     InvalidInputError,
+    NotDurableError,
     ResultTimeoutError,
     TaskFailedError,
     TaskNotFoundError,
@@ -31,7 +32,7 @@ from duetime.errors import (
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.states import RescheduleOutcome, TaskState
 from duetime.store import AsyncRunner, QueueKeys, SyncRunner
-from duetime.store.operations import Plan, QueueOperations, StatusReply
+from duetime.store.operations import Durability, Plan, QueueOperations, StatusReply
 from duetime.store.runner import RedisSpec
 
 Timestamp = int | float | datetime
@@ -193,8 +194,10 @@ class QueueCore:
         settings: Settings,
         clock: Clock | None,
         result_ttl: float | None,
+        durable: bool | None = None,
     ) -> None:
         self.name = validation.queue_name(name)
+        self.durability = Durability.wanted(settings, durable)
         self.settings = settings
         self.keys = QueueKeys(self.name)
         self.clock = clock or ServerClock(settings.clock_resync_interval)
@@ -281,7 +284,15 @@ class QueueCore:
             items.append((item.id, run_at, envelope))
         pending = list(range(len(items)))  # positions still to write
         for _ in range(_MAX_ID_ROUNDS):
-            created = yield from self.operations.schedule(now, [items[i] for i in pending])
+            try:
+                created = yield from self.operations.schedule(
+                    now, [items[i] for i in pending], self.durability
+                )
+            except NotDurableError as error:  # say which tasks: they are on the master
+                raise NotDurableError(
+                    error.confirmed, error.wanted, error.timeout_ms, error.reply,
+                    tuple(ids[i] for i in pending),
+                ) from None  # fmt: skip
             refused = [
                 position
                 for position, stored in zip(pending, created, strict=True)
@@ -648,7 +659,8 @@ class Queue:
     """A queue on a synchronous connection.
 
     ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
-    $DUETIME_REDIS_URL or else the embedded server.
+    $DUETIME_REDIS_URL or else the embedded server. ``durable=True`` makes schedule calls
+    wait for replicas to confirm them (see ``Settings.durable_replicas``).
     """
 
     def __init__(
@@ -659,8 +671,9 @@ class Queue:
         settings: Settings = DEFAULT_SETTINGS,
         clock: Clock | None = None,
         result_ttl: float | None = None,
+        durable: bool | None = None,
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl)
+        self.core = QueueCore(name, settings, clock, result_ttl, durable)
         self.runner = SyncRunner(redis, settings)
         self.name = self.core.name
 
@@ -760,8 +773,9 @@ class AsyncQueue:
         settings: Settings = DEFAULT_SETTINGS,
         clock: Clock | None = None,
         result_ttl: float | None = None,
+        durable: bool | None = None,
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl)
+        self.core = QueueCore(name, settings, clock, result_ttl, durable)
         self.runner = AsyncRunner(redis, settings)
         self.name = self.core.name
 

@@ -70,6 +70,8 @@ _RANGES = {
     "shutdown_grace": _Range(False, 0, _DAY),
     "clock_resync_interval": _Range(False, 0, 3600),
     "maintenance_interval": _Range(False, 0, _DAY),
+    "durable_replicas": _Range(True, 0, 100, least_allowed=True),
+    "durable_timeout": _Range(False, 0, 3600),
 }
 
 
@@ -121,6 +123,12 @@ class Settings:
     clock_resync_interval: float = 5.0
     #: How often a dispatcher sweeps for orphan processing lists and trims dead tasks.
     maintenance_interval: float = 30.0
+    #: Durable mode: when above 0, a schedule call (and a worker's ack) returns only once
+    #: this many replicas confirmed the write (WAIT), else it raises NotDurableError.
+    #: Costs a replication round trip per call. 0: off (replication is asynchronous).
+    durable_replicas: int = 0
+    #: How long durable mode waits for the replicas' confirmation.
+    durable_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -44,6 +44,7 @@ from duetime.errors import (
     CorruptStateError,
     DecodeError,
     DuetimeError,
+    NotDurableError,
     RedisCommandError,
     RedisUnavailableError,
     TaskTimeoutError,
@@ -52,7 +53,7 @@ from duetime.errors import (
 from duetime.settings import DEFAULT_SETTINGS, MOST_PROMOTE_AHEAD, Settings
 from duetime.startup import warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import Claimed, Outcome, QueueOperations
+from duetime.store.operations import Claimed, Durability, Outcome, QueueOperations
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor
 
@@ -205,6 +206,7 @@ class Worker:
         self._lease_ms = round(settings.lease_duration * 1000)
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
         self.supervisor = Supervisor(f"worker {self.worker_id}")
+        self._durable = Durability.wanted(settings, None)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -639,9 +641,14 @@ class Worker:
     async def _flush_outcomes(self) -> None:
         while self._outcomes:
             batch, self._outcomes = self._outcomes[:ACK_BATCH], self._outcomes[ACK_BATCH:]
-            flags = await self._with_retries(
-                lambda batch=batch: self.operations.ack(self.worker_id, batch)
-            )
+            try:
+                flags = await self._with_retries(
+                    lambda batch=batch: self.operations.ack(self.worker_id, batch, self._durable)
+                )
+            except NotDurableError as error:
+                # Acked on the master; a failover may bring the tasks back to run again.
+                log.warning("acks of %d task(s) not confirmed by replicas: %s", len(batch), error)
+                flags = error.reply[0] if isinstance(error.reply, list) else False
             if flags is False:
                 flags = [False] * len(batch)
             for outcome, acked in zip(batch, flags, strict=True):

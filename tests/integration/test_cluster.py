@@ -15,7 +15,7 @@ import redis.cluster
 from redis.crc import key_slot
 
 from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
-from duetime.errors import RedisCommandError, TaskFailedError
+from duetime.errors import ConfigurationError, RedisCommandError, TaskFailedError
 from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
 from tests.servers import SLOTS, Cluster
@@ -147,5 +147,13 @@ def test_a_single_node_url_on_a_cluster_says_to_use_the_cluster_url(clean_cluste
     with (
         Queue(name, first.url) as queue,
         pytest.raises(RedisCommandError, match=r"MOVED.*redis\+cluster://"),
+    ):
+        queue.schedule_in(60, {"n": 1})
+
+
+def test_durable_mode_on_a_cluster_is_refused_plainly(clean_cluster: Cluster) -> None:
+    with (
+        Queue("qa", clean_cluster.url, durable=True) as queue,
+        pytest.raises(ConfigurationError, match="not available on Redis Cluster"),
     ):
         queue.schedule_in(60, {"n": 1})

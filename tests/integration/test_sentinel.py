@@ -15,7 +15,7 @@ import pytest
 import redis.sentinel
 
 from duetime import App, Dispatcher, Queue, Worker
-from duetime.errors import RedisUnavailableError
+from duetime.errors import NotDurableError, RedisUnavailableError
 from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
 from tests.servers import SERVICE, Sentinels, command
@@ -94,3 +94,39 @@ def test_a_sentinel_managed_client_is_accepted(sentinels: Sentinels) -> None:
         assert status is not None and status.state == "scheduled"
         assert queue.check() == []
     client.close()
+
+
+def test_durable_mode_confirms_writes_and_says_when_it_cannot(sentinels: Sentinels) -> None:
+    """Without durable mode, a schedule acknowledged by the master but not yet on the
+    replica is lost when the master dies; in durable mode the call returns only once the
+    replica has it, and when the replica cannot confirm, the caller is told so."""
+    assert sentinels.master is not None and sentinels.replica is not None
+    assert sentinels.replica.process is not None and sentinels.master.process is not None
+    settings = FAST.replace(durable_timeout=0.5)
+    with (
+        Queue("orders", sentinels.url, settings=settings, durable=True) as durable,
+        Queue("orders", sentinels.url, settings=settings) as plain,
+    ):
+        confirmed = [durable.schedule_in(3600, {"n": n}) for n in range(20)]
+        os.kill(sentinels.replica.process.pid, signal.SIGSTOP)
+        # Cut the replication link: writes from now on stay on the master alone (a
+        # stopped replica would still find them in its socket's buffer when resumed).
+        master = redis.Redis(port=sentinels.master.port)
+        command(master, "CLIENT", "KILL", "TYPE", "replica")
+        master.close()
+        try:
+            unconfirmed = plain.schedule_in(3600, {"n": "plain"})  # acknowledged at once
+            with pytest.raises(NotDurableError, match="0 of 1 replica") as refused:
+                durable.schedule_in(3600, {"n": "durable"}, id="told")
+            assert refused.value.task_ids == ("told",)
+            old_port = sentinels.master_port()
+            os.kill(sentinels.master.process.pid, signal.SIGKILL)
+        finally:
+            os.kill(sentinels.replica.process.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while sentinels.master_port() == old_port:
+            assert time.monotonic() < deadline, "no failover"
+            time.sleep(0.1)
+        lost = [task_id for task_id in [*confirmed, unconfirmed] if plain.status(task_id) is None]
+        # Every confirmed write survived; the one acknowledged without confirmation did not.
+        assert lost == [unconfirmed]

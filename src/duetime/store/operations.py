@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from duetime.clock import Clock
-from duetime.errors import DuetimeError
+from duetime.errors import DuetimeError, NotDurableError
+from duetime.settings import Settings
 from duetime.states import CronFireOutcome, RescheduleOutcome, TaskState
 from duetime.store import scripts
 from duetime.store.keys import QueueKeys, split_lease_member
@@ -55,6 +56,34 @@ class EvalMany:
 
 
 @dataclass(frozen=True, slots=True)
+class Durability:
+    """Wait for this many replicas to confirm a write, up to ``timeout_ms`` (WAIT)."""
+
+    replicas: int
+    timeout_ms: int
+
+    @classmethod
+    def wanted(cls, settings: Settings, durable: bool | None) -> Durability | None:
+        """The replicas to wait for: ``durable`` True asks for at least one even where
+        the settings say none, False for none, None follows ``durable_replicas``."""
+        replicas = settings.durable_replicas
+        if durable:
+            replicas = max(1, replicas)
+        elif durable is not None:
+            replicas = 0
+        return cls(replicas, round(settings.durable_timeout * 1000)) if replicas else None
+
+
+@dataclass(frozen=True, slots=True)
+class Durably:
+    """Script calls followed by WAIT on the same connection, in one round trip; the
+    reply is (the calls' replies, how many replicas confirmed them)."""
+
+    calls: EvalMany
+    durability: Durability
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """Commands sent in one round trip; ``transaction`` wraps them in MULTI/EXEC.
     ``read_only`` (only reads in it) lets the runner send a refused transaction again
@@ -65,7 +94,7 @@ class Batch:
     read_only: bool = False
 
 
-Request = Command | Eval | EvalMany | Batch
+Request = Command | Eval | EvalMany | Durably | Batch
 Plan = Generator[Request, Any, T]
 
 
@@ -207,6 +236,16 @@ def count_or_none(value: bytes | str | None) -> int | None:
     return int(text) if _COUNT.fullmatch(text) else None
 
 
+def _durably(calls: EvalMany, durability: Durability) -> Plan[list[Any]]:
+    """Run ``calls`` and wait for the replicas; NotDurableError (carrying the calls'
+    replies) when fewer confirmed in time: the write is on the master, but a failover
+    may or may not keep it."""
+    replies, confirmed = yield Durably(calls, durability)
+    if int(confirmed) < durability.replicas:
+        raise NotDurableError(int(confirmed), durability.replicas, durability.timeout_ms, replies)
+    return list(replies)
+
+
 def sample_clock(clock: Clock, route: str) -> Plan[None]:
     """Take one TIME sample for the clock, from the server that holds ``route``."""
     sent = time.monotonic()
@@ -241,9 +280,15 @@ class QueueOperations:
 
     # --- producing -------------------------------------------------------------------
 
-    def schedule(self, now: int, items: Sequence[tuple[str, float, bytes]]) -> Plan[list[bool]]:
+    def schedule(
+        self,
+        now: int,
+        items: Sequence[tuple[str, float, bytes]],
+        durability: Durability | None = None,
+    ) -> Plan[list[bool]]:
         """Store (id, run-at ms, envelope) triples; True where created. One script call
-        per SCHEDULE_BATCH items, all sent in one round trip."""
+        per SCHEDULE_BATCH items, all sent in one round trip (with ``durability``, the
+        replicas' confirmation is waited for in the same round trip)."""
         k = self.keys
         keys = (k.tasks, k.scheduled, k.ready, k.wake, k.stats)
         calls = []
@@ -252,7 +297,9 @@ class QueueOperations:
             for task_id, run_at_ms, envelope in items[start : start + SCHEDULE_BATCH]:
                 args += (task_id, run_at_ms, envelope)
             calls.append((keys, args))
-        if len(calls) == 1:  # a plain call costs less than a pipeline of one
+        if durability is not None:
+            replies = yield from _durably(EvalMany(scripts.SCHEDULE_TASKS, calls), durability)
+        elif len(calls) == 1:  # a plain call costs less than a pipeline of one
             replies = [(yield Eval(scripts.SCHEDULE_TASKS, *calls[0]))]
         else:
             replies = yield EvalMany(scripts.SCHEDULE_TASKS, calls)
@@ -492,7 +539,9 @@ class QueueOperations:
             [_text(i) for i in held],
         )
 
-    def ack(self, worker_id: str, outcomes: Sequence[Outcome]) -> Plan[list[bool]]:
+    def ack(
+        self, worker_id: str, outcomes: Sequence[Outcome], durability: Durability | None = None
+    ) -> Plan[list[bool]]:
         now = yield from self.now()
         k = self.keys
         keys = [k.active(worker_id), k.leases, k.attempts, k.tasks, k.errors, k.stats]
@@ -501,7 +550,10 @@ class QueueOperations:
             args += (outcome.task_id, outcome.attempt, outcome.result_ttl_ms, outcome.result)
             if outcome.result_ttl_ms > 0:
                 keys.append(k.result(outcome.task_id))
-        flags = yield Eval(scripts.ACK_TASKS, keys, args)
+        if durability is not None:
+            [flags] = yield from _durably(EvalMany(scripts.ACK_TASKS, [(keys, args)]), durability)
+        else:
+            flags = yield Eval(scripts.ACK_TASKS, keys, args)
         return [bool(flag) for flag in flags]
 
     def fail(

@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 
 from duetime.errors import (
+    ConfigurationError,
     CorruptStateError,
     DuetimeError,
     RedisCommandError,
@@ -28,7 +29,16 @@ from duetime.errors import (
 )
 from duetime.settings import Settings
 from duetime.store.connections import BLOCK_MARGIN, RedisSpec, connect, mask_url, resolve_url
-from duetime.store.operations import Batch, Command, Eval, EvalMany, Plan, Request
+from duetime.store.operations import (
+    Batch,
+    Command,
+    Durability,
+    Durably,
+    Eval,
+    EvalMany,
+    Plan,
+    Request,
+)
 from duetime.store.scripts import Script
 
 T = TypeVar("T")
@@ -45,6 +55,20 @@ def _routed(runner: SyncRunner | AsyncRunner, client: Any, command: Command) -> 
     if not runner.clustered or command.route is None:
         return {}
     return {"target_nodes": client.get_node_from_key(command.route)}
+
+
+def _with_confirmations(replies: list[Any]) -> tuple[list[Any], int]:
+    """The script replies and WAIT's count of confirming replicas (last in the pipeline)."""
+    *calls, confirmed = _raise_first_error(replies)
+    return calls, int(confirmed)
+
+
+def _refuse_durable_on_cluster(runner: SyncRunner | AsyncRunner) -> None:
+    if runner.clustered:
+        raise ConfigurationError(
+            "durable mode (waiting for replicas) is not available on Redis Cluster yet; "
+            "use it with one server or Sentinel"
+        )
 
 
 def _scan_reply(reply: Any) -> Any:
@@ -197,6 +221,14 @@ class SyncRunner:
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return _raise_first_error(replies)
+        if isinstance(request, Durably):
+            _refuse_durable_on_cluster(self)
+            calls = request.calls
+            replies = self._pipelined(calls, calls.calls, request.durability)
+            if _missing_script(replies):  # all again: WAIT must follow the writes
+                self.client.execute_command("SCRIPT LOAD", calls.script.source)
+                replies = self._pipelined(calls, calls.calls, request.durability)
+            return _with_confirmations(replies)
         try:
             return self._batch(request, request.transaction)
         except redis.RedisError as error:
@@ -210,10 +242,14 @@ class SyncRunner:
             pipe.execute_command(*_wire(command.args))
         return list(pipe.execute())
 
-    def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
+    def _pipelined(
+        self, request: EvalMany, calls: Sequence[Call], wait: Durability | None = None
+    ) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(*_eval_args(request.script, keys, args))
+        if wait is not None:
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
@@ -270,6 +306,14 @@ class AsyncRunner:
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return _raise_first_error(replies)
+        if isinstance(request, Durably):
+            _refuse_durable_on_cluster(self)
+            calls = request.calls
+            replies = await self._pipelined(calls, calls.calls, request.durability)
+            if _missing_script(replies):  # all again: WAIT must follow the writes
+                await self.client.execute_command("SCRIPT LOAD", calls.script.source)
+                replies = await self._pipelined(calls, calls.calls, request.durability)
+            return _with_confirmations(replies)
         try:
             return await self._batch(request, request.transaction)
         except redis.RedisError as error:
@@ -283,10 +327,14 @@ class AsyncRunner:
             pipe.execute_command(*_wire(command.args))
         return list(await pipe.execute())
 
-    async def _pipelined(self, request: EvalMany, calls: Sequence[Call]) -> list[Any]:
+    async def _pipelined(
+        self, request: EvalMany, calls: Sequence[Call], wait: Durability | None = None
+    ) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.evalsha(*_eval_args(request.script, keys, args))
+        if wait is not None:
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
