@@ -5,6 +5,7 @@ master is killed every process follows the new master and tasks keep flowing."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import time
@@ -130,3 +131,36 @@ def test_durable_mode_confirms_writes_and_says_when_it_cannot(sentinels: Sentine
         lost = [task_id for task_id in [*confirmed, unconfirmed] if plain.status(task_id) is None]
         # Every confirmed write survived; the one acknowledged without confirmation did not.
         assert lost == [unconfirmed]
+
+
+def test_a_demoted_master_answering_readonly_is_left_for_the_new_one_quietly(
+    sentinels: Sentinels, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A graceful failover (SENTINEL FAILOVER) turns the old master into a replica that
+    answers READONLY: every process re-resolves the master and carries on, logging the
+    outage once per loop rather than a line per retry."""
+    done: list[int] = []
+    with Queue("orders", sentinels.url, settings=FAST) as queue:
+
+        async def scenario() -> None:
+            worker = Worker(App(default=lambda data: done.append(data["n"])), "orders",
+                            sentinels.url, settings=FAST)  # fmt: skip
+            async with running(Dispatcher("orders", sentinels.url, settings=FAST), worker):
+                queue.schedule_now({"n": 0})
+                await wait_until(lambda: done == [0], what="before")
+                old_port = sentinels.master_port()
+                manager = redis.Redis(port=sentinels.ports[0])
+                command(manager, "SENTINEL", "FAILOVER", SERVICE)
+                manager.close()
+                await wait_until(lambda: sentinels.master_port() != old_port, timeout=30)
+                deadline = time.monotonic() + 30
+                for n in range(1, 6):
+                    await asyncio.to_thread(schedule_through_a_failover, queue, {"n": n}, deadline)
+                await wait_until(lambda: set(done) == set(range(6)), timeout=30, what="after")
+
+        with caplog.at_level(logging.WARNING, logger="duetime"):
+            run(scenario())
+        assert queue.check() == []
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    # A few lines per loop (outage, recovery, fenced attempts), never a flood.
+    assert len(warnings) < 40, [r.getMessage() for r in warnings]
