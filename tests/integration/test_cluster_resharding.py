@@ -1,0 +1,100 @@
+"""A busy queue's slot moved to another master while its dispatcher and worker run (the
+way `redis-cli --cluster reshard` moves it: IMPORTING/MIGRATING, MIGRATE in batches,
+then SETSLOT NODE): redis-py follows ASK and MOVED, blocking commands are re-issued, the
+scripts are loaded on the new owner, and no task is lost or started early."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from duetime import App, Dispatcher, Job, Queue, Worker, current_task
+from tests.conftest import require_binary
+from tests.helpers import FAST, running, wait_until
+from tests.servers import Cluster, Server, command
+
+QUEUE = "qa"  # on master 0 of a 3-master test cluster
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    instance = Cluster("redis", require_binary("redis"))
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+def node_id(node: Server) -> str:
+    client = node.client()
+    try:
+        return str(command(client, "CLUSTER", "MYID").decode())
+    finally:
+        client.close()
+
+
+def move_slot(cluster: Cluster, slot: int, source: Server, target: Server) -> int:
+    """Move ``slot`` from ``source`` to ``target`` as a resharding tool does; returns the
+    number of keys moved."""
+    source_id, target_id = node_id(source), node_id(target)
+    src, dst = source.client(), target.client()
+    moved = 0
+    try:
+        command(dst, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        command(src, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        while keys := command(src, "CLUSTER", "GETKEYSINSLOT", slot, 10):
+            command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+            moved += len(keys)
+            time.sleep(0.05)  # in batches, with the daemons working in between
+        for node in cluster.nodes:
+            client = node.client()
+            command(client, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+            client.close()
+    finally:
+        src.close()
+        dst.close()
+    return moved
+
+
+def test_a_busy_queue_survives_its_slot_moving_to_another_master(cluster: Cluster) -> None:
+    slot = key_slot(QUEUE.encode())
+    source, target = cluster.node_of_slot(slot), cluster.nodes[1]
+    assert source is not target
+    count = 200
+    starts: dict[str, list[tuple[int, float, float]]] = {}
+
+    def handler(data: dict[str, int]) -> None:
+        context = current_task()
+        starts.setdefault(context.id, []).append((context.attempt, time.time(), context.run_at))
+
+    with Queue(QUEUE, cluster.url, settings=FAST) as queue:
+        begin = time.time() + 0.5
+        ids = queue.schedule_many(
+            [Job({"n": n}, at=begin + 3.0 * n / count, id=f"t{n}") for n in range(count)]
+        )
+        moved: dict[str, Any] = {}
+
+        async def scenario() -> None:
+            worker = Worker(App(default=handler), QUEUE, cluster.url, settings=FAST)
+            async with running(Dispatcher(QUEUE, cluster.url, settings=FAST), worker):
+                await wait_until(lambda: len(starts) > 20, what="work under way")
+                moved["keys"] = await asyncio.to_thread(move_slot, cluster, slot, source, target)
+                await wait_until(lambda: len(starts) == count, timeout=30, what="every task")
+
+        asyncio.run(scenario())
+        assert sorted(starts) == sorted(ids)  # none lost
+        early = [task for task, runs in starts.items() for _, at, due in runs if at < due]
+        assert early == []
+        assert moved["keys"] > 0
+        assert queue.check() == []
+        assert queue.stats().counters.get("completed") == count
+    owner = redis.Redis(port=target.port)
+    try:
+        assert command(owner, "CLUSTER", "COUNTKEYSINSLOT", slot) > 0  # the queue moved
+    finally:
+        owner.close()
