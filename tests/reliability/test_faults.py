@@ -374,6 +374,22 @@ def queue_empty(queue: Queue, client: redis.Redis) -> bool:
     )
 
 
+def start_fleet(
+    fleet: Fleet,
+    client: redis.Redis,
+    queue: str,
+    url: str,
+    env: Mapping[str, str],
+    workers: int,
+    concurrency: str,
+) -> tuple[Daemon, list[Daemon]]:
+    """One dispatcher and ``workers`` worker processes, once every worker registered."""
+    dispatcher = fleet.start("dispatcher", queue, url, env)
+    started = [fleet.start("worker", queue, url, env, "-c", concurrency) for _ in range(workers)]
+    wait_for_workers(client, queue, workers)
+    return dispatcher, started
+
+
 def wait_for_workers(client: redis.Redis, queue: str, count: int, timeout: float = 30) -> None:
     wait_until_sync(
         lambda: client.zcard(QueueKeys(queue).workers) >= count,
@@ -507,11 +523,7 @@ def test_worker_kill_9_storm(
     env = {**STORM_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
     count, duration = pick(350, 10_000), pick(5.0, 30.0)
     concurrency = pick("10", "20")
-    dispatcher = fleet.start("dispatcher", queue_name, redis_url, env)
-    workers = [
-        fleet.start("worker", queue_name, redis_url, env, "-c", concurrency) for _ in range(3)
-    ]
-    wait_for_workers(raw, queue_name, 3)
+    dispatcher, workers = start_fleet(fleet, raw, queue_name, redis_url, env, 3, concurrency)
     ledger = Ledger(raw)
     begin = time.time() + 1.0
     jobs = [
@@ -1299,11 +1311,7 @@ def test_worker_paused_past_its_lease_and_ttl_then_resumed(
     # Work to match the slots: the long run keeps one worker of two frozen much of the
     # time, so about 0.3 s of work a task on 2 x 10 slots leaves room to catch up.
     count, duration, concurrency = pick(120, 1500), pick(10.0, 60.0), pick("5", "10")
-    dispatcher = fleet.start("dispatcher", queue_name, redis_url, env)
-    workers = [
-        fleet.start("worker", queue_name, redis_url, env, "-c", concurrency) for _ in range(2)
-    ]
-    wait_for_workers(raw, queue_name, 2)
+    dispatcher, workers = start_fleet(fleet, raw, queue_name, redis_url, env, 2, concurrency)
     ledger = Ledger(raw)
     begin = time.time() + 1.0
 

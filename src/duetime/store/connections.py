@@ -305,9 +305,6 @@ def _cluster(
     clients = []
     for timeout in _timeouts(settings):
         options = _overrides(settings, timeout, tcp=True)
-        # Cluster clients take no pool-level health checks or keepalive knobs the same way.
-        options.pop("health_check_interval")
-        options.pop("socket_keepalive", None)
         clients.append(module.RedisCluster(startup_nodes=startup, **options, **kwargs))
     return Connection(clients[0], clients[1], address, clustered=True)
 
