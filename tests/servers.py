@@ -113,6 +113,13 @@ class Cluster:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:2])
 
     def start(self, timeout: float = 20.0) -> None:
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()  # a set-up that fails halfway leaves no server running
+            raise
+
+    def _start(self, timeout: float) -> None:
         buses = []
         for _ in range(self.masters):
             # An explicit bus port: the default (port + 10000) fails for free ports above
@@ -182,6 +189,13 @@ class Sentinels:
         return f"redis+sentinel://{hosts}/{SERVICE}"
 
     def start(self, timeout: float = 30.0) -> None:
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()  # a set-up that fails halfway leaves no server running
+            raise
+
+    def _start(self, timeout: float) -> None:
         # No 5 s pause before the replica's first sync (the default), so it is in sync
         # when the test starts.
         self.master = Server(self.kind, self.executable, extra=["--repl-diskless-sync-delay", "0"])
