@@ -94,12 +94,29 @@ def command(client: redis.Redis, *args: Any) -> Any:
     return client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
+class Group:
+    """Several servers started as one set-up; one that fails halfway leaves none running."""
+
+    def start(self) -> None:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
 #: Redis Cluster hash slots, spread evenly over the masters of a test cluster.
 SLOTS = 16384
 
 
 @dataclass
-class Cluster:
+class Cluster(Group):
     """A Redis Cluster of ``masters`` masters (no replicas) on free loopback ports, built
     with CLUSTER MEET and ADDSLOTSRANGE, for tests that need one."""
 
@@ -112,14 +129,7 @@ class Cluster:
     def url(self) -> str:
         return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:2])
 
-    def start(self, timeout: float = 20.0) -> None:
-        try:
-            self._start(timeout)
-        except BaseException:
-            self.stop()  # a set-up that fails halfway leaves no server running
-            raise
-
-    def _start(self, timeout: float) -> None:
+    def _start(self, timeout: float = 20.0) -> None:
         buses = []
         for _ in range(self.masters):
             # An explicit bus port: the default (port + 10000) fails for free ports above
@@ -170,7 +180,7 @@ SERVICE = "duetime"
 
 
 @dataclass
-class Sentinels:
+class Sentinels(Group):
     """A master, one replica and three sentinels on free loopback ports, for tests of
     failover. ``down_after_ms`` is short so a killed master is replaced within seconds."""
 
@@ -188,14 +198,7 @@ class Sentinels:
         hosts = ",".join(f"127.0.0.1:{port}" for port in self.ports)
         return f"redis+sentinel://{hosts}/{SERVICE}"
 
-    def start(self, timeout: float = 30.0) -> None:
-        try:
-            self._start(timeout)
-        except BaseException:
-            self.stop()  # a set-up that fails halfway leaves no server running
-            raise
-
-    def _start(self, timeout: float) -> None:
+    def _start(self, timeout: float = 30.0) -> None:
         # No 5 s pause before the replica's first sync (the default), so it is in sync
         # when the test starts.
         self.master = Server(self.kind, self.executable, extra=["--repl-diskless-sync-delay", "0"])

@@ -329,17 +329,15 @@ class Dispatcher:
         queue) when one queue's loop kept failing."""
         runner = AsyncRunner(self._redis, self.settings)
         try:
-            await warn_if_evicting(
-                runner, QueueOperations(QueueKeys(self.queues[0]), self._clock())
-            )
+            dispatchers = [
+                QueueDispatcher(q, runner, self.settings, self._clock()) for q in self.queues
+            ]
+            await warn_if_evicting(runner, dispatchers[0].operations)
             loops = [
                 asyncio.create_task(
-                    self.supervisor.keep_running(
-                        f"queue {q}",
-                        QueueDispatcher(q, runner, self.settings, self._clock()).loop(self._stop),
-                    )
+                    self.supervisor.keep_running(f"queue {d.queue}", d.loop(self._stop))
                 )
-                for q in self.queues
+                for d in dispatchers
             ]
             failing = asyncio.create_task(self.supervisor.failed.wait())
             await asyncio.wait([*loops, failing], return_when=asyncio.FIRST_COMPLETED)

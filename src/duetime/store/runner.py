@@ -226,7 +226,9 @@ class SyncRunner:
             calls = request.calls
             replies = self._pipelined(calls, calls.calls, request.durability)
             if _missing_script(replies):  # all again: WAIT must follow the writes
-                self.client.execute_command("SCRIPT LOAD", calls.script.source)
+                self.client.execute_command(
+                    "SCRIPT LOAD", calls.script.source, **_script_load(self)
+                )
                 replies = self._pipelined(calls, calls.calls, request.durability)
             return _with_confirmations(replies)
         try:
@@ -311,7 +313,9 @@ class AsyncRunner:
             calls = request.calls
             replies = await self._pipelined(calls, calls.calls, request.durability)
             if _missing_script(replies):  # all again: WAIT must follow the writes
-                await self.client.execute_command("SCRIPT LOAD", calls.script.source)
+                await self.client.execute_command(
+                    "SCRIPT LOAD", calls.script.source, **_script_load(self)
+                )
                 replies = await self._pipelined(calls, calls.calls, request.durability)
             return _with_confirmations(replies)
         try:
