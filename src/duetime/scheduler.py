@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Self, TypedDict, Unpack
 
 from duetime import codec, cron, validation
 from duetime.checker import Violation, check_invariants
-from duetime.clock import Clock, ServerClock
+from duetime.clock import Clock
 from duetime.codec import Envelope, ResultRecord
 from duetime.errors import (
     CorruptStateError,
@@ -31,8 +31,17 @@ from duetime.errors import (
 )
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.states import RescheduleOutcome, TaskState
-from duetime.store import AsyncRunner, QueueKeys, SyncRunner
-from duetime.store.operations import Durability, Plan, QueueOperations, StatusReply
+from duetime.store import AsyncRunner, SyncRunner
+from duetime.store.keys import QueueLayout
+from duetime.store.operations import (
+    CronTable,
+    Durability,
+    Plan,
+    QueueOperations,
+    StatusReply,
+    shard_operations,
+    store_tasks,
+)
 from duetime.store.runner import RedisSpec
 
 Timestamp = int | float | datetime
@@ -95,6 +104,7 @@ class QueueStats:
     workers: dict[str, float]  # worker id -> seconds since its last heartbeat
     next_due: float | None  # epoch seconds of the earliest scheduled task
     counters: dict[str, int] = field(default_factory=dict)
+    shards: list[QueueStats] = field(default_factory=list)  # each shard's, when sharded
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,13 +205,16 @@ class QueueCore:
         clock: Clock | None,
         result_ttl: float | None,
         durable: bool | None = None,
+        shards: int = 1,
     ) -> None:
         self.name = validation.queue_name(name)
         self.durability = Durability.wanted(settings, durable)
         self.settings = settings
-        self.keys = QueueKeys(self.name)
-        self.clock = clock or ServerClock(settings.clock_resync_interval)
-        self.operations = QueueOperations(self.keys, self.clock)
+        self.layout = QueueLayout(self.name, validation.shards(shards))
+        self.shards = shard_operations(self.layout, clock, settings.clock_resync_interval)
+        self.operations = self.shards[0]  # the queue itself, or its shard 0
+        self.keys = self.operations.keys
+        self.clock = self.operations.clock
         self.default_result_ttl_ms = (
             0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")
         )
@@ -267,16 +280,19 @@ class QueueCore:
     # --- plans -----------------------------------------------------------------------
 
     def schedule_plan(self, prepared: Sequence[_Prepared]) -> Plan[list[str]]:
-        """Write prepared tasks: one script call per 1,000, all in one round trip.
-        Returns the ids stored, in order. A given id that is already live changes
+        """Write prepared tasks: one script call per 1,000 per shard, all in one round
+        trip. Returns the ids stored, in order. A given id that is already live changes
         nothing (idempotent). A generated id that is already live is either this very
         write, resent by redis-py after a dropped reply (the stored envelope is ours), or
         a collision with another task: then this task is written again under a fresh id."""
-        now = yield from self.operations.now()
         ids = [item.id for item in prepared]
+        nows: dict[int, int] = {}  # shard -> its server's "now" for this call
         items = []
         for item in prepared:
-            run_at = item.at_ms if item.at_ms is not None else now + item.delay_ms
+            shard = self.layout.of_task(item.id)
+            if shard not in nows:
+                nows[shard] = yield from self.shards[shard].now()
+            run_at = item.at_ms if item.at_ms is not None else nows[shard] + item.delay_ms
             envelope = codec.envelope_from_packed_data(
                 item.task, item.packed_data, run_at, item.max_attempts,
                 item.timeout_ms, item.result_ttl_ms,
@@ -285,9 +301,7 @@ class QueueCore:
         pending = list(range(len(items)))  # positions still to write
         for _ in range(_MAX_ID_ROUNDS):
             try:
-                created = yield from self.operations.schedule(
-                    now, [items[i] for i in pending], self.durability
-                )
+                created = yield from self._store([items[i] for i in pending], nows)
             except NotDurableError as error:  # say which tasks: they are on the master
                 raise NotDurableError(
                     error.confirmed, error.wanted, error.timeout_ms, error.reply,
@@ -312,20 +326,61 @@ class QueueCore:
             f"{_MAX_ID_ROUNDS} times in a row; the random source looks broken"
         )
 
+    def _store(
+        self, items: Sequence[tuple[str, float, bytes]], nows: dict[int, int]
+    ) -> Plan[list[bool]]:
+        """Store items, each in its shard, in one round trip; True where created."""
+        by_shard: dict[int, list[int]] = {}
+        for position, (task_id, _, _) in enumerate(items):
+            by_shard.setdefault(self.layout.of_task(task_id), []).append(position)
+        calls = []
+        order: list[int] = []
+        for shard, positions in by_shard.items():
+            if shard not in nows:  # a fresh id may land in a shard not yet asked
+                nows[shard] = yield from self.shards[shard].now()
+            calls += self.shards[shard].schedule_calls(nows[shard], [items[p] for p in positions])
+            order += positions
+        flags = yield from store_tasks(calls, self.durability)
+        created = [False] * len(items)
+        for position, flag in zip(order, flags, strict=True):
+            created[position] = flag
+        return created
+
     def _collided(
         self, positions: list[int], items: Sequence[tuple[str, float, bytes]]
     ) -> Plan[list[int]]:
         """The positions whose id is live with an envelope other than the one written.
         An envelope gone meanwhile counts as a collision: writing the task again can at
-        worst run it twice (at-least-once allows that), never lose it. One read for all."""
-        if not positions:
-            return []
-        stored = yield from self.operations.envelopes([items[p][0] for p in positions])
-        return [
-            position
-            for position, envelope in zip(positions, stored, strict=True)
-            if envelope != items[position][2]
-        ]
+        worst run it twice (at-least-once allows that), never lose it. One read per shard."""
+        by_shard: dict[int, list[int]] = {}
+        for position in positions:
+            by_shard.setdefault(self.layout.of_task(items[position][0]), []).append(position)
+        collided = []
+        for shard, group in by_shard.items():
+            stored = yield from self.shards[shard].envelopes([items[p][0] for p in group])
+            collided += [p for p, blob in zip(group, stored, strict=True) if blob != items[p][2]]
+        return sorted(collided)
+
+    def _home(self, task_id: str) -> QueueOperations:
+        """The shard a task id is written to."""
+        return self.shards[self.layout.of_task(task_id)]
+
+    def _search_order(self, home: int) -> list[QueueOperations]:
+        """Shards to look in for a task or cron job: its own first, then the others (it
+        may have been written while the queue had another shard count)."""
+        return [self.shards[home], *(s for i, s in enumerate(self.shards) if i != home)]
+
+    def _locate(self, task_id: str) -> Plan[tuple[QueueOperations, StatusReply]]:
+        """The shard that knows the task and what it says (its home shard if none does)."""
+        home = self.layout.of_task(task_id)
+        found: tuple[QueueOperations, StatusReply] | None = None
+        for shard in self._search_order(home):
+            reply = yield from shard.status(task_id)
+            if reply.state != TaskState.UNKNOWN:
+                return shard, reply
+            found = found or (shard, reply)
+        assert found is not None
+        return found
 
     @staticmethod
     def job_at(at: Timestamp, data: Any, options: TaskOptions) -> Job:
@@ -339,7 +394,10 @@ class QueueCore:
         return (yield from self.schedule_plan([self.prepare(job)]))[0]
 
     def cancel_plan(self, task_id: str) -> Plan[bool]:
-        place = yield from self.operations.cancel(validation.task_id(task_id))
+        place = None
+        for shard in self._search_order(self.layout.of_task(validation.task_id(task_id))):
+            if (place := (yield from shard.cancel(task_id))) is not None:
+                break
         if place == TaskState.RUNNING:
             raise TaskStateError(
                 f"task {task_id} is running and cannot be cancelled; "
@@ -364,7 +422,10 @@ class QueueCore:
                 )
             )
 
-        outcome = yield from self.operations.reschedule(task_id, run_at_ms, rewrite)
+        outcome = None
+        for shard in self._search_order(self.layout.of_task(task_id)):
+            if (outcome := (yield from shard.reschedule(task_id, run_at_ms, rewrite))) is not None:
+                break
         if outcome is None:
             raise TaskNotFoundError(f"no live task {task_id!r} in queue {self.name!r}")
         if outcome != RescheduleOutcome.OK:
@@ -380,7 +441,7 @@ class QueueCore:
         )
 
     def status_plan(self, task_id: str) -> Plan[TaskStatus | None]:
-        reply = yield from self.operations.status(validation.task_id(task_id))
+        _, reply = yield from self._locate(validation.task_id(task_id))
         return _status(task_id, reply)
 
     def result_plan(self, task_id: str, timeout: float | None) -> Plan[Any]:
@@ -391,7 +452,7 @@ class QueueCore:
         limit = validation.wait_seconds(timeout, "timeout")
         waited = 0.0
         while True:
-            reply = yield from self.operations.status(task_id)
+            shard, reply = yield from self._locate(task_id)
             if reply.result is not None:
                 return self._outcome(task_id, reply.result)
             if reply.state == TaskState.DEAD:
@@ -410,7 +471,7 @@ class QueueCore:
                 chunk = min(chunk, limit - waited)
                 if chunk <= 0:
                     raise ResultTimeoutError(f"task {task_id} has no result after {limit:g}s")
-            blob = yield from self.operations.wait_result(task_id, chunk)
+            blob = yield from shard.wait_result(task_id, chunk)
             if blob is not None:
                 return self._outcome(task_id, blob)
             waited += chunk
@@ -426,23 +487,26 @@ class QueueCore:
         return result.value
 
     def stats_plan(self) -> Plan[QueueStats]:
-        counts = yield from self.operations.counts()
-        now = counts["now_ms"]
-        return QueueStats(
-            queue=self.name,
-            scheduled=counts["scheduled"],
-            ready=counts["ready"],
-            running=counts["running"],
-            dead=counts["dead"],
-            workers={worker: (now - beat) / 1000 for worker, beat in counts["workers"].items()},
-            next_due=None if counts["next_due_ms"] is None else counts["next_due_ms"] / 1000,
-            counters=counts["counters"],
-        )
+        each = []
+        for shard in self.shards:
+            counts = yield from shard.counts()
+            each.append(_queue_stats(shard.keys.queue, counts))
+        if len(each) == 1:
+            return each[0]
+        return _combined_stats(self.name, each)
 
     def dead_plan(self, limit: int, offset: int) -> Plan[list[DeadTask]]:
         validation.whole_number(limit, "limit", 1, 10_000)
         validation.whole_number(offset, "offset", 0, 10**12)
-        entries = yield from self.operations.dead_entries(offset, limit)
+        entries = []
+        for shard in self.shards:
+            if len(self.shards) == 1:
+                entries = yield from shard.dead_entries(offset, limit)
+            else:  # the latest deaths of all shards, merged
+                entries += yield from shard.dead_entries(0, offset + limit)
+        if len(self.shards) > 1:
+            entries.sort(key=lambda entry: entry.died_at_ms, reverse=True)
+            entries = entries[offset : offset + limit]
         attempts_seen: list[DeadTask] = []
         for entry in entries:
             error = codec.decode_error(entry.error) if entry.error else None
@@ -464,20 +528,25 @@ class QueueCore:
 
     def requeue_plan(self, task_ids: TaskIds) -> Plan[int]:
         """Requeue the given dead tasks (one id, or a sequence), or all when None."""
-        if task_ids is not None:
-            return (yield from self.operations.requeue_dead(validation.task_ids(task_ids)))
-        total = 0
-        while ids := (yield from self.operations.dead_ids(1000)):
-            total += yield from self.operations.requeue_dead(ids)
-        return total
+        return (yield from self._each_dead(task_ids, QueueOperations.requeue_dead))
 
     def purge_plan(self, task_ids: TaskIds) -> Plan[int]:
         """Delete the given dead tasks (one id, or a sequence), or all when None."""
-        if task_ids is not None:
-            return (yield from self.operations.purge_dead(validation.task_ids(task_ids)))
+        return (yield from self._each_dead(task_ids, QueueOperations.purge_dead))
+
+    def _each_dead(
+        self, task_ids: TaskIds, step: Callable[[QueueOperations, Sequence[str]], Plan[int]]
+    ) -> Plan[int]:
+        """Apply a dead-letter step to the given ids, or to every dead task, in every
+        shard (a step leaves ids it does not find alone); returns how many it applied to."""
+        ids = None if task_ids is None else validation.task_ids(task_ids)
         total = 0
-        while ids := (yield from self.operations.dead_ids(1000)):
-            total += yield from self.operations.purge_dead(ids)
+        for shard in self.shards:
+            if ids is not None:
+                total += yield from step(shard, ids)
+                continue
+            while batch := (yield from shard.dead_ids(1000)):
+                total += yield from step(shard, batch)
         return total
 
     # --- cron ------------------------------------------------------------------------
@@ -505,81 +574,93 @@ class QueueCore:
         )  # fmt: skip
 
     def declare_cron_plan(self, jobs: Sequence[cron.CronJob]) -> Plan[dict[str, str]]:
-        """Create or update each job; returns name -> created | updated | unchanged."""
-        now = yield from self.operations.now()
+        """Create or update each job (in its shard); returns name -> created | updated |
+        unchanged."""
         outcomes = {}
         for job in jobs:
+            shard = self.shards[self.layout.of_cron(job.name)]
+            now = yield from shard.now()
             first = job.next_tick(now)
             assert first is not None  # cron.define refuses expressions that never fire
-            code = yield from self.operations.declare_cron(job.name, cron.encode_job(job), first)
+            code = yield from shard.declare_cron(job.name, cron.encode_job(job), first)
             outcomes[job.name] = ("unchanged", "created", "updated")[code]
         return outcomes
 
     def sync_cron_plan(self, jobs: Sequence[cron.CronJob], prune: bool) -> Plan[dict[str, str]]:
-        """Converge on exactly these jobs: declare them, and with ``prune`` remove the rest."""
+        """Converge on exactly these jobs: declare them, and with ``prune`` remove the rest
+        (and any copy of a declared job outside its shard, left by another shard count)."""
         names = [job.name for job in jobs]
         if len(set(names)) != len(names):
             raise InvalidInputError("sync_cron got the same cron job name twice")
         outcomes = yield from self.declare_cron_plan(jobs)
         if prune:
-            table = yield from self.operations.cron_table()
-            for name in sorted(set(table.definitions) - set(names)):
-                yield from self.operations.remove_cron(name)
-                outcomes[name] = "removed"
+            for index, shard in enumerate(self.shards):
+                table = yield from shard.cron_table()
+                for name in sorted(table.definitions):
+                    if name in outcomes and self.layout.of_cron(name) == index:
+                        continue
+                    yield from shard.remove_cron(name)
+                    outcomes.setdefault(name, "removed")
         return outcomes
 
     def pause_cron_plan(self, name: str, paused: bool) -> Plan[None]:
-        next_tick = None
-        if not paused:
-            table = yield from self.operations.cron_table()
-            blob = table.definitions.get(name)
-            if blob is None:
-                raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
-            now = yield from self.operations.now()
-            next_tick = cron.decode_job(blob).next_tick(now)
-        if not (yield from self.operations.set_cron_next(name, next_tick)):
-            raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+        for shard in self._search_order(self.layout.of_cron(name)):
+            next_tick = None
+            if not paused:
+                table = yield from shard.cron_table()
+                blob = table.definitions.get(name)
+                if blob is None:
+                    continue
+                now = yield from shard.now()
+                next_tick = cron.decode_job(blob).next_tick(now)
+            if (yield from shard.set_cron_next(name, next_tick)):
+                return
+        raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
     def remove_cron_plan(self, name: str) -> Plan[bool]:
-        return (yield from self.operations.remove_cron(name))
+        removed = False
+        for shard in self.shards:
+            removed = (yield from shard.remove_cron(name)) or removed
+        return removed
 
     def list_cron_plan(self, upcoming: int) -> Plan[list[CronInfo]]:
-        table = yield from self.operations.cron_table()
-        now = yield from self.operations.now()
         jobs = []
-        for name in sorted(table.definitions):
-            paused = name not in table.next_ticks
-            try:
-                job = cron.decode_job(table.definitions[name])
-            except DecodeError as problem:
-                # A poison record (a dispatcher pauses it): shown, not a failed listing.
-                jobs.append(
-                    CronInfo(name, "", "", "", None, "", "", paused, [], None, str(problem))
-                )
-                continue
-            next_runs: list[float] = []
-            if not paused:
-                first = table.held.get(name, table.next_ticks[name])
-                next_runs = [first / 1000]
-                for tick in job.ticks_after(max(first, now)):
-                    if len(next_runs) >= upcoming:
-                        break
-                    next_runs.append(tick / 1000)
-            last: CronRun | None = None
-            if name in table.last_task:
-                last = yield from self._cron_run(table.last_task[name])
-            jobs.append(
-                CronInfo(job.name, job.expression, job.timezone, job.task, job.data, job.missed,
-                         job.overlap, paused, next_runs[:upcoming], last)
-            )  # fmt: skip
-        return jobs
+        for shard in self.shards:
+            table = yield from shard.cron_table()
+            now = yield from shard.now()
+            for name in table.definitions:
+                jobs.append((yield from self._cron_info(name, table, now, upcoming)))
+        return sorted(jobs, key=lambda job: job.name)
+
+    def _cron_info(self, name: str, table: CronTable, now: int, upcoming: int) -> Plan[CronInfo]:
+        paused = name not in table.next_ticks
+        try:
+            job = cron.decode_job(table.definitions[name])
+        except DecodeError as problem:
+            # A poison record (a dispatcher pauses it): shown, not a failed listing.
+            return CronInfo(name, "", "", "", None, "", "", paused, [], None, str(problem))
+        next_runs: list[float] = []
+        if not paused:
+            first = table.held.get(name, table.next_ticks[name])
+            next_runs = [first / 1000]
+            for tick in job.ticks_after(max(first, now)):
+                if len(next_runs) >= upcoming:
+                    break
+                next_runs.append(tick / 1000)
+        last: CronRun | None = None
+        if name in table.last_task:
+            last = yield from self._cron_run(table.last_task[name])
+        return CronInfo(
+            job.name, job.expression, job.timezone, job.task, job.data, job.missed,
+            job.overlap, paused, next_runs[:upcoming], last,
+        )  # fmt: skip
 
     def _cron_run(self, task_id: str) -> Plan[CronRun | None]:
         tick_text = task_id.rsplit(":", 1)[-1]
         if not tick_text.isdigit():
             return None  # not an id duetime wrote; the checker does not own cron_last values
         tick = int(tick_text)
-        reply = yield from self.operations.status(task_id)
+        _, reply = yield from self._locate(task_id)
         result, _ = _result_record(reply.result)
         error = codec.decode_error(reply.error).error if reply.error else None
         started = result.started_ms / 1000 if result and result.started_ms else None
@@ -594,8 +675,64 @@ class QueueCore:
         )
 
     def check_plan(self) -> Plan[list[Violation]]:
-        snapshot = yield from self.operations.snapshot()
-        return check_invariants(snapshot)
+        """Every shard's invariants (a subject is prefixed with its shard when sharded),
+        and whether a shard past this queue's shard count holds anything."""
+        violations = []
+        for index, shard in enumerate(self.shards):
+            found = check_invariants((yield from shard.snapshot()))
+            if len(self.shards) > 1:
+                found = [Violation(v.kind, f"shard {index}: {v.subject}", v.detail) for v in found]
+            violations += found
+        beyond = QueueOperations(self.layout.beyond, self.clock)
+        if (yield from beyond.occupied()):
+            violations.append(
+                Violation(
+                    "tasks beyond the shards", f"shard {self.layout.count}",
+                    f"it holds tasks or cron jobs, but queue {self.name!r} is used here with "
+                    f"{self.layout.count} shard(s): no dispatcher or worker given that count "
+                    "serves them; run them with the shard count the queue was written with",
+                )
+            )  # fmt: skip
+        return violations
+
+
+def _queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:
+    now = counts["now_ms"]
+    return QueueStats(
+        queue=name,
+        scheduled=counts["scheduled"],
+        ready=counts["ready"],
+        running=counts["running"],
+        dead=counts["dead"],
+        workers={worker: (now - beat) / 1000 for worker, beat in counts["workers"].items()},
+        next_due=None if counts["next_due_ms"] is None else counts["next_due_ms"] / 1000,
+        counters=counts["counters"],
+    )
+
+
+def _combined_stats(name: str, shards: list[QueueStats]) -> QueueStats:
+    """A sharded queue's figures: sums, the earliest due time, each worker's most recent
+    heartbeat (a worker serves every shard), counters summed (-1 where any is garbage)."""
+    workers: dict[str, float] = {}
+    counters: dict[str, int] = {}
+    for shard in shards:
+        for worker, age in shard.workers.items():
+            workers[worker] = min(age, workers.get(worker, age))
+        for counter, value in shard.counters.items():
+            known = counters.get(counter, 0)
+            counters[counter] = -1 if -1 in (value, known) else known + value
+    due = [shard.next_due for shard in shards if shard.next_due is not None]
+    return QueueStats(
+        queue=name,
+        scheduled=sum(shard.scheduled for shard in shards),
+        ready=sum(shard.ready for shard in shards),
+        running=sum(shard.running for shard in shards),
+        dead=sum(shard.dead for shard in shards),
+        workers=workers,
+        next_due=min(due, default=None),
+        counters=counters,
+        shards=shards,
+    )
 
 
 def _result_record(blob: bytes | None) -> tuple[ResultRecord | None, str | None]:
@@ -660,7 +797,9 @@ class Queue:
 
     ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
     $DUETIME_REDIS_URL or else the embedded server. ``durable=True`` makes schedule calls
-    wait for replicas to confirm them (see ``Settings.durable_replicas``).
+    wait for replicas to confirm them (see ``Settings.durable_replicas``). ``shards``
+    spreads the queue over that many hash tags, which Redis Cluster places on different
+    masters; give workers and dispatchers the same count (docs/deployment.md).
     """
 
     def __init__(
@@ -672,8 +811,9 @@ class Queue:
         clock: Clock | None = None,
         result_ttl: float | None = None,
         durable: bool | None = None,
+        shards: int = 1,
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl, durable)
+        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards)
         self.runner = SyncRunner(redis, settings)
         self.name = self.core.name
 
@@ -774,8 +914,9 @@ class AsyncQueue:
         clock: Clock | None = None,
         result_ttl: float | None = None,
         durable: bool | None = None,
+        shards: int = 1,
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl, durable)
+        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards)
         self.runner = AsyncRunner(redis, settings)
         self.name = self.core.name
 

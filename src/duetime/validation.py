@@ -12,12 +12,16 @@ from typing import Any
 import msgpack
 
 from duetime.errors import (
+    ConfigurationError,
     InvalidNameError,
     InvalidOptionError,
     InvalidPayloadError,
     InvalidTimestampError,
 )
 
+#: Most shards of one queue: far more than the masters of any cluster duetime may meet,
+#: and few enough that a lookup that has to try every shard stays cheap.
+MOST_SHARDS = 256
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # "|" is reserved: lease members are "<worker>|<task id>".
 TASK_ID = re.compile(r"[A-Za-z0-9_.:@/+=~-]{1,200}")
@@ -186,6 +190,15 @@ def whole_number(value: object, what: str, least: int, most: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
         raise InvalidOptionError(
             f"{what} must be an integer from {least} to {most}, got {shown(value)}"
+        )
+    return value
+
+
+def shards(value: object) -> int:
+    """A queue's shard count (see ``store.keys.QueueLayout``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MOST_SHARDS:
+        raise ConfigurationError(
+            f"shards must be an integer from 1 to {MOST_SHARDS}, got {shown(value)}"
         )
     return value
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import socket
@@ -37,7 +38,7 @@ from typing import Any
 from duetime import codec, validation
 from duetime.app import App, Handler
 from duetime.backoff import Backoff, Outage, retry_delay
-from duetime.clock import Clock, ServerClock, wait_until
+from duetime.clock import Clock, wait_until
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
 from duetime.errors import (
     ConfigurationError,
@@ -52,8 +53,15 @@ from duetime.errors import (
 )
 from duetime.settings import DEFAULT_SETTINGS, MOST_PROMOTE_AHEAD, Settings
 from duetime.startup import warn_if_evicting
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import Claimed, Durability, Outcome, QueueOperations
+from duetime.store import AsyncRunner
+from duetime.store.keys import QueueLayout
+from duetime.store.operations import (
+    Claimed,
+    Durability,
+    Outcome,
+    QueueOperations,
+    shard_operations,
+)
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor
 
@@ -98,7 +106,22 @@ def new_worker_id() -> str:
 
 
 @dataclass(slots=True)
+class _Shard:
+    """The worker's part in one shard of its queue (an unsharded queue is one shard)."""
+
+    index: int
+    operations: QueueOperations
+    untracked: list[str] = field(default_factory=list)  # ids in its list not held here
+    fences_unreported: int = 0  # outcomes dropped here, not yet added to `fenced`
+
+    @property
+    def label(self) -> str:
+        return self.operations.keys.queue
+
+
+@dataclass(slots=True)
 class _Attempt:
+    shard: _Shard
     task_id: str
     attempt: int
     leased_at: float = 0.0  # monotonic time the lease was last granted or renewed (sent)
@@ -108,6 +131,10 @@ class _Attempt:
     fenced: bool = False
     finished: bool = False  # handler returned; outcome being reported
     runner: asyncio.Task[None] | None = None
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.shard.index, self.task_id
 
 
 @dataclass(slots=True)
@@ -164,7 +191,9 @@ def _capped(text: str, most: int, keep_end: bool = False) -> str:
 
 
 class Worker:
-    """Runs the handlers of ``app`` for one queue with up to ``concurrency`` attempts."""
+    """Runs the handlers of ``app`` for one queue with up to ``concurrency`` attempts.
+    For a sharded queue (``shards``, as given to its ``Queue``) it serves every shard:
+    one claimer per shard blocks on that shard's ready list, and all share the slots."""
 
     def __init__(
         self,
@@ -176,6 +205,7 @@ class Worker:
         settings: Settings = DEFAULT_SETTINGS,
         clock: Clock | None = None,
         worker_id: str | None = None,
+        shards: int = 1,
     ) -> None:
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ConfigurationError(
@@ -186,22 +216,27 @@ class Worker:
         self.concurrency = concurrency
         self.settings = settings
         self.worker_id = validation.worker_id(worker_id or new_worker_id())
-        self.operations = QueueOperations(
-            QueueKeys(self.queue), clock or ServerClock(settings.clock_resync_interval)
-        )
+        layout = QueueLayout(self.queue, validation.shards(shards))
+        self.shards = [
+            _Shard(index, operations)
+            for index, operations in enumerate(
+                shard_operations(layout, clock, settings.clock_resync_interval)
+            )
+        ]
+        self.operations = self.shards[0].operations
         self.runner: AsyncRunner | None = None
         self._redis = redis
         self.counters = WorkerCounters()
-        self._held: dict[str, _Attempt] = {}  # running, or finished with outcome in flight
+        # Running, or finished with the outcome in flight; by (shard, task id).
+        self._held: dict[tuple[int, str], _Attempt] = {}
         self._running = 0
+        self._reserved = 0  # slots a claimer is claiming for right now
         self._slot_freed = asyncio.Event()
-        self._outcomes: list[Outcome] = []
+        self._outcomes: list[tuple[_Shard, Outcome]] = []
         self._outcome_ready = asyncio.Event()
-        self._untracked: list[str] = []
         self._stop = asyncio.Event()  # stop claiming
         self._closing = asyncio.Event()  # running attempts are done or abandoned
         self._stop_now = False
-        self._fences_unreported = 0  # outcomes dropped here, not yet added to `fenced`
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="duetime-task")
         self._lease_ms = round(settings.lease_duration * 1000)
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
@@ -226,7 +261,13 @@ class Worker:
             await warn_if_evicting(runner, self.operations)
             await self._register()
             keep = self.supervisor.keep_running
-            claimer = asyncio.create_task(keep("claimer", self._claim_loop), name="claimer")
+            claimers = [
+                asyncio.create_task(
+                    keep(self._claimer_name(shard), functools.partial(self._claim_loop, shard)),
+                    name=self._claimer_name(shard),
+                )
+                for shard in self.shards
+            ]
             heartbeater = asyncio.create_task(
                 keep("heartbeater", self._heartbeat_loop), name="heartbeater"
             )
@@ -239,7 +280,7 @@ class Worker:
             if self.supervisor.failure is not None:
                 log.critical("worker %s shutting down: %s", self.worker_id, self.supervisor.failure)
                 self._stop.set()
-            await self._end(claimer)
+            await asyncio.gather(*(self._end(claimer) for claimer in claimers))
             await self._drain()
             self._closing.set()
             self._outcome_ready.set()
@@ -257,26 +298,34 @@ class Worker:
             await runner.close()
         self.supervisor.raise_if_failed()
 
+    def _claimer_name(self, shard: _Shard) -> str:
+        return "claimer" if len(self.shards) == 1 else f"claimer of shard {shard.index}"
+
     def _reporting_time(self) -> float:
         return HURRY if self._stop_now else self.settings.lease_duration + BLOCK_MARGIN
 
     async def _hand_back(self) -> None:
-        """Hand every unfinished task back to ready and deregister. Its list is looked at
-        once more later, in case a BLMOVE cut off by the stop still lands an id there."""
-        assert self.runner is not None
-        plan = self.operations.release_worker(
-            self.worker_id, self._look_again_ms, self._fences_unreported
-        )
+        """Hand every unfinished task back to ready and deregister, in every shard. A
+        list is looked at once more later, in case a BLMOVE cut off by the stop still
+        lands an id there."""
         try:
             async with asyncio.timeout(self._reporting_time()):
-                handed_back = await self.runner.run(plan)
+                handed_back = await asyncio.gather(*map(self._release, self.shards))
         except (DuetimeError, TimeoutError) as error:
             log.warning(
                 "worker %s could not hand its tasks back (%s); leases and the dispatchers "
                 "bring them back", self.worker_id, error or "timed out",
             )  # fmt: skip
             return
-        log.info("worker %s stopped; %d task(s) handed back", self.worker_id, handed_back)
+        log.info("worker %s stopped; %d task(s) handed back", self.worker_id, sum(handed_back))
+
+    async def _release(self, shard: _Shard) -> int:
+        assert self.runner is not None
+        return await self.runner.run(
+            shard.operations.release_worker(
+                self.worker_id, self._look_again_ms, shard.fences_unreported
+            )
+        )
 
     async def _end(self, task: asyncio.Task[None]) -> None:
         """Stop a loop. Each loop also ends on its own at its next check of the stop
@@ -291,10 +340,12 @@ class Worker:
     async def _register(self) -> None:
         backoff = Backoff()
         outage = Outage(log, f"worker {self.worker_id} registering")
+        assert self.runner is not None
+        run = self.runner.run
         while True:
             try:
-                assert self.runner is not None
-                await self.runner.run(self.operations.heartbeat(self.worker_id, self._lease_ms, ()))
+                for shard in self.shards:
+                    await run(shard.operations.heartbeat(self.worker_id, self._lease_ms, ()))
                 outage.succeeded()
                 break
             except RedisUnavailableError as error:
@@ -307,11 +358,12 @@ class Worker:
         # starting worker clears those that are past worker_ttl, so `inspect` is honest
         # even where no dispatcher runs.
         try:
-            await self.runner.run(
-                self.operations.reap_dead_workers(
-                    round(self.settings.worker_ttl * 1000), self._look_again_ms
+            for shard in self.shards:
+                await run(
+                    shard.operations.reap_dead_workers(
+                        round(self.settings.worker_ttl * 1000), self._look_again_ms
+                    )
                 )
-            )
         except DuetimeError as error:
             log.warning("could not clear silent workers at start-up: %s", error)
 
@@ -333,57 +385,77 @@ class Worker:
 
     # --- claiming --------------------------------------------------------------------
 
-    async def _claim_loop(self) -> None:
+    def _free(self) -> int:
+        return self.concurrency - self._running - self._reserved
+
+    async def _claim_loop(self, shard: _Shard) -> None:
+        """Claim from one shard: a backlog in batches, then block on its ready list. With
+        several shards, each has its claimer (so every shard is watched while a slot is
+        free, and none is polled); they share the slots, which a claimer reserves before
+        it claims, and take turns for freed ones (the wake-up order of the slot event)."""
         assert self.runner is not None
         run = self.runner.run
+        operations = shard.operations
         backoff = Backoff()
-        outage = Outage(log, f"worker {self.worker_id} claiming")
+        outage = Outage(log, f"worker {self.worker_id} claiming from {shard.label}")
         while not self._stop.is_set():
-            free = self.concurrency - self._running
+            free = self._free()
             if free <= 0:
                 self._slot_freed.clear()
                 await self._slot_freed.wait()
                 continue
             try:
-                taken = [i for i in self._untracked if i not in self._held][:free]
-                self._untracked = []
-                most = min(free, self.settings.claim_batch) - len(taken)
-                leased_at = time.monotonic()
-                claimed = await run(
-                    self.operations.claim(self.worker_id, self._lease_ms, most, taken)
-                )
+                taken = [i for i in shard.untracked if (shard.index, i) not in self._held][:free]
+                shard.untracked = []
+                slots = max(min(free, self.settings.claim_batch), len(taken))
+                claimed = await self._claim(shard, slots, taken)
                 outage.succeeded()
                 if not claimed:
                     task_id = await run(
-                        self.operations.take_ready(self.worker_id, self.settings.block_timeout)
+                        operations.take_ready(self.worker_id, self.settings.block_timeout)
                     )
                     if task_id is None:
                         continue
-                    leased_at = time.monotonic()
-                    claimed = await run(
-                        self.operations.claim(
-                            self.worker_id,
-                            self._lease_ms,
-                            min(free, self.settings.claim_batch) - 1,
-                            [task_id],
-                        )
-                    )
+                    if self._free() <= 0:
+                        # Another shard's claimer filled the last slot meanwhile.
+                        await run(operations.give_back(self.worker_id, task_id))
+                        continue
+                    slots = min(self._free(), self.settings.claim_batch)
+                    await self._claim(shard, slots, [task_id])
                 backoff.reset()
             except DuetimeError as error:  # unreachable, or a command refused: never die of it
                 pause = backoff.next()
                 outage.failed(error, pause)
                 await asyncio.sleep(pause)
-                continue
-            for item in claimed:
-                self._start(item, leased_at)
 
-    def _start(self, item: Claimed, leased_at: float) -> None:
+    async def _claim(self, shard: _Shard, slots: int, taken: list[str]) -> list[Claimed]:
+        """Lease the ``taken`` ids and more from the shard's ready list, ``slots`` in all,
+        and start them. The slots are reserved while the claim is in flight, and those it
+        did not fill are offered to the other claimers."""
+        assert self.runner is not None
+        self._reserved += slots
+        try:
+            leased_at = time.monotonic()
+            claimed = await self.runner.run(
+                shard.operations.claim(
+                    self.worker_id, self._lease_ms, max(0, slots - len(taken)), taken
+                )
+            )
+        finally:
+            self._reserved -= slots
+        for item in claimed:
+            self._start(shard, item, leased_at)
+        if len(claimed) < slots:
+            self._slot_freed.set()
+        return claimed
+
+    def _start(self, shard: _Shard, item: Claimed, leased_at: float) -> None:
         if item.envelope is None:
             self.counters.dropped += 1
             log.warning("dropped task id %s from ready: it has no envelope", item.task_id)
             return
-        attempt = _Attempt(item.task_id, item.attempt, leased_at)
-        self._held[item.task_id] = attempt
+        attempt = _Attempt(shard, item.task_id, item.attempt, leased_at)
+        self._held[attempt.key] = attempt
         self._running += 1
         attempt.runner = asyncio.create_task(self._execute(attempt, item))
         self.supervisor.watch(attempt.runner, f"the attempt of task {item.task_id}")
@@ -400,7 +472,7 @@ class Worker:
                 await self._report_failure(attempt, None, error, "", final=True)
                 return
             try:
-                garbage = item.problem or self._implausible_early(item)
+                garbage = item.problem or self._implausible_early(attempt.shard, item)
                 if garbage is not None:
                     raise CorruptStateError(f"task {item.task_id}: {garbage}")
                 handler = self.app.handler(envelope.task)
@@ -418,11 +490,11 @@ class Worker:
             try:
                 if item.early_run_at_ms is not None:
                     # Promoted ahead of its run-at (promote_ahead): wait for it here.
-                    await wait_until(self.operations.clock, item.early_run_at_ms)
+                    await wait_until(attempt.shard.operations.clock, item.early_run_at_ms)
                     attempt.started = time.monotonic()
                 if not await self._still_leased(attempt):
                     return
-                attempt.started_ms = self.operations.clock.now_ms() or 0
+                attempt.started_ms = attempt.shard.operations.clock.now_ms() or 0
                 value = await self._call(handler, envelope, attempt)
             except asyncio.CancelledError:
                 if attempt.fenced:  # cancelled because its lease is gone: nothing to report
@@ -443,12 +515,15 @@ class Worker:
                 return
             result = b""
             if envelope.result_ttl_ms:
-                finished = self.operations.clock.now_ms() or 0
+                finished = attempt.shard.operations.clock.now_ms() or 0
                 result = codec.encode_result(
                     ResultRecord(True, value, attempt.started_ms, finished, attempt.attempt)
                 )
             self._outcomes.append(
-                Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result)
+                (
+                    attempt.shard,
+                    Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result),
+                )
             )
             self._outcome_ready.set()
         finally:
@@ -456,11 +531,11 @@ class Worker:
                 attempt.finished = True
                 self._release_slot()
 
-    def _implausible_early(self, item: Claimed) -> str | None:
+    def _implausible_early(self, shard: _Shard, item: Claimed) -> str | None:
         """A dispatcher notes a run-at at most MOST_PROMOTE_AHEAD ahead of its clock; a
         note much further ahead was not written by duetime, and waiting for it would hold
         a slot (with a renewed lease) for as long as it says."""
-        now = self.operations.clock.now_ms()
+        now = shard.operations.clock.now_ms()
         if item.early_run_at_ms is None or now is None:
             return None
         if item.early_run_at_ms - now > (MOST_PROMOTE_AHEAD + EARLY_NOTE_SLACK) * 1000:
@@ -479,7 +554,7 @@ class Worker:
         sent = time.monotonic()
         try:
             reply = await self.runner.run(
-                self.operations.heartbeat(
+                attempt.shard.operations.heartbeat(
                     self.worker_id, self._lease_ms, [(attempt.task_id, attempt.attempt)]
                 )
             )
@@ -533,15 +608,15 @@ class Worker:
         heartbeat (or the hand-back). Refusals by the ack and fail scripts are counted by
         those scripts: each dropped outcome is counted once, where it is dropped."""
         self.counters.fenced += 1
-        self._fences_unreported += 1
-        self._forget(attempt.task_id, attempt.attempt)
+        attempt.shard.fences_unreported += 1
+        self._forget(attempt.shard, attempt.task_id, attempt.attempt)
 
-    def _forget(self, task_id: str, attempt: int) -> None:
+    def _forget(self, shard: _Shard, task_id: str, attempt: int) -> None:
         """Drop a finished attempt, unless the task was claimed again meanwhile (a
         fenced attempt finishing late must not drop its successor's entry)."""
-        held = self._held.get(task_id)
+        held = self._held.get((shard.index, task_id))
         if held is not None and held.attempt == attempt:
-            del self._held[task_id]
+            del self._held[held.key]
 
     def _release_slot(self) -> None:
         self._running -= 1
@@ -565,7 +640,7 @@ class Worker:
             assert self.runner is not None
             text = _capped(_describe(error), MAX_ERROR_CHARS)
             trace = _capped(trace, MAX_TRACEBACK_CHARS, keep_end=True)
-            failed_at = self.operations.clock.now_ms() or int(time.time() * 1000)
+            failed_at = attempt.shard.operations.clock.now_ms() or int(time.time() * 1000)
             error_record = codec.encode_error(
                 ErrorRecord(text, trace, attempt.attempt, failed_at, self.worker_id)
             )
@@ -581,7 +656,7 @@ class Worker:
                 outcome = ResultRecord(False, text, attempt.started_ms, failed_at, attempt.attempt)
                 result = codec.encode_result(outcome)
             applied = await self._with_retries(
-                lambda: self.operations.fail(
+                lambda: attempt.shard.operations.fail(
                     self.worker_id,
                     attempt.task_id,
                     attempt.attempt,
@@ -607,7 +682,7 @@ class Worker:
                     text,
                 )
         finally:
-            self._forget(attempt.task_id, attempt.attempt)
+            self._forget(attempt.shard, attempt.task_id, attempt.attempt)
 
     async def _with_retries(self, plan_factory: Any) -> Any:
         """Run a reporting plan, retrying through a Redis outage while the lease may
@@ -641,32 +716,46 @@ class Worker:
     async def _flush_outcomes(self) -> None:
         while self._outcomes:
             batch, self._outcomes = self._outcomes[:ACK_BATCH], self._outcomes[ACK_BATCH:]
-            try:
-                flags = await self._with_retries(
-                    lambda batch=batch: self.operations.ack(self.worker_id, batch, self._durable)
-                )
-            except NotDurableError as error:
-                # Acked on the master; a failover may bring the tasks back to run again.
-                log.warning("acks of %d task(s) not confirmed by replicas: %s", len(batch), error)
-                flags = error.reply[0] if isinstance(error.reply, list) else False
-            if flags is False:
-                flags = [False] * len(batch)
-            for outcome, acked in zip(batch, flags, strict=True):
-                self._forget(outcome.task_id, outcome.attempt)
-                if acked:
-                    self.counters.succeeded += 1
-                else:
-                    self.counters.fenced += 1
-                    log.warning(
-                        "late result of task %s attempt %d dropped: its lease had expired",
-                        outcome.task_id, outcome.attempt,
-                    )  # fmt: skip
+            by_shard: dict[int, list[Outcome]] = {}
+            for shard, outcome in batch:
+                by_shard.setdefault(shard.index, []).append(outcome)
+            await asyncio.gather(
+                *(self._acknowledge(self.shards[i], outcomes) for i, outcomes in by_shard.items())
+            )
+
+    async def _acknowledge(self, shard: _Shard, outcomes: list[Outcome]) -> None:
+        try:
+            flags = await self._with_retries(
+                lambda: shard.operations.ack(self.worker_id, outcomes, self._durable)
+            )
+        except NotDurableError as error:
+            # Acked on the master; a failover may bring the tasks back to run again.
+            log.warning("acks of %d task(s) not confirmed by replicas: %s", len(outcomes), error)
+            flags = error.reply[0] if isinstance(error.reply, list) else False
+        if flags is False:
+            flags = [False] * len(outcomes)
+        for outcome, acked in zip(outcomes, flags, strict=True):
+            self._forget(shard, outcome.task_id, outcome.attempt)
+            if acked:
+                self.counters.succeeded += 1
+            else:
+                self.counters.fenced += 1
+                log.warning(
+                    "late result of task %s attempt %d dropped: its lease had expired",
+                    outcome.task_id, outcome.attempt,
+                )  # fmt: skip
 
     # --- heartbeat -------------------------------------------------------------------
 
     async def _heartbeat_loop(self) -> None:
-        assert self.runner is not None
-        outage = Outage(log, f"worker {self.worker_id} heartbeat")
+        outages = {
+            shard.index: Outage(
+                log,
+                f"worker {self.worker_id} heartbeat"
+                + ("" if len(self.shards) == 1 else f" in {shard.label}"),
+            )
+            for shard in self.shards
+        }
         while not self._closing.is_set():
             # Keeps renewing leases while running attempts drain; ends once closing.
             with contextlib.suppress(TimeoutError):
@@ -675,43 +764,57 @@ class Worker:
                 return
             now = time.monotonic()
             running = [
-                (a.task_id, a.attempt)
+                a
                 for a in self._held.values()
                 if not a.finished
                 and not a.fenced
                 and (not a.timeout or now - a.started < a.timeout + 1)
             ]
-            try:
-                await self.runner.run(self.operations.refresh_clock())
-                sent = time.monotonic()
-                fences = self._fences_unreported
-                reply = await self.runner.run(
-                    self.operations.heartbeat(self.worker_id, self._lease_ms, running, fences)
+            await asyncio.gather(
+                *(
+                    self._heartbeat(shard, [a for a in running if a.shard is shard], outages)
+                    for shard in self.shards
                 )
-                self._fences_unreported -= fences
-                outage.succeeded()
-            except DuetimeError as error:
-                outage.failed(error, self.settings.heartbeat_interval)
+            )
+
+    async def _heartbeat(
+        self, shard: _Shard, running: list[_Attempt], outages: dict[int, Outage]
+    ) -> None:
+        """One shard's heartbeat: renew its running attempts' leases, fence the lost ones
+        and learn of ids in the worker's list there that it does not hold."""
+        assert self.runner is not None
+        named = [(a.task_id, a.attempt) for a in running]
+        try:
+            await self.runner.run(shard.operations.refresh_clock())
+            sent = time.monotonic()
+            fences = shard.fences_unreported
+            reply = await self.runner.run(
+                shard.operations.heartbeat(self.worker_id, self._lease_ms, named, fences)
+            )
+            shard.fences_unreported -= fences
+            outages[shard.index].succeeded()
+        except DuetimeError as error:
+            outages[shard.index].failed(error, self.settings.heartbeat_interval)
+            return
+        if not reply.was_registered:
+            log.warning(
+                "worker %s had been presumed dead; its attempts were taken back", self.worker_id
+            )
+        lost = set(reply.lost)
+        for task_id, number in named:
+            # The very attempt named: a newer attempt of the same task (claimed again
+            # by this worker after a pause) is another entry, and keeps running.
+            attempt = self._held.get((shard.index, task_id))
+            if attempt is None or attempt.attempt != number or attempt.fenced:
                 continue
-            if not reply.was_registered:
-                log.warning(
-                    "worker %s had been presumed dead; its attempts were taken back", self.worker_id
-                )
-            lost = set(reply.lost)
-            for task_id, number in running:
-                # The very attempt named: a newer attempt of the same task (claimed again
-                # by this worker after a pause) is another entry, and keeps running.
-                attempt = self._held.get(task_id)
-                if attempt is None or attempt.attempt != number or attempt.fenced:
-                    continue
-                if (task_id, number) not in lost:
-                    attempt.leased_at = sent
-                    continue
-                attempt.fenced = True
-                log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
-                            task_id, attempt.attempt)  # fmt: skip
-                if attempt.runner is not None and not attempt.finished:
-                    attempt.runner.cancel()
-            self._untracked = [i for i in reply.held if i not in self._held]
-            if self._untracked:
-                self._slot_freed.set()  # let the claimer pick them up now
+            if (task_id, number) not in lost:
+                attempt.leased_at = sent
+                continue
+            attempt.fenced = True
+            log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
+                        task_id, attempt.attempt)  # fmt: skip
+            if attempt.runner is not None and not attempt.finished:
+                attempt.runner.cancel()
+        shard.untracked = [i for i in reply.held if (shard.index, i) not in self._held]
+        if shard.untracked:
+            self._slot_freed.set()  # let the claimer pick them up now

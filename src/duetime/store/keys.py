@@ -1,11 +1,18 @@
-"""Key names. Every key of queue Q carries the hash tag {Q}, so a queue lives in one
-Redis Cluster slot and every script touches one slot. No key is spelled elsewhere."""
+"""Key names and where a task lives. Every key of queue Q carries the hash tag {Q}, so
+a queue lives in one Redis Cluster slot and every script touches one slot. A sharded
+queue is several such tag spaces (``QueueLayout``): shard 0 is the queue's own tag, so
+an unsharded queue is its shard 0, and shard i > 0 is tagged ``{Q#i}`` ("#" is not
+allowed in a queue name, so no shard tag is ever another queue's). No key is spelled
+elsewhere."""
 
 from __future__ import annotations
 
+import re
+import zlib
 from dataclasses import dataclass
 
 PREFIX = "duetime"
+_CRON_TICK_ID = re.compile(r"cron:(.+):[0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,3 +127,41 @@ def lease_member(worker_id: str, task_id: str) -> str:
 def split_lease_member(member: str) -> tuple[str, str]:
     worker_id, _, task_id = member.partition("|")
     return worker_id, task_id
+
+
+def shard_tag(queue: str, index: int) -> str:
+    """The hash tag of one shard of ``queue``; shard 0 is the queue's own name."""
+    return queue if index == 0 else f"{queue}#{index}"
+
+
+def _shard_of(route: str, count: int) -> int:
+    # CRC-32: stable across processes, versions and platforms (Python's hash() is not).
+    return zlib.crc32(route.encode("utf-8", "surrogateescape")) % count if count > 1 else 0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLayout:
+    """One logical queue spread over ``count`` shards, each a queue of its own in one
+    slot. A task's shard is a hash of its id, so the same id always meets itself there
+    (idempotent scheduling holds); a cron job's shard is a hash of its name, and a tick's
+    id (cron:<name>:<tick>) is routed by that name, so the tick lives with its job."""
+
+    queue: str
+    count: int = 1
+
+    @property
+    def shards(self) -> list[QueueKeys]:
+        return [QueueKeys(shard_tag(self.queue, i)) for i in range(self.count)]
+
+    def of_task(self, task_id: str) -> int:
+        tick = _CRON_TICK_ID.fullmatch(task_id)
+        return _shard_of(tick.group(1) if tick else task_id, self.count)
+
+    def of_cron(self, name: str) -> int:
+        return _shard_of(name, self.count)
+
+    @property
+    def beyond(self) -> QueueKeys:
+        """The first shard past ``count``: tasks there were written with more shards
+        than this layout covers, and nothing here would ever run them."""
+        return QueueKeys(shard_tag(self.queue, self.count))

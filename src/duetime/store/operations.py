@@ -14,12 +14,12 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from duetime.clock import Clock
+from duetime.clock import Clock, ServerClock
 from duetime.errors import DuetimeError, NotDurableError
 from duetime.settings import Settings
 from duetime.states import CronFireOutcome, RescheduleOutcome, TaskState
 from duetime.store import scripts
-from duetime.store.keys import QueueKeys, split_lease_member
+from duetime.store.keys import QueueKeys, QueueLayout, split_lease_member
 from duetime.store.scripts import Script
 
 T = TypeVar("T")
@@ -47,12 +47,16 @@ class Eval:
     args: Sequence[Any]
 
 
+#: One script call's keys and arguments.
+ScriptCall = tuple[Sequence[str], Sequence[Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class EvalMany:
     """One script called several times in one round trip (a pipeline, not a transaction)."""
 
     script: Script
-    calls: Sequence[tuple[Sequence[str], Sequence[Any]]]
+    calls: Sequence[ScriptCall]
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +267,32 @@ def current_time(clock: Clock, route: str) -> Plan[int]:
     return now
 
 
+def shard_operations(
+    layout: QueueLayout, clock: Clock | None, resync_interval: float
+) -> list[QueueOperations]:
+    """The operations of each shard of a queue. With a clock given they all follow it;
+    otherwise each follows a clock of its own: on a cluster, shards live on different
+    masters, and a shard's "now" is the TIME of the server that holds it."""
+    return [QueueOperations(keys, clock or ServerClock(resync_interval)) for keys in layout.shards]
+
+
+def store_tasks(
+    calls: Sequence[ScriptCall], durability: Durability | None = None
+) -> Plan[list[bool]]:
+    """Run schedule_tasks calls (of one queue or of several shards) in one round trip
+    (with ``durability``, the replicas' confirmation is waited for in the same round
+    trip); one flag per task, in order, True where created."""
+    if durability is not None:
+        replies = yield from _durably(EvalMany(scripts.SCHEDULE_TASKS, calls), durability)
+    elif len(calls) == 1:  # a plain call costs less than a pipeline of one
+        replies = [(yield Eval(scripts.SCHEDULE_TASKS, *calls[0]))]
+    else:
+        replies = yield EvalMany(scripts.SCHEDULE_TASKS, calls)
+    return [bool(flag) for created in replies for flag in created]
+
+
 class QueueOperations:
-    """The plans of one queue."""
+    """The plans of one queue (or of one shard of a sharded queue)."""
 
     def __init__(self, keys: QueueKeys, clock: Clock) -> None:
         self.keys = keys
@@ -280,30 +308,35 @@ class QueueOperations:
 
     # --- producing -------------------------------------------------------------------
 
+    def schedule_calls(
+        self, now: int, items: Sequence[tuple[str, float, bytes]]
+    ) -> list[ScriptCall]:
+        """The schedule_tasks calls storing (id, run-at ms, envelope) triples: one per
+        SCHEDULE_BATCH items. ``now`` must come from this queue's own server clock."""
+        k = self.keys
+        keys = (k.tasks, k.scheduled, k.ready, k.wake, k.stats)
+        calls: list[ScriptCall] = []
+        for start in range(0, len(items), SCHEDULE_BATCH):
+            args: list[Any] = [now]
+            for task_id, run_at_ms, envelope in items[start : start + SCHEDULE_BATCH]:
+                args += (task_id, run_at_ms, envelope)
+            calls.append((keys, args))
+        return calls
+
     def schedule(
         self,
         now: int,
         items: Sequence[tuple[str, float, bytes]],
         durability: Durability | None = None,
     ) -> Plan[list[bool]]:
-        """Store (id, run-at ms, envelope) triples; True where created. One script call
-        per SCHEDULE_BATCH items, all sent in one round trip (with ``durability``, the
-        replicas' confirmation is waited for in the same round trip)."""
+        """Store (id, run-at ms, envelope) triples; True where created."""
+        return (yield from store_tasks(self.schedule_calls(now, items), durability))
+
+    def occupied(self) -> Plan[bool]:
+        """Whether the queue holds any task or cron job (one command)."""
         k = self.keys
-        keys = (k.tasks, k.scheduled, k.ready, k.wake, k.stats)
-        calls = []
-        for start in range(0, len(items), SCHEDULE_BATCH):
-            args: list[Any] = [now]
-            for task_id, run_at_ms, envelope in items[start : start + SCHEDULE_BATCH]:
-                args += (task_id, run_at_ms, envelope)
-            calls.append((keys, args))
-        if durability is not None:
-            replies = yield from _durably(EvalMany(scripts.SCHEDULE_TASKS, calls), durability)
-        elif len(calls) == 1:  # a plain call costs less than a pipeline of one
-            replies = [(yield Eval(scripts.SCHEDULE_TASKS, *calls[0]))]
-        else:
-            replies = yield EvalMany(scripts.SCHEDULE_TASKS, calls)
-        return [bool(flag) for created in replies for flag in created]
+        found = yield Command(("EXISTS", k.tasks, k.scheduled, k.ready, k.dead, k.cron))
+        return int(found) > 0
 
     def envelopes(self, task_ids: Sequence[str]) -> Plan[list[bytes | None]]:
         """The stored envelope of each id (None where there is none), in one command."""
@@ -496,6 +529,11 @@ class QueueOperations:
             ("BLMOVE", k.ready, k.active(worker_id), "LEFT", "RIGHT", timeout), block=timeout
         )
         return None if reply is None else _text(reply)
+
+    def give_back(self, worker_id: str, task_id: str) -> Plan[bool]:
+        """Put an id taken by BLMOVE, not yet leased, back at the head of ready."""
+        keys = (self.keys.active(worker_id), self.keys.ready)
+        return bool((yield Eval(scripts.GIVE_BACK_TASK, keys, (task_id,))))
 
     def claim(
         self, worker_id: str, lease_ms: int, most: int, taken: Sequence[str] = ()
