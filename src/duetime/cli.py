@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -26,6 +27,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text as RichText
 
+from duetime import validation
 from duetime.app import App
 from duetime.dispatcher import Dispatcher
 from duetime.errors import (
@@ -80,7 +82,7 @@ def _settings() -> Settings:
 
 
 def _queue(name: str, redis_url: str | None) -> Queue:
-    return Queue(name, _redis_url(redis_url), settings=_settings())
+    return Queue(name, _redis_url(redis_url), settings=_settings(), shards=_shards())
 
 
 def _redis_url(redis_url: str | None) -> str:
@@ -121,10 +123,33 @@ redis_option = click.option(
     metavar="URL",
     help="Redis/Valkey URL (or $DUETIME_REDIS_URL); default: the embedded server.",
 )
-queue_option = click.option("--queue", "-q", "queue", required=True, help="Queue name.")
-queues_option = click.option(
-    "--queue", "-q", "queues", required=True, multiple=True, help="Queue name (repeatable)."
+_shards_option = click.option(
+    "--shards",
+    envvar="DUETIME_SHARDS",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, validation.MOST_SHARDS),
+    expose_value=False,
+    callback=lambda context, _, value: context.meta.__setitem__("duetime.shards", value),
+    help="Shards the queue is spread over (or $DUETIME_SHARDS); the same count everywhere.",
 )
+
+
+def _shards() -> int:
+    """The --shards of the running command (every queue it names has that many)."""
+    return int(click.get_current_context().meta.get("duetime.shards", 1))
+
+
+def queue_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    option = click.option("--queue", "-q", "queue", required=True, help="Queue name.")
+    return option(_shards_option(function))
+
+
+def queues_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    option = click.option(
+        "--queue", "-q", "queues", required=True, multiple=True, help="Queue name (repeatable)."
+    )
+    return option(_shards_option(function))
 
 
 def _setup_logging(level: str) -> None:
@@ -252,13 +277,21 @@ def dispatcher(queues: tuple[str, ...], redis_url: str | None) -> None:
     """
     settings = _settings()
     url = _redis_url(redis_url)
-    _run_daemons([Dispatcher(list(queues), url, settings=settings)])
+    _run_daemons([Dispatcher(list(queues), url, settings=settings, shards=_shards())])
 
 
 def _workers(
-    app: App, queues: tuple[str, ...], url: str, concurrency: int, settings: Settings
+    app: App,
+    queues: tuple[str, ...],
+    url: str,
+    concurrency: int,
+    settings: Settings,
+    shards: int,
 ) -> list[Any]:
-    return [Worker(app, q, url, concurrency=concurrency, settings=settings) for q in queues]
+    return [
+        Worker(app, q, url, concurrency=concurrency, settings=settings, shards=shards)
+        for q in queues
+    ]
 
 
 @main.command()
@@ -287,12 +320,11 @@ def worker(
     settings = _settings()
     app = load_app(app_path)
     url = _redis_url(redis_url)
+    workers = functools.partial(_workers, app, queues, url, concurrency, settings, _shards())
     if processes == 1:
-        _run_daemons(_workers(app, queues, url, concurrency, settings))
+        _run_daemons(workers())
     else:
-        _fork_workers(
-            processes, lambda: _run_daemons(_workers(app, queues, url, concurrency, settings))
-        )
+        _fork_workers(processes, lambda: _run_daemons(workers()))
 
 
 def _fork_workers(processes: int, child_main: Callable[[], None]) -> None:
@@ -357,8 +389,8 @@ def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str
     url = _redis_url(redis_url)
     _run_daemons(
         [
-            Dispatcher(list(queues), url, settings=settings),
-            *_workers(app, queues, url, concurrency, settings),
+            Dispatcher(list(queues), url, settings=settings, shards=_shards()),
+            *_workers(app, queues, url, concurrency, settings, _shards()),
         ]
     )
 
@@ -489,6 +521,12 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
         for state in ("scheduled", "ready", "running", "dead"):
             table.add_row(state, str(report[state]))
         table.add_row("next due", _when(stats.next_due))
+        for index, shard in enumerate(stats.shards):
+            table.add_row(
+                f"shard {index}",
+                f"{shard.scheduled} scheduled, {shard.ready} ready, {shard.running} running, "
+                f"{shard.dead} dead ({shard.queue})",
+            )
         for worker_id, age in sorted(stats.workers.items()):
             table.add_row("worker", f"{worker_id} (heartbeat {age:.1f}s ago)")
         for name, value in sorted(stats.counters.items()):

@@ -31,9 +31,10 @@ from duetime.clock import Clock, ServerClock, sleep_precisely
 from duetime.codec import Envelope, encode_envelope
 from duetime.errors import ConfigurationError, DecodeError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.startup import warn_if_evicting
+from duetime.startup import warn_if_beyond, warn_if_evicting
 from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.keys import QueueLayout, shard_tag
 from duetime.store.operations import DueCron, Promotion, QueueOperations
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor
@@ -74,10 +75,13 @@ def cron_envelope(job: cron.CronJob, tick_ms: int) -> bytes:
 
 
 class QueueDispatcher:
-    """The dispatching steps of one queue; ``step`` is one pass, ``run`` loops it."""
+    """The dispatching steps of one queue, or of one shard of a sharded queue (each
+    shard is dispatched on its own, like a queue); ``step`` is one pass, ``run`` loops it."""
 
-    def __init__(self, queue: str, runner: AsyncRunner, settings: Settings, clock: Clock) -> None:
-        self.queue = validation.queue_name(queue)
+    def __init__(
+        self, queue: str, runner: AsyncRunner, settings: Settings, clock: Clock, shard: int = 0
+    ) -> None:
+        self.queue = shard_tag(validation.queue_name(queue), shard)
         self.runner = runner
         self.settings = settings
         self.clock = clock
@@ -295,7 +299,8 @@ class QueueDispatcher:
 
 
 class Dispatcher:
-    """Dispatches one or more queues from one process."""
+    """Dispatches one or more queues from one process; with ``shards``, every shard of
+    each (give the count the queues are used with)."""
 
     def __init__(
         self,
@@ -304,12 +309,14 @@ class Dispatcher:
         *,
         settings: Settings = DEFAULT_SETTINGS,
         clock: Clock | None = None,
+        shards: int = 1,
     ) -> None:
         # One name is one queue: a string is never taken as a sequence of names.
         names = [queues] if isinstance(queues, str) else list(queues)
         if not names:
             raise ConfigurationError("a dispatcher needs at least one queue")
         self.queues = [validation.queue_name(q) for q in names]
+        self.shards = validation.shards(shards)  # of every queue named
         self.settings = settings
         self.clock = clock  # None: each queue follows the clock of the server holding it
         self._redis = redis
@@ -330,9 +337,13 @@ class Dispatcher:
         runner = AsyncRunner(self._redis, self.settings)
         try:
             dispatchers = [
-                QueueDispatcher(q, runner, self.settings, self._clock()) for q in self.queues
+                QueueDispatcher(q, runner, self.settings, self._clock(), shard)
+                for q in self.queues
+                for shard in range(self.shards)
             ]
             await warn_if_evicting(runner, dispatchers[0].operations)
+            for queue in self.queues:
+                await warn_if_beyond(runner, QueueLayout(queue, self.shards))
             loops = [
                 asyncio.create_task(
                     self.supervisor.keep_running(f"queue {d.queue}", d.loop(self._stop))

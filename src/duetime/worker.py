@@ -52,7 +52,7 @@ from duetime.errors import (
     UnknownHandlerError,
 )
 from duetime.settings import DEFAULT_SETTINGS, MOST_PROMOTE_AHEAD, Settings
-from duetime.startup import warn_if_evicting
+from duetime.startup import warn_if_beyond, warn_if_evicting
 from duetime.store import AsyncRunner
 from duetime.store.keys import QueueLayout
 from duetime.store.operations import (
@@ -216,11 +216,11 @@ class Worker:
         self.concurrency = concurrency
         self.settings = settings
         self.worker_id = validation.worker_id(worker_id or new_worker_id())
-        layout = QueueLayout(self.queue, validation.shards(shards))
+        self.layout = QueueLayout(self.queue, validation.shards(shards))
         self.shards = [
             _Shard(index, operations)
             for index, operations in enumerate(
-                shard_operations(layout, clock, settings.clock_resync_interval)
+                shard_operations(self.layout, clock, settings.clock_resync_interval)
             )
         ]
         self.operations = self.shards[0].operations
@@ -259,6 +259,7 @@ class Worker:
         runner = self.runner = AsyncRunner(self._redis, self.settings)
         try:
             await warn_if_evicting(runner, self.operations)
+            await warn_if_beyond(runner, self.layout)
             await self._register()
             keep = self.supervisor.keep_running
             claimers = [

@@ -249,7 +249,7 @@ class SyncRunner:
     ) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
-            pipe.evalsha(*_eval_args(request.script, keys, args))
+            pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
         if wait is not None:
             pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
         return list(pipe.execute(raise_on_error=False))
@@ -336,7 +336,7 @@ class AsyncRunner:
     ) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
-            pipe.evalsha(*_eval_args(request.script, keys, args))
+            pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
         if wait is not None:
             pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
         return list(await pipe.execute(raise_on_error=False))
