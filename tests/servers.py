@@ -123,7 +123,9 @@ class Cluster(Group):
     kind: str
     executable: str
     masters: int = 3
-    nodes: list[Server] = field(default_factory=list)
+    nodes: list[Server] = field(default_factory=list)  # the masters
+    replicas: int = 0  # per master
+    replica_nodes: list[Server] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -131,19 +133,20 @@ class Cluster(Group):
 
     def _start(self, timeout: float = 20.0) -> None:
         buses = []
-        for _ in range(self.masters):
+        for index in range(self.masters * (1 + self.replicas)):
             # An explicit bus port: the default (port + 10000) fails for free ports above
             # 55535.
             buses.append(free_port())
             node = Server(
                 self.kind, self.executable,
                 extra=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                       "--cluster-node-timeout", "2000", "--cluster-port", str(buses[-1])],
+                       "--cluster-node-timeout", "2000", "--cluster-port", str(buses[-1]),
+                       "--repl-diskless-sync-delay", "0"],
             )  # fmt: skip
             node.start()
-            self.nodes.append(node)
+            (self.nodes if index < self.masters else self.replica_nodes).append(node)
         first = self.nodes[0].client()
-        for node, bus in zip(self.nodes[1:], buses[1:], strict=True):
+        for node, bus in zip([*self.nodes, *self.replica_nodes][1:], buses[1:], strict=True):
             command(first, "CLUSTER", "MEET", "127.0.0.1", node.port, bus)
         first.close()
         share = SLOTS // self.masters
@@ -157,6 +160,26 @@ class Cluster(Group):
             if time.monotonic() > deadline:
                 raise RuntimeError("the test cluster did not come up")
             time.sleep(0.05)
+        for index, replica in enumerate(self.replica_nodes):
+            master = self.nodes[index % self.masters].client()
+            master_id = command(master, "CLUSTER", "MYID").decode()
+            master.close()
+            client = replica.client()
+            command(client, "CLUSTER", "REPLICATE", master_id)
+            client.close()
+        while not all(self._replicated(node) for node in self.nodes):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the test cluster's replicas did not come online")
+            time.sleep(0.05)
+
+    def _replicated(self, master: Server) -> bool:
+        client = master.client()
+        try:
+            info = client.info("replication")
+        finally:
+            client.close()
+        online = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+        return sum(1 for v in online if v.get("state") == "online") >= self.replicas
 
     def _ready(self, node: Server) -> bool:
         client = node.client()
@@ -165,13 +188,14 @@ class Cluster(Group):
         finally:
             client.close()
         text = info.decode() if isinstance(info, bytes) else str(info)
-        return "cluster_state:ok" in text and f"cluster_known_nodes:{self.masters}" in text
+        known = self.masters * (1 + self.replicas)
+        return "cluster_state:ok" in text and f"cluster_known_nodes:{known}" in text
 
     def node_of_slot(self, slot: int) -> Server:
         return self.nodes[min(slot // (SLOTS // self.masters), self.masters - 1)]
 
     def stop(self) -> None:
-        for node in self.nodes:
+        for node in [*self.nodes, *self.replica_nodes]:
             node.stop()
 
 

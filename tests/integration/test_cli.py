@@ -150,3 +150,32 @@ def test_cron_commands(cli: CliRunner, queue_name: str) -> None:
     assert cli.invoke(main, ["cron", "remove", "-q", queue_name, "report"]).exit_code == 0
     missing = cli.invoke(main, ["cron", "remove", "-q", queue_name, "report"])
     assert missing.exit_code == EXIT_NOT_FOUND
+
+
+def test_every_queue_command_takes_the_shard_count(
+    cli: CliRunner, redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def invoke(*arguments: str) -> str:
+        result = cli.invoke(main, list(arguments))
+        assert result.exit_code == 0, result.output
+        return str(result.output)
+
+    ids = [invoke("schedule", "-q", queue_name, "--shards", "4", "--in", "3600", "{}").strip()
+           for _ in range(40)]  # fmt: skip
+    invoke("schedule", "-q", queue_name, "--shards", "4", "--in", "3600", "--id", "o-7", "{}")
+    report = json.loads(invoke("inspect", "-q", queue_name, "--shards", "4", "--json"))
+    assert report["scheduled"] == 41 and len(report["shards"]) == 4
+    assert all(shard["scheduled"] > 0 for shard in report["shards"])
+    assert "shard 3" in invoke("inspect", "-q", queue_name, "--shards", "4")
+    assert '"state": "scheduled"' in invoke("status", "-q", queue_name, "--shards", "4", "o-7")
+    invoke("cron", "add", "-q", queue_name, "--shards", "4", "nightly", "0 3 * * *", "{}")
+    assert "nightly" in invoke("cron", "list", "-q", queue_name, "--shards", "4")
+    monkeypatch.setenv("DUETIME_SHARDS", "4")
+    assert "cancelled" in invoke("cancel", "-q", queue_name, ids[0])
+    with Queue(queue_name, redis_url, shards=4) as queue:
+        assert queue.status(ids[0]) is None and queue.stats().scheduled == 40
+    fewer = cli.invoke(main, ["inspect", "-q", queue_name, "--shards", "2", "--check"])
+    assert fewer.exit_code == EXIT_VIOLATIONS
+    assert "tasks beyond the shards" in fewer.output
+    bad = cli.invoke(main, ["inspect", "-q", queue_name, "--shards", "0"])
+    assert bad.exit_code == EXIT_USAGE and "--shards" in bad.output

@@ -6,6 +6,7 @@ result, cron, checker)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,12 +15,12 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.crc import key_slot
 
-from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
-from duetime.errors import ConfigurationError, RedisCommandError, TaskFailedError
+from duetime import App, AsyncQueue, Dispatcher, Job, Queue, Worker, current_task
+from duetime.errors import NotDurableError, RedisCommandError, TaskFailedError
 from duetime.store.keys import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
-from tests.servers import SLOTS, Cluster
+from tests.servers import SLOTS, Cluster, command
 
 #: Queue names whose hash tags fall on masters 0, 1 and 2 of a 3-master test cluster.
 QUEUES = ("qa", "qc", "qb")
@@ -251,9 +252,78 @@ def test_a_single_node_url_on_a_cluster_says_to_use_the_cluster_url(clean_cluste
         queue.schedule_in(60, {"n": 1})
 
 
-def test_durable_mode_on_a_cluster_is_refused_plainly(clean_cluster: Cluster) -> None:
+@pytest.fixture(scope="module")
+def replicated_cluster() -> Iterator[Cluster]:
+    instance = Cluster("redis", require_binary("redis"), replicas=1)
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+def test_durable_mode_on_a_cluster_waits_for_the_replica_of_every_master_written(
+    replicated_cluster: Cluster,
+) -> None:
+    """One schedule_many over three shards writes to three masters; it returns once each
+    master's replica confirmed (a WAIT per master, after its writes, on its connection)."""
+    url = replicated_cluster.url
+    with Queue(SHARDED.queue, url, shards=SHARDED.count, durable=True) as queue:
+        ids = queue.schedule_many([(time.time() + 3600, {"n": n}) for n in range(90)])
+    assert {SHARDED.of_task(i) for i in ids} == {0, 1, 2}
+    on_replicas = 0
+    for replica in replicated_cluster.replica_nodes:
+        client = replica.client()
+        command(client, "READONLY")  # a cluster replica serves reads only when asked so
+        on_replicas += sum(
+            int(command(client, "HLEN", keys.tasks))
+            for keys in SHARDED.shards
+            if replicated_cluster.node_of_slot(key_slot(keys.tasks.encode()))
+            is replicated_cluster.nodes[replicated_cluster.replica_nodes.index(replica)]
+        )
+        client.close()
+    assert on_replicas == 90
+
+    app = App()
+    done: list[str] = []
+
+    @app.default
+    async def record(data: dict[str, int]) -> None:
+        done.append(current_task().id)
+
+    durable = FAST.replace(durable_replicas=1)
+    with Queue(SHARDED.queue, url, shards=SHARDED.count, settings=durable) as queue:
+        now_ids = queue.schedule_many([(0, {"n": n}) for n in range(30)])
+
+        async def scenario() -> None:
+            worker = Worker(app, SHARDED.queue, url, shards=SHARDED.count, settings=durable)
+            async with running(worker):
+                await wait_until(lambda: set(now_ids) <= set(done), what="30 tasks acked")
+            assert worker.counters.succeeded == 30 and worker.counters.fenced == 0
+
+        run(scenario())
+        assert queue.stats().counters["completed"] == 30
+
+    # With the replica of shard 2's master gone, a write to that master alone is
+    # unconfirmed: each master's WAIT counts, not the first or the best.
+    master = replicated_cluster.node_of_slot(key_slot(SHARDED.shards[2].tasks.encode()))
+    replicated_cluster.replica_nodes[replicated_cluster.nodes.index(master)].stop()
+    quick = FAST.replace(durable_timeout=0.3)
+    ids_by_shard = {SHARDED.of_task(f"d{n}"): f"d{n}" for n in range(50)}
+    with Queue(SHARDED.queue, url, shards=SHARDED.count, durable=True, settings=quick) as queue:
+        queue.schedule_many([Job({"n": 0}, delay=60, id=ids_by_shard[s]) for s in (0, 1)])
+        with pytest.raises(NotDurableError) as raised:
+            queue.schedule_many([Job({"n": 0}, delay=60, id=ids_by_shard[s]) for s in (0, 1, 2)])
+        assert raised.value.confirmed == 0
+
+
+def test_durable_mode_on_a_cluster_without_replicas_says_the_writes_are_unconfirmed(
+    clean_cluster: Cluster,
+) -> None:
+    settings = FAST.replace(durable_timeout=0.2)
     with (
-        Queue("qa", clean_cluster.url, durable=True) as queue,
-        pytest.raises(ConfigurationError, match="not available on Redis Cluster"),
+        Queue(SHARDED.queue, clean_cluster.url, shards=3, durable=True, settings=settings) as queue,
+        pytest.raises(NotDurableError) as raised,
     ):
-        queue.schedule_in(60, {"n": 1})
+        queue.schedule_many([(time.time() + 60, {"n": n}) for n in range(30)])
+    assert raised.value.confirmed == 0 and len(raised.value.task_ids) == 30
+    with Queue(SHARDED.queue, clean_cluster.url, shards=3) as queue:
+        assert queue.stats().scheduled == 30  # written on the masters, as the error says

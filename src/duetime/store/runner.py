@@ -20,7 +20,6 @@ import redis
 import redis.asyncio
 
 from duetime.errors import (
-    ConfigurationError,
     CorruptStateError,
     DuetimeError,
     RedisCommandError,
@@ -38,15 +37,13 @@ from duetime.store.operations import (
     EvalMany,
     Plan,
     Request,
+    ScriptCall,
 )
 from duetime.store.scripts import Script
 
 T = TypeVar("T")
 
 __all__ = ["BLOCK_MARGIN", "AsyncRunner", "RedisSpec", "SyncRunner", "mask_url", "resolve_url"]
-
-
-Call = tuple[Sequence[str], Sequence[Any]]
 
 
 def _routed(runner: SyncRunner | AsyncRunner, client: Any, command: Command) -> dict[str, Any]:
@@ -57,18 +54,40 @@ def _routed(runner: SyncRunner | AsyncRunner, client: Any, command: Command) -> 
     return {"target_nodes": client.get_node_from_key(command.route)}
 
 
-def _with_confirmations(replies: list[Any]) -> tuple[list[Any], int]:
-    """The script replies and WAIT's count of confirming replicas (last in the pipeline)."""
-    *calls, confirmed = _raise_first_error(replies)
-    return calls, int(confirmed)
+def _wait_targets(runner: SyncRunner | AsyncRunner, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Where WAIT goes, after the writes and on the same connection: the one server, or
+    on a cluster each master the calls write to (a cluster pipeline sends each master's
+    commands, in order, on one connection of that master)."""
+    if not runner.clustered:
+        return [None]
+    nodes = {}
+    for keys, _ in calls:
+        node = runner.client.get_node_from_key(keys[0])
+        nodes[node.name] = node
+    return list(nodes.values())
 
 
-def _refuse_durable_on_cluster(runner: SyncRunner | AsyncRunner) -> None:
-    if runner.clustered:
-        raise ConfigurationError(
-            "durable mode (waiting for replicas) is not available on Redis Cluster yet; "
-            "use it with one server or Sentinel"
-        )
+def _with_confirmations(
+    runner: SyncRunner | AsyncRunner,
+    calls: Sequence[ScriptCall],
+    targets: list[Any],
+    replies: list[Any],
+) -> tuple[list[Any], int]:
+    """The script replies and the fewest replicas any WAIT counted (WAITs come last). On
+    a cluster, a write that was redirected to another master (a slot moved meanwhile)
+    went out on another connection, which no WAIT covered: it counts as unconfirmed."""
+    replies = _raise_first_error(replies)
+    written, confirmations = replies[: -len(targets)], replies[-len(targets) :]
+    confirmed = min(int(count) for count in confirmations)
+    now_at = [node.name for node in _wait_targets(runner, calls)] if runner.clustered else []
+    if now_at != [node.name for node in targets if node is not None]:
+        confirmed = 0
+    return written, confirmed
+
+
+def _node(target: Any) -> dict[str, Any]:
+    """The routing of a command to one cluster node (none off a cluster)."""
+    return {} if target is None else {"target_nodes": target}
 
 
 def _scan_reply(reply: Any) -> Any:
@@ -222,15 +241,15 @@ class SyncRunner:
                     replies[index] = reply
             return _raise_first_error(replies)
         if isinstance(request, Durably):
-            _refuse_durable_on_cluster(self)
             calls = request.calls
-            replies = self._pipelined(calls, calls.calls, request.durability)
+            targets = _wait_targets(self, calls.calls)
+            replies = self._pipelined(calls, calls.calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
                 self.client.execute_command(
                     "SCRIPT LOAD", calls.script.source, **_script_load(self)
                 )
-                replies = self._pipelined(calls, calls.calls, request.durability)
-            return _with_confirmations(replies)
+                replies = self._pipelined(calls, calls.calls, request.durability, targets)
+            return _with_confirmations(self, calls.calls, targets, replies)
         try:
             return self._batch(request, request.transaction)
         except redis.RedisError as error:
@@ -245,13 +264,18 @@ class SyncRunner:
         return list(pipe.execute())
 
     def _pipelined(
-        self, request: EvalMany, calls: Sequence[Call], wait: Durability | None = None
+        self,
+        request: EvalMany,
+        calls: Sequence[ScriptCall],
+        wait: Durability | None = None,
+        targets: Sequence[Any] = (),
     ) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
-        if wait is not None:
-            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+        for target in targets:
+            assert wait is not None
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, **_node(target))
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
@@ -309,15 +333,17 @@ class AsyncRunner:
                     replies[index] = reply
             return _raise_first_error(replies)
         if isinstance(request, Durably):
-            _refuse_durable_on_cluster(self)
             calls = request.calls
-            replies = await self._pipelined(calls, calls.calls, request.durability)
+            if self.clustered:
+                await self.client.initialize()  # the asyncio client learns the slots lazily
+            targets = _wait_targets(self, calls.calls)
+            replies = await self._pipelined(calls, calls.calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
                 await self.client.execute_command(
                     "SCRIPT LOAD", calls.script.source, **_script_load(self)
                 )
-                replies = await self._pipelined(calls, calls.calls, request.durability)
-            return _with_confirmations(replies)
+                replies = await self._pipelined(calls, calls.calls, request.durability, targets)
+            return _with_confirmations(self, calls.calls, targets, replies)
         try:
             return await self._batch(request, request.transaction)
         except redis.RedisError as error:
@@ -332,13 +358,18 @@ class AsyncRunner:
         return list(await pipe.execute())
 
     async def _pipelined(
-        self, request: EvalMany, calls: Sequence[Call], wait: Durability | None = None
+        self,
+        request: EvalMany,
+        calls: Sequence[ScriptCall],
+        wait: Durability | None = None,
+        targets: Sequence[Any] = (),
     ) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)
         for keys, args in calls:
             pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
-        if wait is not None:
-            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms)
+        for target in targets:
+            assert wait is not None
+            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, **_node(target))
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
