@@ -183,7 +183,8 @@ def test_a_subprocess_worker_runs_only_registered_handlers(
 ROLE_SCRIPTS: dict[str, set[str]] = {
     "producer": {"schedule_tasks", "cancel_task", "reschedule_task", "task_status",
                  "declare_cron", "set_cron_next", "remove_cron"},
-    "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker"},
+    "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker",
+               "give_back_task"},
     "dispatcher": {"promote_due", "reap_expired_leases", "reap_worker", "purge_dead",
                    "fire_cron", "set_cron_next"},
 }  # fmt: skip
@@ -191,11 +192,11 @@ ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_de
 #: Commands each role sends itself (not from a script). CONFIG GET is optional.
 ROLE_DIRECT: dict[str, set[str]] = {
     "producer": {"time", "hget", "blmove", "zcard", "llen", "zrange", "hgetall", "hmget"},
-    "worker": {"time", "blmove"},
-    "dispatcher": {"time", "blpop", "zrange", "zscore", "scan", "hmget"},
+    "worker": {"time", "blmove", "exists"},
+    "dispatcher": {"time", "blpop", "zrange", "zscore", "scan", "hmget", "exists"},
 }
 ROLE_DIRECT["operator"] = ROLE_DIRECT["producer"] | {"scan", "multi", "exec", "hkeys", "lrange",
-                                                     "pttl", "hmget"}  # fmt: skip
+                                                     "pttl", "hmget", "exists"}  # fmt: skip
 #: Every role: script calls (loaded again after NOSCRIPT), and redis-py's health check.
 ALWAYS = {"evalsha", "script|load", "ping"}
 OPTIONAL = {"config|get"}
