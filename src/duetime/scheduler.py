@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Self, TypedDict, Unpack
+from typing import Any, Self, TypedDict, TypeVar, Unpack
 
 from duetime import codec, cron, validation
 from duetime.checker import Violation, check_invariants
@@ -44,6 +44,7 @@ from duetime.store.operations import (
 )
 from duetime.store.runner import RedisSpec
 
+T = TypeVar("T")
 Timestamp = int | float | datetime
 TaskRef = str | Any  # a task name, or a handler registered with duetime.App
 TaskIds = str | Sequence[str] | None  # one id, several, or None for every one
@@ -370,6 +371,16 @@ class QueueCore:
         may have been written while the queue had another shard count)."""
         return [self.shards[home], *(s for i, s in enumerate(self.shards) if i != home)]
 
+    def _first_found(
+        self, task_id: str, step: Callable[[QueueOperations], Plan[T | None]]
+    ) -> Plan[T | None]:
+        """The first answer other than None of ``step`` in the task's shards, in search
+        order; None when no shard has one."""
+        for shard in self._search_order(self.layout.of_task(task_id)):
+            if (answer := (yield from step(shard))) is not None:
+                return answer
+        return None
+
     def _locate(self, task_id: str) -> Plan[tuple[QueueOperations, StatusReply]]:
         """The shard that knows the task and what it says (its home shard if none does)."""
         home = self.layout.of_task(task_id)
@@ -394,10 +405,8 @@ class QueueCore:
         return (yield from self.schedule_plan([self.prepare(job)]))[0]
 
     def cancel_plan(self, task_id: str) -> Plan[bool]:
-        place = None
-        for shard in self._search_order(self.layout.of_task(validation.task_id(task_id))):
-            if (place := (yield from shard.cancel(task_id))) is not None:
-                break
+        validation.task_id(task_id)
+        place = yield from self._first_found(task_id, lambda shard: shard.cancel(task_id))
         if place == TaskState.RUNNING:
             raise TaskStateError(
                 f"task {task_id} is running and cannot be cancelled; "
@@ -422,10 +431,9 @@ class QueueCore:
                 )
             )
 
-        outcome = None
-        for shard in self._search_order(self.layout.of_task(task_id)):
-            if (outcome := (yield from shard.reschedule(task_id, run_at_ms, rewrite))) is not None:
-                break
+        outcome = yield from self._first_found(
+            task_id, lambda shard: shard.reschedule(task_id, run_at_ms, rewrite)
+        )
         if outcome is None:
             raise TaskNotFoundError(f"no live task {task_id!r} in queue {self.name!r}")
         if outcome != RescheduleOutcome.OK:
