@@ -586,12 +586,17 @@ class QueueCore:
         unchanged."""
         outcomes = {}
         for job in jobs:
-            shard = self.shards[self.layout.of_cron(job.name)]
+            home = self.layout.of_cron(job.name)
+            shard = self.shards[home]
             now = yield from shard.now()
             first = job.next_tick(now)
             assert first is not None  # cron.define refuses expressions that never fire
             code = yield from shard.declare_cron(job.name, cron.encode_job(job), first)
             outcomes[job.name] = ("unchanged", "created", "updated")[code]
+            # A copy declared under another shard count would fire each tick a second
+            # time (its ticks are other tasks in another shard): one job, one place.
+            for other in self._search_order(home)[1:]:
+                yield from other.remove_cron(job.name)
         return outcomes
 
     def sync_cron_plan(self, jobs: Sequence[cron.CronJob], prune: bool) -> Plan[dict[str, str]]:

@@ -90,9 +90,12 @@ def test_lookups_find_tasks_written_with_another_shard_count_and_the_checker_say
         assert [job.name for job in queue.list_cron()] == ["nightly"]
         queue.pause_cron("nightly")
         assert queue.list_cron()[0].paused
-        # sync_cron moves a declared job to its own shard: one copy left.
+        # Declaring a job again moves it to its own shard: one copy left, or each tick
+        # would fire twice.
+        assert queue.add_cron("nightly", "0 3 * * *", {"cron": 1}) == "created"
+        assert [j.name for j in queue.list_cron()] == ["nightly"]
         job = queue.cron_job("nightly", "0 3 * * *", {"cron": 1})
-        queue.sync_cron([job])
+        assert queue.sync_cron([job]) == {"nightly": "unchanged"}
         assert [j.name for j in queue.list_cron()] == ["nightly"]
         assert queue.cancel(elsewhere)
         assert queue.check() == []
