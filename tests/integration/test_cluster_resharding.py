@@ -15,6 +15,7 @@ import redis
 from redis.crc import key_slot
 
 from duetime import App, Dispatcher, Job, Queue, Worker, current_task
+from duetime.errors import RedisUnavailableError
 from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
 from tests.servers import Cluster, Server, command
@@ -98,3 +99,32 @@ def test_a_busy_queue_survives_its_slot_moving_to_another_master(cluster: Cluste
         assert command(owner, "CLUSTER", "COUNTKEYSINSLOT", slot) > 0  # the queue moved
     finally:
         owner.close()
+
+
+def test_a_slot_between_its_keys_moving_and_its_owner_changing_is_a_pause_not_a_refusal(
+    cluster: Cluster,
+) -> None:
+    """With the keys migrated but SETSLOT NODE not yet sent (a resharding tool moving a
+    big slot in batches has such windows), redis-py runs out of redirections. That is
+    a passing state: the caller is told to try again (RedisUnavailableError, which the
+    worker retries within the lease), never that the command was refused, which made a
+    worker drop a finished attempt's ack and run the task twice."""
+    slot = key_slot(QUEUE.encode())
+    source, target = cluster.node_of_slot(slot), cluster.nodes[1]
+    with Queue(QUEUE, cluster.url) as queue:
+        queue.schedule_in(60, {"n": 0})
+        first, second = source.client(), target.client()
+        command(second, "CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
+        command(first, "CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
+        while keys := command(first, "CLUSTER", "GETKEYSINSLOT", slot, 100):
+            command(first, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        first.close()
+        second.close()
+        with pytest.raises(RedisUnavailableError, match="moving slots or failing over"):
+            queue.schedule_in(60, {"n": 1})
+        for node in cluster.nodes:
+            client = node.client()
+            command(client, "CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
+            client.close()
+        queue.schedule_in(60, {"n": 2})
+        assert queue.stats().scheduled == 2 and queue.check() == []

@@ -164,6 +164,17 @@ def _translated(address: str) -> Iterator[None]:
             f"Redis at {address} answered with something that is not the Redis protocol: "
             f"{mask_url(str(error))}"
         ) from None
+    except (
+        redis.exceptions.ClusterError,
+        redis.exceptions.TryAgainError,
+        redis.exceptions.SlotNotCoveredError,
+    ) as error:
+        # A cluster between two states (a slot moving, a master failing over): the
+        # client gave up following redirections for now; the next try may well work.
+        raise RedisUnavailableError(
+            f"Redis Cluster at {address} is moving slots or failing over "
+            f"({mask_url(str(error))}); try again"
+        ) from None
     except (redis.exceptions.MovedError, redis.exceptions.AskError) as error:
         raise RedisCommandError(
             f"Redis at {address} is a cluster node, and the queue's slot lives on another "
