@@ -87,6 +87,28 @@ def streams() -> Iterator[list[Stream]]:
                 stream.halt()
 
 
+def not_settled(
+    error: AssertionError,
+    stream: Stream,
+    ledger: Ledger,
+    queue: Queue,
+    fleet: Fleet,
+    logs_of: int,
+) -> AssertionError:
+    """A settling wait that timed out, with what is needed to see why: the tasks not
+    done, the state of a few, the latest daemons' logs."""
+    pending = [task_id for task_id in stream.acked if task_id not in ledger.done][:10]
+    statuses = {}
+    for task_id in pending[:3]:
+        status = queue.status(task_id)
+        statuses[task_id] = status and (status.state, status.attempts, status.last_error)
+    logs = "\n\n".join(f"{d.role} {d.pid}:\n{d.tail(15)}" for d in fleet.daemons[-logs_of:])
+    return AssertionError(
+        f"seed {SEED}: {error}; stats {queue.stats()}; not done: {pending}; "
+        f"statuses {statuses}\n{logs}"
+    )
+
+
 # --- scheduling while faults happen ----------------------------------------------------
 
 
@@ -416,16 +438,7 @@ def sharded_settle(
         )
         wait_until_sync(lambda: sharded_idle(queue, client), timeout=30, what="empty shards")
     except AssertionError as error:
-        missing = [task_id for task_id in stream.acked if task_id not in ledger.done][:10]
-        statuses = {}
-        for task_id in missing[:3]:
-            status = queue.status(task_id)
-            statuses[task_id] = status and (status.state, status.attempts, status.last_error)
-        logs = "\n\n".join(f"{d.role} {d.pid}:\n{d.tail(15)}" for d in fleet.daemons[-6:])
-        raise AssertionError(
-            f"seed {SEED}: {error}; stats {queue.stats()}; not done: {missing}; "
-            f"statuses {statuses}\n{logs}"
-        ) from None
+        raise not_settled(error, stream, ledger, queue, fleet, logs_of=6) from None
 
 
 def sharded_shut_down(
@@ -722,16 +735,7 @@ def drain(ledger: Ledger, queue: Queue, stream: Stream, fleet: Fleet) -> list[st
         time.sleep(2.0)  # a last look: nothing may still turn up
         wait_until_sync(settled, timeout=30, what="still settled")
     except AssertionError as error:
-        pending = [task_id for task_id in stream.acked if task_id not in ledger.done][:10]
-        statuses = {}
-        for task_id in pending[:3]:
-            status = queue.status(task_id)
-            statuses[task_id] = status and (status.state, status.attempts, status.last_error)
-        logs = "\n\n".join(f"{d.role} {d.pid}:\n{d.tail(15)}" for d in fleet.daemons[-4:])
-        raise AssertionError(
-            f"seed {SEED}: {error}; stats {queue.stats()}; not done: {pending}; "
-            f"statuses {statuses}\n{logs}"
-        ) from None
+        raise not_settled(error, stream, ledger, queue, fleet, logs_of=4) from None
     ledger.refresh()
     return [task_id for task_id in stream.acked if task_id not in ledger.done]
 
