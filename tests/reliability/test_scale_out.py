@@ -215,7 +215,8 @@ def problems_of(verdict: Verdict, skip: Sequence[str] = ()) -> list[str]:
 
 # --- A. a sharded queue on a cluster: kill -9 storm and a slot moved live ---------------
 
-CLUSTER_ENV = {
+#: The daemons' settings in both scenarios: quick heartbeats, leases and retries.
+DAEMON_ENV = {
     "DUETIME_HEARTBEAT_INTERVAL": "0.25",
     "DUETIME_WORKER_TTL": "2.0",
     "DUETIME_LEASE_DURATION": "3.0",
@@ -224,6 +225,7 @@ CLUSTER_ENV = {
     "DUETIME_RETRY_BASE": "0.05",
     "DUETIME_SHUTDOWN_GRACE": "5",
 }
+CLUSTER_ENV = DAEMON_ENV
 SHARDED = QueueLayout("work", 3)
 
 
@@ -464,15 +466,7 @@ def sharded_shut_down(
 
 # --- B. Sentinel: the master killed a few times, plain and durable schedules -----------
 
-SENTINEL_ENV = {
-    "DUETIME_HEARTBEAT_INTERVAL": "0.25",
-    "DUETIME_WORKER_TTL": "2.0",
-    "DUETIME_LEASE_DURATION": "3.0",
-    "DUETIME_BLOCK_TIMEOUT": "1.0",
-    "DUETIME_SOCKET_TIMEOUT": "2.0",
-    "DUETIME_RETRY_BASE": "0.05",
-    "DUETIME_SHUTDOWN_GRACE": "5",
-}
+SENTINEL_ENV = DAEMON_ENV
 SENTINEL_QUEUE = "failover"
 
 
