@@ -214,7 +214,6 @@ class QueueCore:
         self.layout = QueueLayout(self.name, validation.shards(shards))
         self.shards = shard_operations(self.layout, clock, settings.clock_resync_interval)
         self.operations = self.shards[0]  # the queue itself, or its shard 0
-        self.keys = self.operations.keys
         self.clock = self.operations.clock
         self.default_result_ttl_ms = (
             0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")
@@ -506,13 +505,12 @@ class QueueCore:
     def dead_plan(self, limit: int, offset: int) -> Plan[list[DeadTask]]:
         validation.whole_number(limit, "limit", 1, 10_000)
         validation.whole_number(offset, "offset", 0, 10**12)
-        entries = []
-        for shard in self.shards:
-            if len(self.shards) == 1:
-                entries = yield from shard.dead_entries(offset, limit)
-            else:  # the latest deaths of all shards, merged
+        if len(self.shards) == 1:
+            entries = yield from self.operations.dead_entries(offset, limit)
+        else:  # the latest deaths of every shard, merged
+            entries = []
+            for shard in self.shards:
                 entries += yield from shard.dead_entries(0, offset + limit)
-        if len(self.shards) > 1:
             entries.sort(key=lambda entry: entry.died_at_ms, reverse=True)
             entries = entries[offset : offset + limit]
         attempts_seen: list[DeadTask] = []

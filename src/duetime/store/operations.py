@@ -323,15 +323,6 @@ class QueueOperations:
             calls.append((keys, args))
         return calls
 
-    def schedule(
-        self,
-        now: int,
-        items: Sequence[tuple[str, float, bytes]],
-        durability: Durability | None = None,
-    ) -> Plan[list[bool]]:
-        """Store (id, run-at ms, envelope) triples; True where created."""
-        return (yield from store_tasks(self.schedule_calls(now, items), durability))
-
     def occupied(self) -> Plan[bool]:
         """Whether the queue holds any task or cron job (one command)."""
         k = self.keys

@@ -90,6 +90,32 @@ def _node(target: Any) -> dict[str, Any]:
     return {} if target is None else {"target_nodes": target}
 
 
+def _batch_pipeline(client: Any, request: Batch, transaction: bool) -> Any:
+    """A pipeline (sync or asyncio, as ``client`` is) holding a batch's commands."""
+    pipe = client.pipeline(transaction=transaction)
+    for command in request.commands:
+        pipe.execute_command(*_wire(command.args))
+    return pipe
+
+
+def _script_pipeline(
+    client: Any,
+    request: EvalMany,
+    calls: Sequence[ScriptCall],
+    wait: Durability | None,
+    targets: Sequence[Any],
+) -> Any:
+    """A pipeline of script calls, then with ``wait`` a WAIT for each target. EVALSHA goes
+    as a plain command: a cluster pipeline routes it, but blocks its evalsha method."""
+    pipe = client.pipeline(transaction=False)
+    for keys, args in calls:
+        pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
+    for target in targets:
+        assert wait is not None
+        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, **_node(target))
+    return pipe
+
+
 def _scan_reply(reply: Any) -> Any:
     """A cluster client answers SCAN with ({node: cursor}, keys); plans expect the
     server's own [cursor, keys] (one node is asked: the queue's)."""
@@ -269,10 +295,7 @@ class SyncRunner:
             return self._batch(request, transaction=False)
 
     def _batch(self, request: Batch, transaction: bool) -> list[Any]:
-        pipe = self.client.pipeline(transaction=transaction)
-        for command in request.commands:
-            pipe.execute_command(*_wire(command.args))
-        return list(pipe.execute())
+        return list(_batch_pipeline(self.client, request, transaction).execute())
 
     def _pipelined(
         self,
@@ -281,12 +304,7 @@ class SyncRunner:
         wait: Durability | None = None,
         targets: Sequence[Any] = (),
     ) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
-        for target in targets:
-            assert wait is not None
-            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, **_node(target))
+        pipe = _script_pipeline(self.client, request, calls, wait, targets)
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
@@ -363,10 +381,7 @@ class AsyncRunner:
             return await self._batch(request, transaction=False)
 
     async def _batch(self, request: Batch, transaction: bool) -> list[Any]:
-        pipe = self.client.pipeline(transaction=transaction)
-        for command in request.commands:
-            pipe.execute_command(*_wire(command.args))
-        return list(await pipe.execute())
+        return list(await _batch_pipeline(self.client, request, transaction).execute())
 
     async def _pipelined(
         self,
@@ -375,12 +390,7 @@ class AsyncRunner:
         wait: Durability | None = None,
         targets: Sequence[Any] = (),
     ) -> list[Any]:
-        pipe = self.client.pipeline(transaction=False)
-        for keys, args in calls:
-            pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
-        for target in targets:
-            assert wait is not None
-            pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, **_node(target))
+        pipe = _script_pipeline(self.client, request, calls, wait, targets)
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
