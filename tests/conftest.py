@@ -5,6 +5,7 @@ the run instead of being skipped, since nothing that needs a server may be skipp
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -57,3 +58,13 @@ def raw(server: Server, redis_url: str) -> Iterator[redis.Redis]:
 @pytest.fixture
 def queue_name() -> str:
     return f"q{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def in_paris(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process's local zone is Europe/Paris for the test."""
+    monkeypatch.setenv("TZ", "Europe/Paris")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()

@@ -8,15 +8,26 @@ task_id = queue.schedule_task(1795320000, {"to": "a@example.com"})
 from duetime.app import App
 from duetime.clock import ManualClock, ServerClock
 from duetime.dispatcher import Dispatcher
+from duetime.hooks import (
+    AttemptInfo,
+    AttemptOutcome,
+    AttemptResult,
+    DeadTaskInfo,
+    Hooks,
+    ScheduledTask,
+)
 from duetime.scheduler import (
     AsyncQueue,
     CronInfo,
     CronRun,
     DeadTask,
     Job,
+    MinuteFigures,
     Queue,
     QueueStats,
     TaskStatus,
+    TaskSummary,
+    known_queues,
 )
 from duetime.settings import Settings
 from duetime.worker import TaskContext, Worker, current_task
@@ -26,19 +37,28 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "AsyncQueue",
+    "AttemptInfo",
+    "AttemptOutcome",
+    "AttemptResult",
     "CronInfo",
     "CronRun",
     "DeadTask",
+    "DeadTaskInfo",
     "Dispatcher",
+    "Hooks",
     "Job",
     "ManualClock",
+    "MinuteFigures",
     "Queue",
     "QueueStats",
+    "ScheduledTask",
     "ServerClock",
     "Settings",
     "TaskContext",
     "TaskStatus",
+    "TaskSummary",
     "Worker",
     "__version__",
     "current_task",
+    "known_queues",
 ]

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 from duetime import validation
 from duetime.errors import ConfigurationError, UnknownHandlerError
+from duetime.hooks import HookChain, Hooks
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,12 +31,21 @@ class App:
     """Handlers a worker runs. Decorate functions with ``@app.task`` (named after the
     function, or ``@app.task(name=...)``) and ``@app.default`` for tasks with no name.
     A handler takes the task data as its one argument; async handlers run on the event
-    loop, plain functions in the worker's thread pool."""
+    loop, plain functions in the worker's thread pool. ``hooks`` (see duetime.hooks)
+    hear about each attempt, retry and dead task of the workers that run this app."""
 
-    def __init__(self, default: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, default: Callable[[Any], Any] | None = None, hooks: Iterable[Hooks] = ()
+    ) -> None:
         self._handlers: dict[str, Handler] = {}
+        self.hooks = HookChain(hooks)
         if default is not None:
             self.default(default)
+
+    def add_hooks(self, *hooks: Hooks) -> None:
+        """Add hooks, called after those added before."""
+        for hook in hooks:
+            self.hooks.add(hook)
 
     @overload
     def task(self, function: F, *, name: str | None = None) -> F: ...

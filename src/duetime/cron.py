@@ -47,6 +47,11 @@ ALIASES = {
 }
 
 
+#: A cron task's outcome (a tick's, or a triggered run's) is kept this long, so that
+#: `cron list` can show the last run.
+RESULT_TTL_MS = 3600 * 1000
+
+
 @dataclass(frozen=True, slots=True)
 class CronJob:
     """A recurring job as declared; immutable, compared whole to detect changes."""

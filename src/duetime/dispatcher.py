@@ -31,11 +31,17 @@ from duetime.clock import Clock, ServerClock, sleep_precisely
 from duetime.codec import Envelope, encode_envelope
 from duetime.errors import ConfigurationError, DecodeError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.startup import warn_if_beyond, warn_if_evicting
+from duetime.startup import register, warn_if_beyond, warn_if_evicting
 from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.keys import QueueLayout, shard_tag
-from duetime.store.operations import DueCron, Promotion, QueueOperations
+from duetime.store.operations import (
+    MINUTE_MS,
+    MINUTES_KEPT,
+    DueCron,
+    Promotion,
+    QueueOperations,
+)
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor
 
@@ -46,14 +52,13 @@ REAP_BATCH = 1000
 CRON_BATCH = 100
 #: With overlap="delay", how often a held tick looks again whether the previous run ended.
 CRON_OVERLAP_RECHECK_MS = 1000
+#: On stop, how long a cancelled wake BLPOP may take to end before its connection is
+#: closed under it.
+STOP_GRACE = 0.1
 #: A pause long enough to resample the clock in it without delaying promotion.
 IDLE_ENOUGH = 0.02
 #: The timer wakes this much early; the rest of the wait yields to the event loop.
 TIMER_SLACK = 0.0015
-
-
-#: A tick's outcome is kept this long, so `cron list` can show the last run.
-CRON_RESULT_TTL_MS = 3600 * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,11 +71,12 @@ class CronFiring:
     overlap: cron.OverlapPolicy
     first_tick_ms: int
     ticks: list[tuple[str, int, bytes]]
+    missed: int = 0  # due ticks before the current one (fired late or dropped per policy)
 
 
 def cron_envelope(job: cron.CronJob, tick_ms: int) -> bytes:
     return encode_envelope(
-        Envelope(job.task, job.data, tick_ms, job.max_attempts, job.timeout_ms, CRON_RESULT_TTL_MS)
+        Envelope(job.task, job.data, tick_ms, job.max_attempts, job.timeout_ms, cron.RESULT_TTL_MS)
     )
 
 
@@ -92,6 +98,10 @@ class QueueDispatcher:
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
         self._next_maintenance_ms = 0
         self._prepared: tuple[int, list[CronFiring]] | None = None
+        self.unfinished_wake: asyncio.Task[bool] | None = None  # left running at stop
+        #: (cron job, outcome) -> ticks, for metrics: fired, skipped, delayed (counted when
+        #: first held), missed. Only this process's firings; read, never reset.
+        self.cron_ticks: dict[tuple[str, str], int] = {}
 
     async def step(self) -> int | None:
         """Promote, reap and maintain once; returns the server time (ms) at which work
@@ -188,11 +198,13 @@ class QueueDispatcher:
         try:
             ticks = job.ticks_to_fire(first, at_ms)
             following = job.next_tick(at_ms)
+            # Counted again only when some were missed (the current tick is not the first).
+            missed = 0 if ticks[-1] == first else len(job.due_ticks(first, at_ms)) - 1
         except (ValueError, OverflowError, KeyError) as error:  # croniter on odd input
             raise DecodeError(f"its ticks cannot be computed ({error})") from error
         return CronFiring(
             job.name, entry.next_tick_ms, following, job.overlap, first,
-            [(job.tick_id(tick), tick, cron_envelope(job, tick)) for tick in ticks],
+            [(job.tick_id(tick), tick, cron_envelope(job, tick)) for tick in ticks], missed,
         )  # fmt: skip
 
     async def _fire(self, firings: list[CronFiring], now: int) -> None:
@@ -206,6 +218,23 @@ class QueueDispatcher:
             if outcome in (CronFireOutcome.SKIPPED, CronFireOutcome.DELAYED):
                 log.info("queue %s: cron job %r tick %s: previous run still live", self.queue,
                          firing.name, outcome)  # fmt: skip
+            self._count_cron(firing, outcome)
+
+    def _count_cron(self, firing: CronFiring, outcome: CronFireOutcome | int) -> None:
+        """Tally a firing in ``cron_ticks``. A stale one was another dispatcher's; a held
+        tick looked at again (its job's next score is then the recheck time) is not new."""
+        counts = self.cron_ticks
+        if outcome == CronFireOutcome.DELAYED:
+            if firing.first_tick_ms == firing.expected_next_ms:
+                counts[firing.name, "delayed"] = counts.get((firing.name, "delayed"), 0) + 1
+            return
+        if isinstance(outcome, int):
+            counts[firing.name, "fired"] = counts.get((firing.name, "fired"), 0) + outcome
+        elif outcome == CronFireOutcome.SKIPPED:
+            counts[firing.name, "skipped"] = counts.get((firing.name, "skipped"), 0) + 1
+        else:
+            return
+        counts[firing.name, "missed"] = counts.get((firing.name, "missed"), 0) + firing.missed
 
     async def _fire_prepared(self) -> None:
         """Fire what was prepared while asleep, if its tick has come and no later tick
@@ -233,6 +262,7 @@ class QueueDispatcher:
         )
         if purged:
             log.info("queue %s: %d dead task(s) past retention purged", self.queue, purged)
+        await run(self.operations.trim_minutes(now // MINUTE_MS - MINUTES_KEPT + 1))
         self._next_maintenance_ms = now + round(self.settings.maintenance_interval * 1000)
 
     def loop(self, stop: asyncio.Event) -> Callable[[], Awaitable[None]]:
@@ -292,10 +322,12 @@ class QueueDispatcher:
         finally:
             stopping.cancel()
             if wake is not None:
-                # The BLPOP ends by itself within block_timeout even if the client
-                # loses this cancellation.
                 wake.cancel()
-                await asyncio.wait([wake], timeout=self.settings.block_timeout + BLOCK_MARGIN)
+                # A BLPOP cancelled while it was being sent does not notice; the runner's
+                # close ends its connection (see Dispatcher.run), rather than a wait of
+                # up to block_timeout for it to time out.
+                await asyncio.wait([wake], timeout=STOP_GRACE)
+                self.unfinished_wake = None if wake.done() else wake
 
 
 class Dispatcher:
@@ -335,15 +367,25 @@ class Dispatcher:
         """Dispatch until ``stop()``. Raises DaemonFailedError (after stopping every
         queue) when one queue's loop kept failing."""
         runner = AsyncRunner(self._redis, self.settings)
+        dispatchers: list[QueueDispatcher] = []
+        unexport: Callable[[], None] | None = None
         try:
             dispatchers = [
                 QueueDispatcher(q, runner, self.settings, self._clock(), shard)
                 for q in self.queues
                 for shard in range(self.shards)
             ]
+            if self.settings.metrics_port:
+                from duetime import metrics  # imported only when metrics are wanted
+
+                unexport = metrics.export(
+                    self.settings, self._redis, self.queues, self.shards, dispatchers
+                )
             await warn_if_evicting(runner, dispatchers[0].operations)
-            for queue in self.queues:
-                await warn_if_beyond(runner, QueueLayout(queue, self.shards))
+            layouts = [QueueLayout(queue, self.shards) for queue in self.queues]
+            for layout in layouts:
+                await warn_if_beyond(runner, layout)
+            await register(runner, layouts)
             loops = [
                 asyncio.create_task(
                     self.supervisor.keep_running(f"queue {d.queue}", d.loop(self._stop))
@@ -359,4 +401,12 @@ class Dispatcher:
             failing.cancel()
         finally:
             await runner.close()
+            unfinished = [d.unfinished_wake for d in dispatchers if d.unfinished_wake]
+            if unfinished:  # their connections are closed now: they end at once
+                await asyncio.wait(unfinished, timeout=self.settings.block_timeout + BLOCK_MARGIN)
+                for task in unfinished:
+                    if task.done() and not task.cancelled():
+                        task.exception()  # retrieved: the connection was closed under it
+            if unexport is not None:  # may wait for a scrape in flight: off the loop
+                await asyncio.to_thread(unexport)
         self.supervisor.raise_if_failed()

@@ -13,10 +13,14 @@ import fcntl
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from duetime.errors import EmbeddedServerError
 
@@ -36,7 +40,20 @@ class EmbeddedServer:
 
     def describe(self) -> str:
         verb = "started" if self.started else "attached to"
-        return f"duetime: {verb} embedded Valkey at {self.url} (data in {self.data_dir})"
+        return f"{verb} embedded Valkey at {self.url} (data in {self.data_dir})"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What a running embedded server says of itself (``server_info``)."""
+
+    url: str
+    data_dir: Path
+    pid: int
+    version: str  # e.g. "Valkey 9.0.0"
+    memory_used: int  # bytes (INFO used_memory)
+    memory_peak: int  # bytes (INFO used_memory_peak)
+    uptime: float  # seconds
 
 
 def data_dir() -> Path:
@@ -48,12 +65,21 @@ def data_dir() -> Path:
     return Path(home).expanduser().resolve() / "valkey"
 
 
+def _client(socket_path: Path, timeout: float) -> redis.Redis:
+    # No retries: a probe must fail at once, and after SHUTDOWN the client would
+    # otherwise retry the closed socket with back-off for seconds.
+    return redis.Redis(
+        unix_socket_path=str(socket_path),
+        socket_timeout=timeout,
+        socket_connect_timeout=2,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
 def _alive(socket_path: Path) -> bool:
     if not socket_path.exists():
         return False
-    client = redis.Redis(
-        unix_socket_path=str(socket_path), socket_timeout=2, socket_connect_timeout=2
-    )
+    client = _client(socket_path, 2)
     try:
         return bool(client.ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -73,8 +99,14 @@ def _binary() -> str:
     return str(get_binary_path())
 
 
-def ensure_server(start_timeout: float = 15.0) -> EmbeddedServer:
-    """Attach to the local embedded server, starting it first if none is running."""
+def ensure_server(
+    start_timeout: float = 15.0, on_start: Callable[[Path], None] | None = None
+) -> EmbeddedServer:
+    """Attach to the local embedded server, starting it first if none is running.
+
+    ``on_start`` is called with the data directory just before a server is started (not
+    when one is attached to), so that a caller can say why it waits.
+    """
     directory = data_dir()
     directory.mkdir(parents=True, exist_ok=True)
     socket_path = directory / "valkey.sock"
@@ -88,6 +120,8 @@ def ensure_server(start_timeout: float = 15.0) -> EmbeddedServer:
         if _alive(socket_path):
             return EmbeddedServer(directory, socket_path, started=False)
         socket_path.unlink(missing_ok=True)
+        if on_start is not None:
+            on_start(directory)
         command = [
             _binary(),
             "--port", "0",
@@ -124,7 +158,7 @@ def stop_server() -> bool:
     socket_path = data_dir() / "valkey.sock"
     if not _alive(socket_path):
         return False
-    client = redis.Redis(unix_socket_path=str(socket_path), socket_timeout=5)
+    client = _client(socket_path, 5)
     try:
         client.shutdown()
     except (redis.ConnectionError, redis.ResponseError):
@@ -132,3 +166,34 @@ def stop_server() -> bool:
     finally:
         client.close()
     return True
+
+
+def server_info() -> ServerInfo | None:
+    """The running embedded server's pid, version and memory; None when none runs.
+    Never starts one."""
+    directory = data_dir()
+    socket_path = directory / "valkey.sock"
+    if not _alive(socket_path):
+        return None
+    client = _client(socket_path, 5)
+    try:
+        info: dict[str, Any] = client.info("server")
+        info.update(client.info("memory"))
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return None  # it stopped between the two looks
+    finally:
+        client.close()
+    # Valkey reports its own version beside a Redis-compatible redis_version.
+    if "valkey_version" in info:
+        version = f"Valkey {info['valkey_version']}"
+    else:
+        version = f"{str(info.get('server_name') or 'Redis').capitalize()} {info['redis_version']}"
+    return ServerInfo(
+        url=f"unix://{socket_path}",
+        data_dir=directory,
+        pid=int(info["process_id"]),
+        version=version,
+        memory_used=int(info["used_memory"]),
+        memory_peak=int(info.get("used_memory_peak", 0)),
+        uptime=float(info.get("uptime_in_seconds", 0)),
+    )

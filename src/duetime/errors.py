@@ -98,27 +98,27 @@ class DaemonFailedError(DuetimeError):
 
 
 class NotDurableError(DuetimeError):
-    """Durable mode: a write was applied on the master, but fewer replicas than asked
-    confirmed it within the timeout, so a failover may or may not keep it. Scheduling
-    again with the same task id is safe (an id that is live changes nothing)."""
+    """Durable mode: a write was applied on the master, but its confirmation fell short
+    in time (fewer replicas than asked, or, with durable_fsync, no fsync), so a failover
+    or a crash may or may not keep it. Scheduling again with the same task id is safe
+    (an id that is live changes nothing)."""
 
     def __init__(
         self,
         confirmed: int,
         wanted: int,
-        timeout_ms: int,
+        shortfall: str,
         reply: object = None,
         task_ids: tuple[str, ...] = (),
     ) -> None:
         ids = f" (task ids: {', '.join(task_ids[:10])}{'...' if len(task_ids) > 10 else ''})"
         super().__init__(
-            f"the write was applied on the master, but only {confirmed} of {wanted} "
-            f"replica(s) confirmed it within {timeout_ms / 1000:g}s: it may or may not "
-            f"survive a failover{ids if task_ids else ''}; scheduling again with the same id "
-            "is safe"
+            f"the write was applied on the master, but {shortfall}: it may or may not "
+            f"survive a failover or a crash{ids if task_ids else ''}; scheduling again with "
+            "the same id is safe"
         )
         self.confirmed = confirmed
         self.wanted = wanted
-        self.timeout_ms = timeout_ms
+        self.shortfall = shortfall
         self.reply = reply
         self.task_ids = task_ids

@@ -8,6 +8,7 @@ same by construction. Every input is checked before anything is written.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,16 +30,22 @@ from duetime.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
+from duetime.hooks import HookChain, Hooks, ScheduledTask
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.states import RescheduleOutcome, TaskState
 from duetime.store import AsyncRunner, SyncRunner
 from duetime.store.keys import QueueLayout
 from duetime.store.operations import (
+    MINUTE_MS,
+    MINUTES_KEPT,
     CronTable,
     Durability,
+    Listed,
     Plan,
     QueueOperations,
+    RegisteredQueue,
     StatusReply,
+    registered_queues,
     shard_operations,
     store_tasks,
 )
@@ -106,6 +113,48 @@ class QueueStats:
     next_due: float | None  # epoch seconds of the earliest scheduled task
     counters: dict[str, int] = field(default_factory=dict)
     shards: list[QueueStats] = field(default_factory=list)  # each shard's, when sharded
+    paused: bool = False  # workers claim nothing (see Queue.pause)
+    #: Seconds the oldest due task has waited to be promoted (0: none is due), and the
+    #: oldest ready task to be claimed since its run-at (0: none is ready): the lag a
+    #: delayed-task system adds, before a handler starts.
+    oldest_due_age: float = 0.0
+    oldest_ready_age: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """A task as ``Queue.tasks`` lists it. Times are epoch seconds by the server clock:
+    ``run_at`` from its envelope, ``lease_deadline`` while running, ``died_at`` when
+    dead; ``error`` is the last failure (of a task being retried, or dead)."""
+
+    id: str
+    state: TaskState
+    task: str | None
+    data: Any
+    run_at: float | None
+    attempts: int
+    worker: str | None = None
+    lease_deadline: float | None = None
+    died_at: float | None = None
+    error: str | None = None
+    problem: str | None = None  # a record of this task that duetime cannot read
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteFigures:
+    """What a queue did in one minute (server clock): attempts completed, retried and
+    gone dead, and how late the completed ones started (seconds; None if none did)."""
+
+    start: float  # epoch seconds
+    completed: int
+    retried: int
+    dead: int
+    lateness_mean: float | None
+    lateness_max: float | None
+
+
+#: The states Queue.tasks lists.
+LISTED_STATES = (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING, TaskState.DEAD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,8 +256,10 @@ class QueueCore:
         result_ttl: float | None,
         durable: bool | None = None,
         shards: int = 1,
+        hooks: Iterable[Hooks] = (),
     ) -> None:
         self.name = validation.queue_name(name)
+        self.hooks = HookChain(hooks)
         self.durability = Durability.wanted(settings, durable)
         self.settings = settings
         self.layout = QueueLayout(self.name, validation.shards(shards))
@@ -219,6 +270,7 @@ class QueueCore:
             0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")
         )
         self.default_timeout_ms = round(settings.task_timeout * 1000)
+        self._fsync_checked: set[int] = set()  # shards whose server can confirm fsyncs
 
     # --- validation ------------------------------------------------------------------
 
@@ -304,7 +356,7 @@ class QueueCore:
                 created = yield from self._store([items[i] for i in pending], nows)
             except NotDurableError as error:  # say which tasks: they are on the master
                 raise NotDurableError(
-                    error.confirmed, error.wanted, error.timeout_ms, error.reply,
+                    error.confirmed, error.wanted, error.shortfall, error.reply,
                     tuple(ids[i] for i in pending),
                 ) from None  # fmt: skip
             refused = [
@@ -314,6 +366,11 @@ class QueueCore:
             ]
             pending = yield from self._collided(refused, items)
             if not pending:
+                if self.hooks:
+                    self.hooks.on_schedule(self.name, [
+                        ScheduledTask(task_id, item.task, run_at / 1000)
+                        for task_id, item, (_, run_at, _) in zip(ids, prepared, items, strict=True)
+                    ])  # fmt: skip
                 return ids
             # A fresh id must not repeat one of this call, or it could take a given id's place.
             fresh = _fresh_ids(len(pending), set(ids))
@@ -338,6 +395,9 @@ class QueueCore:
         for shard, positions in by_shard.items():
             if shard not in nows:  # a fresh id may land in a shard not yet asked
                 nows[shard] = yield from self.shards[shard].now()
+            if self.durability and self.durability.fsync and shard not in self._fsync_checked:
+                yield from self.shards[shard].check_fsync()  # before writing, not after
+                self._fsync_checked.add(shard)
             calls += self.shards[shard].schedule_calls(nows[shard], [items[p] for p in positions])
             order += positions
         flags = yield from store_tasks(calls, self.durability)
@@ -532,6 +592,76 @@ class QueueCore:
             )  # fmt: skip
         return attempts_seen
 
+    def tasks_plan(self, state: str, limit: int, offset: int) -> Plan[list[TaskSummary]]:
+        """Tasks in one state, in the order they will be served (dead: latest first);
+        a sharded queue's shards merged by that order (ready: by run-at)."""
+        if state not in LISTED_STATES:
+            listed = ", ".join(LISTED_STATES)
+            raise InvalidInputError(f"state must be one of {listed}, got {state!r}")
+        validation.whole_number(limit, "limit", 1, 10_000)
+        validation.whole_number(offset, "offset", 0, 1_000_000)
+        found = []
+        for shard in self.shards:
+            entries = yield from shard.listed(TaskState(state), offset + limit)
+            found += [_summary(entry) for entry in entries]
+        if len(self.shards) > 1:
+            found.sort(key=_LISTING_ORDER[TaskState(state)])
+        return found[offset : offset + limit]
+
+    def throughput_plan(self, minutes: int) -> Plan[list[MinuteFigures]]:
+        """The last ``minutes`` minutes, oldest first, the current one last (partial)."""
+        validation.whole_number(minutes, "minutes", 1, MINUTES_KEPT - 1)
+        now_minute = (yield from self.operations.now()) // MINUTE_MS
+        totals: dict[str, int] = {}
+        late_max: dict[int, int] = {}
+        for shard in self.shards:
+            for name, count in (yield from shard.minute_figures()).items():
+                number, _, figure = name.partition(":")
+                if figure == "late_max_us" and number.isdigit():
+                    late_max[int(number)] = max(count, late_max.get(int(number), 0))
+                else:
+                    totals[name] = totals.get(name, 0) + count
+        figures = []
+        for minute in range(now_minute - minutes + 1, now_minute + 1):
+            completed = totals.get(f"{minute}:completed", 0)
+            late_sum = totals.get(f"{minute}:late_sum_us", 0)
+            figures.append(
+                MinuteFigures(
+                    minute * MINUTE_MS / 1000, completed,
+                    totals.get(f"{minute}:retried", 0), totals.get(f"{minute}:dead", 0),
+                    late_sum / completed / 1e6 if completed else None,
+                    late_max[minute] / 1e6 if completed and minute in late_max else None,
+                )
+            )  # fmt: skip
+        return figures
+
+    def pause_plan(self, paused: bool) -> Plan[bool]:
+        """Pause or resume every shard; True when any changed."""
+        changed = False
+        for shard in self.shards:
+            changed = (yield from shard.set_paused(paused)) or changed
+        return changed
+
+    def paused_plan(self) -> Plan[bool]:
+        for shard in self.shards:
+            if (yield from shard.is_paused()):
+                return True
+        return False
+
+    def run_now_plan(self, task_id: str) -> Plan[None]:
+        """Make a waiting (scheduled) task due now: a delayed task, or a retry waiting
+        out its back-off. Its run-at becomes the server's now."""
+        status = yield from self.status_plan(task_id)
+        if status is None:
+            raise self.not_found(task_id)
+        if status.state != TaskState.SCHEDULED:
+            raise TaskStateError(
+                f"task {task_id} is {status.state}, not scheduled: only a waiting task can "
+                "be run now"
+            )
+        now_ms = yield from self._home(task_id).now()
+        yield from self.reschedule_plan(task_id, now_ms / 1000)
+
     def requeue_plan(self, task_ids: TaskIds) -> Plan[int]:
         """Requeue the given dead tasks (one id, or a sequence), or all when None."""
         return (yield from self._each_dead(task_ids, QueueOperations.requeue_dead))
@@ -628,6 +758,23 @@ class QueueCore:
                 return
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
+    def trigger_cron_plan(self, name: str) -> Plan[str]:
+        """Run a cron job once now, outside its schedule: a task with the job's handler,
+        data, attempts and timeout, under a fresh id (it is not a tick: the schedule,
+        its overlap policy and its last run are untouched). Returns the task id."""
+        for shard in self._search_order(self.layout.of_cron(name)):
+            table = yield from shard.cron_table()
+            blob = table.definitions.get(name)
+            if blob is None:
+                continue
+            job = cron.decode_job(blob)
+            options = Job(
+                job.data, delay=0, task=job.task, max_attempts=job.max_attempts,
+                timeout=job.timeout_ms / 1000, result_ttl=cron.RESULT_TTL_MS / 1000,
+            )  # fmt: skip
+            return (yield from self.schedule_one_plan(options))
+        raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+
     def remove_cron_plan(self, name: str) -> Plan[bool]:
         removed = False
         for shard in self.shards:
@@ -709,7 +856,15 @@ class QueueCore:
 
 def _queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:
     now = counts["now_ms"]
+    next_due_ms = counts["next_due_ms"]
+    ready_since_ms = None
+    if counts["ready_head_envelope"] is not None:
+        with contextlib.suppress(DecodeError):  # garbage: the checker reports it
+            ready_since_ms = codec.decode_envelope(counts["ready_head_envelope"]).run_at_ms
     return QueueStats(
+        paused=counts["paused"],
+        oldest_due_age=max(0.0, (now - next_due_ms) / 1000) if next_due_ms is not None else 0.0,
+        oldest_ready_age=max(0.0, (now - ready_since_ms) / 1000) if ready_since_ms else 0.0,
         queue=name,
         scheduled=counts["scheduled"],
         ready=counts["ready"],
@@ -734,6 +889,9 @@ def _combined_stats(name: str, shards: list[QueueStats]) -> QueueStats:
             counters[counter] = -1 if -1 in (value, known) else known + value
     due = [shard.next_due for shard in shards if shard.next_due is not None]
     return QueueStats(
+        paused=any(shard.paused for shard in shards),
+        oldest_due_age=max(shard.oldest_due_age for shard in shards),
+        oldest_ready_age=max(shard.oldest_ready_age for shard in shards),
         queue=name,
         scheduled=sum(shard.scheduled for shard in shards),
         ready=sum(shard.ready for shard in shards),
@@ -744,6 +902,44 @@ def _combined_stats(name: str, shards: list[QueueStats]) -> QueueStats:
         counters=counters,
         shards=shards,
     )
+
+
+def _summary(entry: Listed) -> TaskSummary:
+    """What a listing shows of one task; a record that does not decode is named, not
+    raised, so one bad task does not hide the page."""
+    problems = []
+    task, data, run_at = None, None, None
+    if entry.envelope is None:
+        problems.append("it has no envelope")
+    else:
+        try:
+            envelope = codec.decode_envelope(entry.envelope)
+            task, data, run_at = envelope.task, envelope.data, envelope.run_at_ms / 1000
+        except DecodeError as problem:
+            problems.append(f"its envelope is unreadable ({problem})")
+    error = None
+    if entry.error is not None:
+        try:
+            error = codec.decode_error(entry.error).error
+        except DecodeError as problem:
+            problems.append(f"its error record is unreadable ({problem})")
+    score = None if entry.score is None else entry.score / 1000
+    return TaskSummary(
+        entry.task_id, entry.state, task, data, run_at, entry.attempts or 0,
+        worker=entry.worker,
+        lease_deadline=score if entry.state == TaskState.RUNNING else None,
+        died_at=score if entry.state == TaskState.DEAD else None,
+        error=error, problem="; ".join(problems) or None,
+    )  # fmt: skip
+
+
+#: How merged listings of a sharded queue are ordered.
+_LISTING_ORDER: dict[TaskState, Callable[[TaskSummary], float]] = {
+    TaskState.SCHEDULED: lambda task: task.run_at or 0.0,
+    TaskState.READY: lambda task: task.run_at or 0.0,
+    TaskState.RUNNING: lambda task: task.lease_deadline or 0.0,
+    TaskState.DEAD: lambda task: -(task.died_at or 0.0),
+}
 
 
 def _result_record(blob: bytes | None) -> tuple[ResultRecord | None, str | None]:
@@ -803,6 +999,18 @@ def _status(task_id: str, reply: StatusReply) -> TaskStatus | None:
     )
 
 
+def known_queues(
+    redis: RedisSpec = None, settings: Settings = DEFAULT_SETTINGS
+) -> list[RegisteredQueue]:
+    """The queues dispatchers have served on this server (each noted when a dispatcher
+    starts), by name, with their shard count: what ``duetime queues`` lists."""
+    runner = SyncRunner(redis, settings)
+    try:
+        return runner.run(registered_queues())
+    finally:
+        runner.close()
+
+
 class Queue:
     """A queue on a synchronous connection.
 
@@ -811,6 +1019,7 @@ class Queue:
     wait for replicas to confirm them (see ``Settings.durable_replicas``). ``shards``
     spreads the queue over that many hash tags, which Redis Cluster places on different
     masters; give workers and dispatchers the same count (docs/deployment.md).
+    ``hooks`` (duetime.Hooks) hear about every task this object schedules.
     """
 
     def __init__(
@@ -823,8 +1032,9 @@ class Queue:
         result_ttl: float | None = None,
         durable: bool | None = None,
         shards: int = 1,
+        hooks: Iterable[Hooks] = (),
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards)
+        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
         self.runner = SyncRunner(redis, settings)
         self.name = self.core.name
 
@@ -860,6 +1070,30 @@ class Queue:
 
     def stats(self) -> QueueStats:
         return self.runner.run(self.core.stats_plan())
+
+    def tasks(self, state: str, limit: int = 50, offset: int = 0) -> list[TaskSummary]:
+        """Tasks in one state (scheduled, ready, running or dead), in serving order."""
+        return self.runner.run(self.core.tasks_plan(state, limit, offset))
+
+    def throughput(self, minutes: int = 60) -> list[MinuteFigures]:
+        """Per-minute figures of the last ``minutes`` (at most 60), oldest first."""
+        return self.runner.run(self.core.throughput_plan(minutes))
+
+    def pause(self) -> bool:
+        """Workers stop claiming from this queue (running tasks finish); scheduling and
+        promotion go on. True when it was not paused already."""
+        return self.runner.run(self.core.pause_plan(True))
+
+    def resume(self) -> bool:
+        """Workers claim again, at once. True when it was paused."""
+        return self.runner.run(self.core.pause_plan(False))
+
+    def is_paused(self) -> bool:
+        return self.runner.run(self.core.paused_plan())
+
+    def run_now(self, task_id: str) -> None:
+        """Make a scheduled task due now (TaskStateError if it is not waiting)."""
+        self.runner.run(self.core.run_now_plan(task_id))
 
     def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         return self.runner.run(self.core.dead_plan(limit, offset))
@@ -903,6 +1137,10 @@ class Queue:
     def remove_cron(self, name: str) -> bool:
         return self.runner.run(self.core.remove_cron_plan(name))
 
+    def trigger_cron(self, name: str) -> str:
+        """Run a cron job once now, outside its schedule; returns the task id."""
+        return self.runner.run(self.core.trigger_cron_plan(name))
+
     def close(self) -> None:
         self.runner.close()
 
@@ -926,8 +1164,9 @@ class AsyncQueue:
         result_ttl: float | None = None,
         durable: bool | None = None,
         shards: int = 1,
+        hooks: Iterable[Hooks] = (),
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards)
+        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
         self.runner = AsyncRunner(redis, settings)
         self.name = self.core.name
 
@@ -959,6 +1198,24 @@ class AsyncQueue:
 
     async def stats(self) -> QueueStats:
         return await self.runner.run(self.core.stats_plan())
+
+    async def tasks(self, state: str, limit: int = 50, offset: int = 0) -> list[TaskSummary]:
+        return await self.runner.run(self.core.tasks_plan(state, limit, offset))
+
+    async def throughput(self, minutes: int = 60) -> list[MinuteFigures]:
+        return await self.runner.run(self.core.throughput_plan(minutes))
+
+    async def pause(self) -> bool:
+        return await self.runner.run(self.core.pause_plan(True))
+
+    async def resume(self) -> bool:
+        return await self.runner.run(self.core.pause_plan(False))
+
+    async def is_paused(self) -> bool:
+        return await self.runner.run(self.core.paused_plan())
+
+    async def run_now(self, task_id: str) -> None:
+        await self.runner.run(self.core.run_now_plan(task_id))
 
     async def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         return await self.runner.run(self.core.dead_plan(limit, offset))
@@ -993,6 +1250,9 @@ class AsyncQueue:
 
     async def remove_cron(self, name: str) -> bool:
         return await self.runner.run(self.core.remove_cron_plan(name))
+
+    async def trigger_cron(self, name: str) -> str:
+        return await self.runner.run(self.core.trigger_cron_plan(name))
 
     async def close(self) -> None:
         await self.runner.close()

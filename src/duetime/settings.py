@@ -48,8 +48,25 @@ class _Range:
         return None
 
 
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Switch:
+    """A setting that is on or off. From the environment: 1/0, true/false, yes/no, on/off."""
+
+    def problem(self, value: object) -> str | None:
+        return None if isinstance(value, bool) else f"must be true or false, got {shown(value)}"
+
+    @staticmethod
+    def parse(raw: str) -> bool | str:
+        word = raw.strip().lower()
+        return True if word in _TRUE else False if word in _FALSE else raw
+
+
 #: The range of every setting; the reasons for the bounds are in the field comments.
-_RANGES = {
+_RANGES: dict[str, _Range | _Switch] = {
     "lease_duration": _Range(False, 0, _DAY),
     "heartbeat_interval": _Range(False, 0, 3600),
     "worker_ttl": _Range(False, 0, _DAY),
@@ -72,6 +89,8 @@ _RANGES = {
     "maintenance_interval": _Range(False, 0, _DAY),
     "durable_replicas": _Range(True, 0, 100, least_allowed=True),
     "durable_timeout": _Range(False, 0, 3600),
+    "durable_fsync": _Switch(),
+    "metrics_port": _Range(True, 0, 65535, least_allowed=True),
 }
 
 
@@ -129,6 +148,14 @@ class Settings:
     durable_replicas: int = 0
     #: How long durable mode waits for the replicas' confirmation.
     durable_timeout: float = 1.0
+    #: Durable mode also waits until the write is fsynced to the append-only file: on
+    #: the master, and on durable_replicas replicas (WAITAOF; Redis or Valkey 7.2 and
+    #: later, with appendonly yes). Off: WAIT confirms receipt by replicas, not disk.
+    durable_fsync: bool = False
+    #: Port of the Prometheus endpoint a dispatcher or worker process serves (one per
+    #: process, shared by its daemons; on 127.0.0.1 unless $DUETIME_METRICS_ADDRESS
+    #: names another address). 0: no endpoint. See docs/metrics.md.
+    metrics_port: int = 0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -157,16 +184,19 @@ class Settings:
         A value that is not a number, or out of range, raises ConfigurationError naming
         the variable."""
         environ = os.environ if environ is None else environ
-        changes: dict[str, float | int] = {}
+        changes: dict[str, float | int | bool] = {}
         for field in dataclasses.fields(cls):
             variable = f"DUETIME_{field.name.upper()}"
             raw = environ.get(variable)
             if raw is None:
                 continue
             allowed = _RANGES[field.name]
-            value: float | int | str = raw
-            with contextlib.suppress(ValueError):
-                value = int(raw) if allowed.whole else float(raw)
+            value: float | int | bool | str = raw
+            if isinstance(allowed, _Switch):
+                value = allowed.parse(raw)
+            else:
+                with contextlib.suppress(ValueError):
+                    value = int(raw) if allowed.whole else float(raw)
             problem = allowed.problem(value)
             if problem is not None:
                 raise ConfigurationError(f"{variable} {problem}")
@@ -176,7 +206,7 @@ class Settings:
         except ConfigurationError as error:
             raise ConfigurationError(f"{error} (from DUETIME_* variables)") from None
 
-    def replace(self, **changes: float | int) -> Settings:
+    def replace(self, **changes: float | int | bool) -> Settings:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 

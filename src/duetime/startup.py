@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Sequence
+from importlib import metadata
 
 from duetime.clock import ServerClock
 from duetime.errors import DuetimeError
+from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store import AsyncRunner
 from duetime.store.keys import QueueLayout
-from duetime.store.operations import QueueOperations
+from duetime.store.operations import Durability, QueueOperations, register_queues
+from duetime.store.runner import mask_url
 
 log = logging.getLogger("duetime")
 
@@ -29,6 +34,15 @@ async def warn_if_evicting(runner: AsyncRunner, operations: QueueOperations) -> 
         )
 
 
+async def register(runner: AsyncRunner, layouts: Sequence[QueueLayout]) -> None:
+    """Note the queues this dispatcher serves (``duetime queues`` lists them); a
+    failure is logged, never fatal: the queues work without it."""
+    try:
+        await runner.run(register_queues(layouts))
+    except DuetimeError as error:
+        log.warning("could not note the served queues for `duetime queues`: %s", error)
+
+
 async def warn_if_beyond(runner: AsyncRunner, layout: QueueLayout) -> None:
     """Say so when the queue has tasks in a shard past the count this daemon was given:
     it was written with more shards, and those tasks would wait for ever."""
@@ -45,3 +59,58 @@ async def warn_if_beyond(runner: AsyncRunner, layout: QueueLayout) -> None:
             "shard count the queue was written with (--shards)",
             layout.queue, layout.count, layout.count,
         )  # fmt: skip
+
+
+async def check_durability(
+    runner: AsyncRunner, shards: Sequence[QueueOperations], durability: Durability | None
+) -> None:
+    """With durable_fsync, ConfigurationError at start (not at the first ack) when a
+    shard's server cannot confirm fsyncs."""
+    if durability is not None and durability.fsync:
+        for operations in shards:
+            await runner.run(operations.check_fsync())
+
+
+def banner(
+    role: str,
+    queues: Sequence[str],
+    url: str,
+    settings: Settings,
+    *,
+    shards: int = 1,
+    details: Sequence[str] = (),
+) -> None:
+    """Log at INFO, as one record, what a daemon is about to run with: the duetime
+    version, its ``role``, the queues (and shard count), the server (password masked),
+    any ``details`` (e.g. concurrency) and the settings that differ from the defaults,
+    so that a log shows how each process was started without a look at its
+    environment."""
+    try:
+        version = metadata.version("duetime")
+    except metadata.PackageNotFoundError:  # run from a source tree, not installed
+        version = "(version unknown)"
+    names = ", ".join(queues)
+    if shards > 1:
+        names += f" ({shards} shards each)" if len(queues) > 1 else f" ({shards} shards)"
+    changed = [
+        f"{field.name}={_setting(getattr(settings, field.name))} "
+        f"(default {_setting(getattr(DEFAULT_SETTINGS, field.name))})"
+        for field in dataclasses.fields(settings)
+        if getattr(settings, field.name) != getattr(DEFAULT_SETTINGS, field.name)
+    ]
+    parts = [
+        f"duetime {version} starting {role}",
+        f"queue{'s' if len(queues) > 1 else ''} {names}",
+        f"server {mask_url(url)}",
+        *details,
+        f"settings changed: {', '.join(changed)}" if changed else "settings: the defaults",
+    ]
+    log.info("; ".join(parts))
+
+
+def _setting(value: object) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

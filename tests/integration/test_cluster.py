@@ -16,10 +16,10 @@ import redis.cluster
 from redis.crc import key_slot
 
 from duetime import App, AsyncQueue, Dispatcher, Job, Queue, Worker, current_task
-from duetime.errors import NotDurableError, RedisCommandError, TaskFailedError
+from duetime.errors import ConfigurationError, NotDurableError, RedisCommandError, TaskFailedError
 from duetime.store.keys import QueueLayout
 from tests.conftest import require_binary
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, running, wait_until, wait_until_sync
 from tests.servers import SLOTS, Cluster, command
 
 #: Queue names whose hash tags fall on masters 0, 1 and 2 of a 3-master test cluster.
@@ -327,3 +327,46 @@ def test_durable_mode_on_a_cluster_without_replicas_says_the_writes_are_unconfir
     assert raised.value.confirmed == 0 and len(raised.value.task_ids) == 30
     with Queue(SHARDED.queue, clean_cluster.url, shards=3) as queue:
         assert queue.stats().scheduled == 30  # written on the masters, as the error says
+
+
+def test_durable_fsync_on_a_cluster_waits_for_the_aof_of_every_master_written(
+    clean_cluster: Cluster,
+) -> None:
+    """A WAITAOF per master written (Valkey), or a refusal before any write where the
+    servers lack WAITAOF (Redis 7.0)."""
+    settings = FAST.replace(durable_fsync=True)
+    jobs = [(time.time() + 3600, {"n": n}) for n in range(30)]
+    clients = [node.client() for node in clean_cluster.nodes]
+    version = clients[0].info("server")["redis_version"]
+    try:
+        if clean_cluster.kind == "redis" and tuple(map(int, version.split(".")[:2])) < (7, 2):
+            with (
+                Queue(SHARDED.queue, clean_cluster.url, shards=3, settings=settings) as queue,
+                pytest.raises(ConfigurationError, match=r"durable_fsync.*WAITAOF"),
+            ):
+                queue.schedule_many(jobs)
+            assert sum(client.dbsize() for client in clients) == 0
+            return
+        for client in clients:
+            command(client, "CONFIG", "SET", "appendonly", "yes")
+        wait_until_sync(
+            lambda: all(
+                c.info("persistence")["aof_rewrite_in_progress"] == 0
+                and c.info("persistence")["aof_enabled"] == 1
+                for c in clients
+            ),
+            what="the append-only files",
+        )
+        with Queue(SHARDED.queue, clean_cluster.url, shards=3, settings=settings) as queue:
+            ids = queue.schedule_many(jobs)
+            assert queue.stats().scheduled == 30
+        assert {SHARDED.of_task(task_id) for task_id in ids} == {0, 1, 2}
+        # Each master: one check before its first write, and a wait after the writes
+        # (sent again with them when the script had to be loaded first).
+        for client in clients:
+            assert client.info("commandstats")["cmdstat_waitaof"]["calls"] >= 2
+    finally:
+        for client in clients:
+            if clean_cluster.kind != "redis":
+                command(client, "CONFIG", "SET", "appendonly", "no")
+            client.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 import redis
@@ -15,7 +16,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.dispatcher import QueueDispatcher
 from duetime.errors import InvalidInputError, TaskNotFoundError
 from duetime.store import AsyncRunner, QueueKeys
-from tests.helpers import decoded, running, wait_until
+from tests.helpers import FAST, decoded, running, wait_until
 
 T0 = 1_800_000_000_000  # a whole second, on a whole minute
 SECOND = 1000
@@ -190,3 +191,30 @@ def test_a_per_second_job_runs_end_to_end_and_reports_its_last_run(
         assert last is not None and last.task_id.startswith("cron:pulse:")
         assert last.succeeded is True and last.lateness_ms is not None and last.lateness_ms >= 0
         assert queue.check() == []
+
+
+def test_trigger_runs_a_job_once_now_with_its_definition(redis_url: str, queue_name: str) -> None:
+    seen: list[tuple[Any, int]] = []
+    app = App()
+
+    @app.task
+    def report(data: Any) -> None:
+        seen.append((data, duetime.current_task().max_attempts))
+
+    with Queue(queue_name, redis_url, shards=2) as queue:
+        queue.add_cron("nightly", "0 3 * * *", {"kind": "nightly"}, task=report, max_attempts=7)
+        before = queue.list_cron()[0].next_runs
+        task_id = queue.trigger_cron("nightly")
+        assert not task_id.startswith("cron:")  # a run of its own, not a tick
+
+        async def scenario() -> None:
+            worker = Worker(app, queue_name, redis_url, settings=FAST, shards=2)
+            async with running(worker):
+                await wait_until(lambda: len(seen) == 1, what="the triggered run")
+
+        asyncio.run(scenario())
+        assert seen == [({"kind": "nightly"}, 7)]
+        assert queue.result(task_id, timeout=1) is None  # kept, like a tick's
+        assert queue.list_cron()[0].next_runs == before  # the schedule is untouched
+        with pytest.raises(TaskNotFoundError):
+            queue.trigger_cron("nobody")

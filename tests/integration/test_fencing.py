@@ -285,7 +285,7 @@ def test_a_heartbeat_that_crosses_an_ack_counts_nothing_as_fenced(
             runner = AsyncRunner(redis_url, Settings())
             operations = QueueOperations(keys, clock)
             try:
-                [claimed] = await runner.run(operations.claim("w", 10_000, 1))
+                [claimed] = await runner.run(operations.claim("w", 10_000, 1)) or []
                 done = Outcome(claimed.task_id, claimed.attempt)
                 assert await runner.run(operations.ack("w", [done])) == [True]
                 beat = await runner.run(

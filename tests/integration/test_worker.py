@@ -245,7 +245,7 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
         runner = AsyncRunner(redis_url, Settings())
         operations = QueueOperations(keys, clock)
         try:
-            [claimed] = await runner.run(operations.claim("stale", 1000, 1))
+            [claimed] = await runner.run(operations.claim("stale", 1000, 1)) or []
             clock.advance(1.0)  # the lease deadline is reached
             assert await runner.run(operations.reap_expired_leases(100)) == 1
             late = Outcome(task_id, claimed.attempt, 60_000, b"late")
@@ -259,7 +259,7 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
             assert beat.lost == [(task_id, claimed.attempt)]
             # The same worker claiming the task again does not revive the old attempt.
             await runner.run(operations.promote_due(10))
-            [again] = await runner.run(operations.claim("stale", 1000, 1))
+            [again] = await runner.run(operations.claim("stale", 1000, 1)) or []
             assert again.attempt == claimed.attempt + 1
             # A late report names the old attempt only; the new one is renewed, not lost.
             both = [(task_id, claimed.attempt), (task_id, again.attempt)]

@@ -191,15 +191,38 @@ ROLE_SCRIPTS: dict[str, set[str]] = {
 ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead"}
 #: Commands each role sends itself (not from a script). CONFIG GET is optional.
 ROLE_DIRECT: dict[str, set[str]] = {
-    "producer": {"time", "hget", "blmove", "zcard", "llen", "zrange", "hgetall", "hmget"},
+    "producer": {
+        "time",
+        "hget",
+        "blmove",
+        "zcard",
+        "llen",
+        "zrange",
+        "hgetall",
+        "hmget",
+        "exists",
+        "lindex",
+    },
     "worker": {"time", "blmove", "exists"},
-    "dispatcher": {"time", "blpop", "zrange", "zscore", "scan", "hmget", "exists"},
+    "dispatcher": {
+        "time",
+        "blpop",
+        "zrange",
+        "zscore",
+        "scan",
+        "hmget",
+        "exists",
+        "hkeys",
+        "hdel",
+        "hset",
+    },
 }
 ROLE_DIRECT["operator"] = ROLE_DIRECT["producer"] | {"scan", "multi", "exec", "hkeys", "lrange",
-                                                     "pttl", "hmget", "exists"}  # fmt: skip
+                                                     "pttl", "hmget", "exists", "set", "del",
+                                                     "rpush"}  # fmt: skip
 #: Every role: script calls (loaded again after NOSCRIPT), and redis-py's health check.
 ALWAYS = {"evalsha", "script|load", "ping"}
-OPTIONAL = {"config|get"}
+OPTIONAL = {"config|get", "waitaof"}  # waitaof: durable_fsync only (docs/security.md)
 #: Refusals redis-py and duetime shrug off: the start-up eviction check, and redis-py's
 #: CLIENT SETINFO on connect (on servers that have it).
 TOLERATED_DENIALS = {"config|get", "client|setinfo"}
@@ -405,6 +428,9 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     assert operator.requeue_dead([failing[0]]) == 1
     assert operator.cancel(failing[0])
     assert operator.purge_dead() == 1
+    assert operator.pause() and operator.is_paused() and operator.resume()
+    assert all(operator.tasks(state) == [] for state in ("ready", "running", "dead"))
+    assert producer.stats().paused is False
     raw.zrem(keys.workers, "hung")  # the fake worker that held the expired lease
     monkeypatch.setenv("DUETIME_REDIS_URL", acl_users.url("operator"))
     inspected = CliRunner().invoke(main, ["inspect", "-q", queue_name, "--check"])

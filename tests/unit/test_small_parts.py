@@ -11,7 +11,8 @@ from freezegun import freeze_time
 from duetime import App, ManualClock, ServerClock, Settings
 from duetime.backoff import Backoff, Outage, retry_delay
 from duetime.clock import wait_until
-from duetime.errors import ConfigurationError, UnknownHandlerError
+from duetime.errors import ConfigurationError, RedisCommandError, UnknownHandlerError
+from duetime.store.operations import Durability
 
 
 def test_settings_refuse_non_positive_and_incoherent_values() -> None:
@@ -29,6 +30,58 @@ def test_promote_ahead_may_be_zero_but_not_negative_or_long() -> None:
     with pytest.raises(ConfigurationError, match=r"up to 1 \(a task promoted ahead holds"):
         Settings(promote_ahead=2.0)
     assert Settings.from_env({"DUETIME_PROMOTE_AHEAD": "0"}).promote_ahead == 0
+
+
+def test_durable_fsync_is_a_switch_read_from_words_in_the_environment() -> None:
+    for word, value in (("1", True), ("yes", True), ("On", True), ("false", False), ("0", False)):
+        assert Settings.from_env({"DUETIME_DURABLE_FSYNC": word}).durable_fsync is value
+    with pytest.raises(ConfigurationError, match="DUETIME_DURABLE_FSYNC must be true or false"):
+        Settings.from_env({"DUETIME_DURABLE_FSYNC": "sometimes"})
+    with pytest.raises(ConfigurationError, match="durable_fsync must be true or false, got 1"):
+        Settings(durable_fsync=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("replicas", "fsync", "durable", "wanted"),
+    [
+        (0, False, None, None),
+        (0, False, True, (1, False)),  # durable=True asks for a replica where none is set
+        (2, False, None, (2, False)),
+        (2, False, False, None),
+        (0, True, None, (0, True)),  # the master's own fsync, no replica
+        (0, True, True, (0, True)),
+        (1, True, None, (1, True)),
+    ],
+)
+def test_durability_follows_the_settings_and_the_per_queue_switch(
+    replicas: int, fsync: bool, durable: bool | None, wanted: tuple[int, bool] | None
+) -> None:
+    settings = Settings(durable_replicas=replicas, durable_fsync=fsync)
+    durability = Durability.wanted(settings, durable)
+    assert (durability and (durability.replicas, durability.fsync)) == wanted
+
+
+def test_a_durable_confirmation_names_what_fell_short() -> None:
+    wait = Durability(2, 500)
+    assert wait.commands == [("WAIT", 2, 500)]
+    assert wait.shortfall([2, 3]) == (2, None)
+    assert wait.shortfall([3, 1]) == (1, "only 1 of 2 replica(s) confirmed it in 0.5s")
+    assert wait.shortfall(None)[1] == (
+        "the slot map changed during the call, so no wait covered every write"
+    )
+    fsync = Durability(1, 500, fsync=True)
+    # WAIT first, so that the replica's fsync report follows the write (see commands).
+    assert fsync.commands == [("WAIT", 1, 500), ("WAITAOF", 1, 1, 500)]
+    assert Durability(0, 500, fsync=True).commands == [("WAITAOF", 1, 0, 500)]
+    assert fsync.shortfall([[1, 1]]) == (1, None)
+    assert fsync.shortfall([[1, 0]])[1] == (
+        "only 0 of 1 replica(s) wrote it to their append-only file in 0.5s"
+    )
+    assert fsync.shortfall([[0, 1]])[1] == (
+        "the master did not write it to its append-only file within 0.5s"
+    )
+    refused = RedisCommandError("no AOF")
+    assert fsync.shortfall([[1, 1], refused]) == (0, "the server refused to confirm (no AOF)")
 
 
 def test_wait_until_never_returns_before_the_clock_reads_the_moment() -> None:

@@ -104,6 +104,24 @@ class QueueKeys:
         """HASH cron job name -> a tick held back while the previous run is live."""
         return self._key("cron_held")
 
+    @property
+    def minutes(self) -> str:
+        """HASH "<minute>:<figure>" -> count, per minute since the epoch (server clock):
+        completed, retried, dead, late_sum_us, late_max_us (start lateness of completed
+        attempts). Dispatchers trim minutes older than an hour."""
+        return self._key("minutes")
+
+    @property
+    def paused(self) -> str:
+        """STRING present while the queue is paused: workers claim nothing."""
+        return self._key("paused")
+
+    @property
+    def resumed(self) -> str:
+        """LIST holding one element while the queue is not paused; paused workers block
+        on it (non-destructively), so a resume wakes them all at once."""
+        return self._key("resumed")
+
     def active(self, worker_id: str) -> str:
         """LIST of task ids a worker has taken (its BLMOVE destination)."""
         return self._key(f"active:{worker_id}")
@@ -127,6 +145,12 @@ def lease_member(worker_id: str, task_id: str) -> str:
 def split_lease_member(member: str) -> tuple[str, str]:
     worker_id, _, task_id = member.partition("|")
     return worker_id, task_id
+
+
+#: HASH queue name -> "<shards> <ms>": the queues dispatchers served, with their shard
+#: count and when a dispatcher last started for them (for listing queues; one key, so
+#: it lives on one node of a cluster, like any key).
+QUEUE_REGISTRY = f"{PREFIX}:queues"
 
 
 def shard_tag(queue: str, index: int) -> str:

@@ -15,17 +15,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from duetime.clock import Clock, ServerClock
-from duetime.errors import DuetimeError, NotDurableError
+from duetime.errors import ConfigurationError, DuetimeError, NotDurableError, RedisCommandError
 from duetime.settings import Settings
 from duetime.states import CronFireOutcome, RescheduleOutcome, TaskState
 from duetime.store import scripts
-from duetime.store.keys import QueueKeys, QueueLayout, split_lease_member
+from duetime.store.keys import QUEUE_REGISTRY, QueueKeys, QueueLayout, split_lease_member
 from duetime.store.scripts import Script
 
 T = TypeVar("T")
 
 #: Tasks per schedule_tasks script call: bounds how long one call holds the server.
 SCHEDULE_BATCH = 1000
+#: The per-minute figures: a minute in ms, and how many minutes dispatchers keep.
+MINUTE_MS = 60_000
+MINUTES_KEPT = 61
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +36,14 @@ class Command:
     """One Redis command. ``block`` is set for blocking commands: the seconds the
     server may hold it, so the runner sends it on a connection whose socket timeout
     is longer than that. ``route`` is a key of the queue for a command that names none
-    (TIME, SCAN, CONFIG GET): on a cluster it goes to the node holding that key."""
+    (TIME, SCAN, CONFIG GET): on a cluster it goes to the node holding that key.
+    ``refusal_as_reply``: the server's refusal comes back to the plan as a
+    RedisCommandError reply, for a plan that can say what it means."""
 
     args: tuple[Any, ...]
     block: float | None = None
     route: str | None = None
+    refusal_as_reply: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,21 +67,63 @@ class EvalMany:
 
 @dataclass(frozen=True, slots=True)
 class Durability:
-    """Wait for this many replicas to confirm a write, up to ``timeout_ms`` (WAIT)."""
+    """Wait for this many replicas to confirm a write, up to ``timeout_ms`` (WAIT); with
+    ``fsync``, for the write to be in the append-only file on the master and on that
+    many replicas (WAITAOF)."""
 
     replicas: int
     timeout_ms: int
+    fsync: bool = False
 
     @classmethod
     def wanted(cls, settings: Settings, durable: bool | None) -> Durability | None:
-        """The replicas to wait for: ``durable`` True asks for at least one even where
-        the settings say none, False for none, None follows ``durable_replicas``."""
-        replicas = settings.durable_replicas
-        if durable:
-            replicas = max(1, replicas)
-        elif durable is not None:
-            replicas = 0
-        return cls(replicas, round(settings.durable_timeout * 1000)) if replicas else None
+        """What to wait for: ``durable`` True asks for at least one replica where the
+        settings ask for nothing, False for nothing, None follows the settings."""
+        if durable is False:
+            return None
+        replicas, fsync = settings.durable_replicas, settings.durable_fsync
+        if durable and not (replicas or fsync):
+            replicas = 1
+        if not (replicas or fsync):
+            return None
+        return cls(replicas, round(settings.durable_timeout * 1000), fsync)
+
+    @property
+    def commands(self) -> list[tuple[str | int, ...]]:
+        """The waits sent after the writes, on their connection; the last one's reply
+        is the confirmation. WAIT comes before WAITAOF when replicas must fsync: a
+        replica reports its fsync only in answer to a request that reaches it after the
+        write (or once a second), and WAITAOF's request would otherwise travel with the
+        write: each call would take a second. So a call may wait twice the timeout."""
+        waitaof = ("WAITAOF", 1, self.replicas, self.timeout_ms)
+        wait = ("WAIT", self.replicas, self.timeout_ms)
+        if not self.fsync:
+            return [wait]
+        return [wait, waitaof] if self.replicas else [waitaof]
+
+    def shortfall(self, confirmations: Sequence[Any] | None) -> tuple[int, str | None]:
+        """The fewest replicas any reply confirmed, and what fell short (None: nothing).
+        ``confirmations`` are WAIT or WAITAOF replies, one per master written (an
+        exception where the server refused); None when a write went elsewhere."""
+        seconds = f"{self.timeout_ms / 1000:g}s"
+        if confirmations is None:
+            return 0, "the slot map changed during the call, so no wait covered every write"
+        fsynced_locally = True
+        replicas = self.replicas
+        for reply in confirmations:
+            if isinstance(reply, Exception):
+                return 0, f"the server refused to confirm ({reply})"
+            if self.fsync:
+                fsynced_locally = fsynced_locally and bool(int(reply[0]))
+                replicas = min(replicas, int(reply[1]))
+            else:
+                replicas = min(replicas, int(reply))
+        if not fsynced_locally:
+            return replicas, f"the master did not write it to its append-only file within {seconds}"
+        if replicas < self.replicas:
+            done = "wrote it to their append-only file" if self.fsync else "confirmed it"
+            return replicas, f"only {replicas} of {self.replicas} replica(s) {done} in {seconds}"
+        return replicas, None
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +165,20 @@ class Promotion:
 
 
 @dataclass(frozen=True, slots=True)
+class Listed:
+    """A task as a listing finds it: ``score`` is its run-at (scheduled), lease deadline
+    (running) or time of death (dead), in ms; records as stored (None if absent)."""
+
+    task_id: str
+    state: TaskState
+    score: float | None
+    worker: str | None
+    envelope: bytes | None
+    attempts: int | None
+    error: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     task_id: str
     attempt: int
@@ -140,6 +202,7 @@ class Outcome:
     attempt: int
     result_ttl_ms: int = 0
     result: bytes = b""
+    lateness_us: int = 0  # how long after its run-at the attempt started
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,12 +304,13 @@ def count_or_none(value: bytes | str | None) -> int | None:
 
 
 def _durably(calls: EvalMany, durability: Durability) -> Plan[list[Any]]:
-    """Run ``calls`` and wait for the replicas; NotDurableError (carrying the calls'
-    replies) when fewer confirmed in time: the write is on the master, but a failover
-    may or may not keep it."""
-    replies, confirmed = yield Durably(calls, durability)
-    if int(confirmed) < durability.replicas:
-        raise NotDurableError(int(confirmed), durability.replicas, durability.timeout_ms, replies)
+    """Run ``calls`` and wait for the confirmation; NotDurableError (carrying the calls'
+    replies) when it falls short in time: the write is on the master, but a failover
+    (or, with fsync, a crash) may or may not keep it."""
+    replies, confirmations = yield Durably(calls, durability)
+    confirmed, shortfall = durability.shortfall(confirmations)
+    if shortfall is not None:
+        raise NotDurableError(confirmed, durability.replicas, shortfall, replies)
     return list(replies)
 
 
@@ -265,6 +329,35 @@ def current_time(clock: Clock, route: str) -> Plan[int]:
         yield from sample_clock(clock, route)
         now = clock.now_ms()
     return now
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredQueue:
+    name: str
+    shards: int
+    seen_ms: int  # when a dispatcher last started for it (server clock)
+
+
+def register_queues(layouts: Sequence[QueueLayout]) -> Plan[None]:
+    """Note the queues a dispatcher serves, so that they can be listed."""
+    seconds, micros = yield Command(("TIME",), route=QUEUE_REGISTRY)
+    now_ms = int(seconds) * 1000 + int(micros) // 1000
+    fields = [part for layout in layouts for part in (layout.queue, f"{layout.count} {now_ms}")]
+    yield Command(("HSET", QUEUE_REGISTRY, *fields))
+
+
+def registered_queues() -> Plan[list[RegisteredQueue]]:
+    """The queues dispatchers noted, by name; an entry written by hand that does not
+    parse is left out."""
+    reply = yield Command(("HGETALL", QUEUE_REGISTRY))
+    if isinstance(reply, list):  # some clients leave HGETALL as a flat list
+        reply = dict(zip(reply[::2], reply[1::2], strict=True))
+    found = []
+    for name, value in reply.items():
+        shards, _, seen = _text(value).partition(" ")
+        if shards.isdigit() and seen.isdigit():
+            found.append(RegisteredQueue(_text(name), int(shards), int(seen)))
+    return sorted(found, key=lambda queue: queue.name)
 
 
 def shard_operations(
@@ -402,10 +495,74 @@ class QueueOperations:
             _whole_score(oldest_beat), _whole_score(next_tick), _whole_score(next_look),
         )  # fmt: skip
 
+    def check_fsync(self) -> Plan[None]:
+        """ConfigurationError unless this queue's server can confirm fsyncs (WAITAOF,
+        with appendonly on), as durable_fsync needs. Waits a millisecond at most."""
+        reply = yield Command(("WAITAOF", 1, 0, 1), route=self.keys.tasks, refusal_as_reply=True)
+        if isinstance(reply, RedisCommandError):
+            raise ConfigurationError(
+                f"durable_fsync cannot be used: {reply}. It needs WAITAOF (Redis or Valkey "
+                "7.2 and later) and appendonly yes on the master; change the server, or turn "
+                "durable_fsync off"
+            )
+
     def eviction_policy(self) -> Plan[str]:
         reply = yield Command(("CONFIG", "GET", "maxmemory-policy"), route=self.keys.tasks)
         values = list(reply.values()) if isinstance(reply, dict) else reply[1::2]
         return _text(values[0]) if values else "unknown"
+
+    def minute_figures(self) -> Plan[dict[str, int]]:
+        """The per-minute figures ("<minute>:<figure>" -> count); garbage is left out."""
+        reply = yield Command(("HGETALL", self.keys.minutes))
+        if isinstance(reply, list):  # some clients leave HGETALL as a flat list
+            reply = dict(zip(reply[::2], reply[1::2], strict=True))
+        figures = {}
+        for name, value in reply.items():
+            if (count := count_or_none(value)) is not None:
+                figures[_text(name)] = count
+        return figures
+
+    def trim_minutes(self, oldest_kept: int) -> Plan[int]:
+        """Drop the per-minute figures of minutes before ``oldest_kept`` (and garbage)."""
+        fields = yield Command(("HKEYS", self.keys.minutes))
+        old = []
+        for raw in fields:
+            minute, _, _ = _text(raw).partition(":")
+            if not minute.isdigit() or int(minute) < oldest_kept:
+                old.append(raw)
+        if old:
+            yield Command(("HDEL", self.keys.minutes, *old))
+        return len(old)
+
+    def set_paused(self, paused: bool) -> Plan[bool]:
+        """Pause the queue (workers claim nothing; scheduling and promotion go on) or
+        resume it, waking the paused workers. True when this changed the state."""
+        k = self.keys
+        if paused:
+            created, _ = yield Batch(
+                (Command(("SET", k.paused, "1", "NX")), Command(("DEL", k.resumed))),
+                transaction=True,
+            )
+            return bool(created)
+        removed, _, _ = yield Batch(
+            (
+                Command(("DEL", k.paused)),
+                Command(("DEL", k.resumed)),
+                Command(("RPUSH", k.resumed, "1")),
+            ),
+            transaction=True,
+        )
+        return bool(removed)
+
+    def is_paused(self) -> Plan[bool]:
+        return bool((yield Command(("EXISTS", self.keys.paused))))
+
+    def wait_resumed(self, timeout: float) -> Plan[bool]:
+        """Block until the queue is resumed, up to ``timeout`` seconds; every paused
+        worker wakes (the element stays: BLMOVE from the list to itself)."""
+        key = self.keys.resumed
+        reply = yield Command(("BLMOVE", key, key, "LEFT", "LEFT", timeout), block=timeout)
+        return reply is not None
 
     def wait_wake(self, timeout: float) -> Plan[bool]:
         """Block until someone signals an earlier due time, up to ``timeout`` seconds."""
@@ -528,15 +685,20 @@ class QueueOperations:
 
     def claim(
         self, worker_id: str, lease_ms: int, most: int, taken: Sequence[str] = ()
-    ) -> Plan[list[Claimed]]:
-        """Lease the ids already ``taken`` by BLMOVE plus up to ``most`` more from ready."""
+    ) -> Plan[list[Claimed] | None]:
+        """Lease the ids already ``taken`` by BLMOVE plus up to ``most`` more from ready.
+        None while the queue is paused: nothing is leased, the taken ids are back at
+        the head of ready."""
         now = yield from self.now()
         k = self.keys
         reply = yield Eval(
             scripts.CLAIM_TASKS,
-            (k.ready, k.active(worker_id), k.leases, k.attempts, k.tasks, k.workers, k.early),
+            (k.ready, k.active(worker_id), k.leases, k.attempts, k.tasks, k.workers, k.early,
+             k.paused),
             (now, now + lease_ms, worker_id, most, *taken),
-        )
+        )  # fmt: skip
+        if not isinstance(reply, list):
+            return None
         return [
             Claimed(
                 _text(reply[i]), int(reply[i + 1]), reply[i + 2], _score(reply[i + 3]),
@@ -573,10 +735,11 @@ class QueueOperations:
     ) -> Plan[list[bool]]:
         now = yield from self.now()
         k = self.keys
-        keys = [k.active(worker_id), k.leases, k.attempts, k.tasks, k.errors, k.stats]
+        keys = [k.active(worker_id), k.leases, k.attempts, k.tasks, k.errors, k.stats, k.minutes]
         args: list[Any] = [now, worker_id]
         for outcome in outcomes:
-            args += (outcome.task_id, outcome.attempt, outcome.result_ttl_ms, outcome.result)
+            args += (outcome.task_id, outcome.attempt, outcome.result_ttl_ms, outcome.result,
+                     outcome.lateness_us)  # fmt: skip
             if outcome.result_ttl_ms > 0:
                 keys.append(k.result(outcome.task_id))
         if durability is not None:
@@ -603,7 +766,7 @@ class QueueOperations:
             scripts.FAIL_TASK,
             (
                 k.active(worker_id), k.leases, k.attempts, k.errors, k.scheduled,
-                k.dead, k.wake, k.stats, k.result(task_id),
+                k.dead, k.wake, k.stats, k.result(task_id), k.minutes,
             ),
             (now, worker_id, task_id, attempt, error,
              -1 if retry_delay_ms is None else now + retry_delay_ms, result_ttl_ms, result),
@@ -721,6 +884,45 @@ class QueueOperations:
 
     # --- dead letters ----------------------------------------------------------------
 
+    def listed(self, state: TaskState, count: int) -> Plan[list[Listed]]:
+        """The first ``count`` task ids in one state, in the order they will be served:
+        scheduled by run-at, ready from the head, running by lease deadline, dead most
+        recent first; with what the queue keeps about each."""
+        k = self.keys
+        entries: list[tuple[str, float | None, str | None]] = []  # id, score, worker
+        if state == TaskState.READY:
+            ids = yield Command(("LRANGE", k.ready, 0, count - 1))
+            entries = [(_text(task_id), None, None) for task_id in ids]
+        else:
+            key, order = {
+                TaskState.SCHEDULED: (k.scheduled, ()),
+                TaskState.RUNNING: (k.leases, ()),
+                TaskState.DEAD: (k.dead, ("REV",)),
+            }[state]
+            flat = yield Command(("ZRANGE", key, 0, count - 1, *order, "WITHSCORES"))
+            for i in range(0, len(flat), 2):
+                member, score = _text(flat[i]), float(flat[i + 1])
+                if state == TaskState.RUNNING:
+                    worker, task_id = split_lease_member(member)
+                    entries.append((task_id, score, worker))
+                else:
+                    entries.append((member, score, None))
+        if not entries:
+            return []
+        ids = [task_id for task_id, _, _ in entries]
+        envelopes, attempts, errors = yield Batch(
+            (
+                Command(("HMGET", k.tasks, *ids)),
+                Command(("HMGET", k.attempts, *ids)),
+                Command(("HMGET", k.errors, *ids)),
+            )
+        )
+        return [
+            Listed(task_id, state, score, worker, envelopes[i], count_or_none(attempts[i]),
+                   errors[i])
+            for i, (task_id, score, worker) in enumerate(entries)
+        ]  # fmt: skip
+
     def dead_entries(self, offset: int, count: int) -> Plan[list[DeadEntry]]:
         """Dead tasks, most recent death first."""
         k = self.keys
@@ -772,7 +974,7 @@ class QueueOperations:
     def counts(self) -> Plan[dict[str, Any]]:
         now = yield from self.now()
         k = self.keys
-        scheduled, ready, leases, dead, workers, head, stats = yield Batch(
+        scheduled, ready, leases, dead, workers, head, stats, paused, ready_head = yield Batch(
             (
                 Command(("ZCARD", k.scheduled)),
                 Command(("LLEN", k.ready)),
@@ -781,11 +983,19 @@ class QueueOperations:
                 Command(("ZRANGE", k.workers, "-inf", "+inf", "BYSCORE", "WITHSCORES")),
                 Command(("ZRANGE", k.scheduled, 0, 0, "WITHSCORES")),
                 Command(("HGETALL", k.stats)),
+                Command(("EXISTS", k.paused)),
+                Command(("LINDEX", k.ready, 0)),
             )
         )
         if isinstance(stats, list):  # some clients leave HGETALL as a flat list
             stats = dict(zip(stats[::2], stats[1::2], strict=True))
+        # The oldest ready task (the head: workers take from the left) and its run-at.
+        ready_head_envelope = None
+        if ready_head is not None:
+            ready_head_envelope = yield Command(("HGET", k.tasks, ready_head))
         return {
+            "paused": bool(paused),
+            "ready_head_envelope": ready_head_envelope,
             "now_ms": now,
             "scheduled": int(scheduled),
             "ready": int(ready),
@@ -811,7 +1021,7 @@ class QueueOperations:
         stray: list[str] = []
         fixed = {k.tasks, k.scheduled, k.ready, k.leases, k.workers, k.attempts, k.errors,
                  k.dead, k.wake, k.stats, k.cron, k.cron_next, k.cron_last,
-                 k.cron_held, k.early, k.reaped}  # fmt: skip
+                 k.cron_held, k.early, k.reaped, k.paused, k.resumed, k.minutes}  # fmt: skip
         cursor: Any = 0
         while True:
             cursor, found = yield Command(

@@ -70,19 +70,33 @@ def _wait_targets(runner: SyncRunner | AsyncRunner, calls: Sequence[ScriptCall])
 def _with_confirmations(
     runner: SyncRunner | AsyncRunner,
     calls: Sequence[ScriptCall],
+    wait: Durability,
     targets: list[Any],
     replies: list[Any],
-) -> tuple[list[Any], int]:
-    """The script replies and the fewest replicas any WAIT counted (WAITs come last). On
-    a cluster, a write that was redirected to another master (a slot moved meanwhile)
-    went out on another connection, which no WAIT covered: it counts as unconfirmed."""
-    replies = _raise_first_error(replies)
-    written, confirmations = replies[: -len(targets)], replies[-len(targets) :]
-    confirmed = min(int(count) for count in confirmations)
+) -> tuple[list[Any], list[Any] | None]:
+    """The script replies (a refused one raises) and, for each target, its last wait's
+    reply or the refusal of one of its waits (the waits come last). None for the latter
+    when, on a cluster, a write was redirected to another master (a slot moved
+    meanwhile): it went out on another connection, which no wait covered."""
+    steps = len(wait.commands)
+    waits = len(targets) * steps
+    written = _raise_first_error(replies[:-waits])
     now_at = [node.name for node in _wait_targets(runner, calls)] if runner.clustered else []
     if now_at != [node.name for node in targets if node is not None]:
-        confirmed = 0
-    return written, confirmed
+        return written, None
+    confirmations = []
+    for start in range(len(replies) - waits, len(replies), steps):
+        group = replies[start : start + steps]
+        refused = [reply for reply in group if isinstance(reply, redis.RedisError)]
+        confirmations.append(_translated_refusal(runner, refused[0]) if refused else group[-1])
+    return written, confirmations
+
+
+def _translated_refusal(runner: SyncRunner | AsyncRunner, reply: Any) -> Any:
+    """A refusal the server sent as a reply, as the RedisCommandError a plan sees."""
+    if isinstance(reply, redis.RedisError):
+        return RedisCommandError(f"Redis at {runner.address} refused a command: {reply}")
+    return reply
 
 
 def _node(target: Any) -> dict[str, Any]:
@@ -112,7 +126,8 @@ def _script_pipeline(
         pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
     for target in targets:
         assert wait is not None
-        pipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, **_node(target))
+        for command in wait.commands:
+            pipe.execute_command(*command, **_node(target))
     return pipe
 
 
@@ -257,7 +272,14 @@ class SyncRunner:
     def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
             client = self.client if request.block is None else self.blocking_client
-            reply = client.execute_command(*_wire(request.args), **_routed(self, client, request))
+            try:
+                reply = client.execute_command(
+                    *_wire(request.args), **_routed(self, client, request)
+                )
+            except redis.ResponseError as error:
+                if not request.refusal_as_reply:
+                    raise
+                return _translated_refusal(self, error)
             return _scan_reply(reply)
         if isinstance(request, Eval):
             try:
@@ -286,7 +308,7 @@ class SyncRunner:
                     "SCRIPT LOAD", calls.script.source, **_script_load(self)
                 )
                 replies = self._pipelined(calls, calls.calls, request.durability, targets)
-            return _with_confirmations(self, calls.calls, targets, replies)
+            return _with_confirmations(self, calls.calls, request.durability, targets, replies)
         try:
             return self._batch(request, request.transaction)
         except redis.RedisError as error:
@@ -338,9 +360,14 @@ class AsyncRunner:
             client = self.client if request.block is None else self.blocking_client
             if self.clustered and request.route is not None:
                 await client.initialize()  # the asyncio client learns the slots lazily
-            reply = await client.execute_command(
-                *_wire(request.args), **_routed(self, client, request)
-            )
+            try:
+                reply = await client.execute_command(
+                    *_wire(request.args), **_routed(self, client, request)
+                )
+            except redis.ResponseError as error:
+                if not request.refusal_as_reply:
+                    raise
+                return _translated_refusal(self, error)
             return _scan_reply(reply)
         if isinstance(request, Eval):
             arguments = _eval_args(request.script, request.keys, request.args)
@@ -372,7 +399,7 @@ class AsyncRunner:
                     "SCRIPT LOAD", calls.script.source, **_script_load(self)
                 )
                 replies = await self._pipelined(calls, calls.calls, request.durability, targets)
-            return _with_confirmations(self, calls.calls, targets, replies)
+            return _with_confirmations(self, calls.calls, request.durability, targets, replies)
         try:
             return await self._batch(request, request.transaction)
         except redis.RedisError as error:

@@ -5,10 +5,12 @@
 -- KEYS[4] tasks      HASH
 -- KEYS[5] errors     HASH  task id -> last error record
 -- KEYS[6] stats      HASH
--- KEYS[7..] result keys, one per task whose result TTL is > 0, in ARGV order
+-- KEYS[7] minutes    HASH  "<minute>:<figure>" -> per-minute figures
+-- KEYS[8..] result keys, one per task whose result TTL is > 0, in ARGV order
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
--- ARGV[3..] quads: task id, attempt, result TTL (ms, 0 = keep none), result blob
+-- ARGV[3..] quints: task id, attempt, result TTL (ms, 0 = keep none), result blob,
+--           start lateness (µs, how long after its run-at the attempt started)
 -- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
 -- superseded: the outcome is dropped and counted).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
@@ -17,8 +19,9 @@ local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local out = {}
 local acked, fenced = 0, 0
-local result_key = 7
-for i = 3, #ARGV, 4 do
+local late_sum, late_max = 0, 0
+local result_key = 8
+for i = 3, #ARGV, 5 do
   local id, ttl = ARGV[i], tonumber(ARGV[i + 2])
   local member = worker .. '|' .. id
   local deadline = redis.call('ZSCORE', KEYS[2], member)
@@ -34,6 +37,9 @@ for i = 3, #ARGV, 4 do
       redis.call('PEXPIRE', KEYS[result_key], ttl)
     end
     acked = acked + 1
+    local late = math.max(0, tonumber(ARGV[i + 4]) or 0)
+    late_sum = late_sum + late
+    late_max = math.max(late_max, late)
     out[#out + 1] = 1
   else
     fenced = fenced + 1
@@ -45,6 +51,13 @@ for i = 3, #ARGV, 4 do
 end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'completed', acked)
+  local minute = math.floor(now / 60000) .. ':'
+  redis.pcall('HINCRBY', KEYS[7], minute .. 'completed', acked)
+  redis.pcall('HINCRBY', KEYS[7], minute .. 'late_sum_us', late_sum)
+  local known = tonumber(redis.call('HGET', KEYS[7], minute .. 'late_max_us'))
+  if not known or late_max > known then
+    redis.call('HSET', KEYS[7], minute .. 'late_max_us', late_max)
+  end
 end
 if fenced > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'fenced', fenced)

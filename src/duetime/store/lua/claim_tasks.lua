@@ -6,6 +6,7 @@
 -- KEYS[5] tasks      HASH  task id -> envelope
 -- KEYS[6] workers    ZSET  worker id -> last heartbeat (ms)
 -- KEYS[7] early      HASH  task id -> run-at (ms), for ids promoted before their run-at
+-- KEYS[8] paused     STRING present while the queue is paused
 -- ARGV[1] now (ms)
 -- ARGV[2] lease deadline (ms)
 -- ARGV[3] worker id
@@ -18,8 +19,18 @@
 -- counter reset to a count, and the worker sends it to dead with that reason, so
 -- garbage costs one task, never the claim of its neighbours. An id with no envelope
 -- comes back with attempt 0 and envelope false, already dropped from the list.
+-- While the queue is paused: claims nothing, puts the ids of ARGV[5..] back at the head
+-- of ready (in their order) and returns 'paused'.
 local worker = ARGV[3]
 redis.call('ZADD', KEYS[6], ARGV[1], worker)
+if redis.call('EXISTS', KEYS[8]) == 1 then
+  for i = #ARGV, 5, -1 do
+    if redis.call('LREM', KEYS[2], 1, ARGV[i]) > 0 then
+      redis.call('LPUSH', KEYS[1], ARGV[i])
+    end
+  end
+  return 'paused'
+end
 local ids = {}
 for i = 5, #ARGV do
   -- A dead-worker sweep may have taken the id back between BLMOVE and this call.

@@ -8,6 +8,7 @@
 -- KEYS[7] wake       LIST
 -- KEYS[8] stats      HASH
 -- KEYS[9] result key (used only when ARGV[7] > 0)
+-- KEYS[10] minutes   HASH  "<minute>:<figure>" -> per-minute figures
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] task id
@@ -31,9 +32,11 @@ redis.call('ZREM', KEYS[2], member)
 redis.call('HSET', KEYS[4], id, ARGV[5])
 redis.pcall('HINCRBY', KEYS[8], 'failed', 1)
 local retry_at = tonumber(ARGV[6])
+local minute = math.floor(now / 60000) .. ':'
 if retry_at < 0 then
   redis.call('ZADD', KEYS[6], now, id)
   redis.pcall('HINCRBY', KEYS[8], 'dead', 1)
+  redis.pcall('HINCRBY', KEYS[10], minute .. 'dead', 1)
   local ttl = tonumber(ARGV[7])
   if ttl > 0 then
     redis.call('DEL', KEYS[9])
@@ -47,5 +50,6 @@ else
     redis.call('RPUSH', KEYS[7], 1)
   end
   redis.pcall('HINCRBY', KEYS[8], 'retried', 1)
+  redis.pcall('HINCRBY', KEYS[10], minute .. 'retried', 1)
 end
 return 1

@@ -1,0 +1,176 @@
+"""Hooks: how duetime tells code outside it what happens to tasks.
+
+A ``Hooks`` subclass overrides the methods it needs: ``on_schedule`` when tasks are
+stored, ``before_attempt`` and ``after_attempt`` around each run of a handler, then
+``on_retry`` or ``on_dead`` once a failure is recorded. Register hooks on an ``App``
+(worker events) and on a ``Queue`` (schedule events). duetime's own attempt logging
+and Prometheus metrics are hooks too, so Sentry, OpenTelemetry, structured logs or a
+team's own metrics plug in the same way, without patching duetime.
+
+Hooks run on the worker's event loop (or the scheduling caller's thread), so they must
+be quick and must not block. ``before_attempt`` runs in the attempt's own context just
+before the handler, so a context variable it sets (a tracing span, say) is seen by the
+handler, async or plain, and ``after_attempt`` runs in that same context. A hook that
+raises is logged and skipped: it never changes what happens to the task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from duetime.errors import ConfigurationError
+
+log = logging.getLogger("duetime")
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledTask:
+    """One task a schedule call stored (or found already stored under its id)."""
+
+    id: str
+    task: str  # the handler name; "" for the default handler
+    run_at: float  # epoch seconds
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInfo:
+    """One attempt of a task, as a worker starts it. ``started_at`` and ``run_at`` are
+    by the server's clock; ``lateness`` is how long after its run-at it started."""
+
+    queue: str
+    task_id: str
+    task: str
+    attempt: int
+    max_attempts: int
+    run_at: float
+    started_at: float
+    worker_id: str
+
+    @property
+    def lateness(self) -> float:
+        return self.started_at - self.run_at
+
+
+class AttemptOutcome(StrEnum):
+    """How an attempt ended, as ``after_attempt`` reports it."""
+
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"  # failed; another attempt follows
+    DEAD = "dead"  # failed with no attempt left (or could not run at all)
+    FENCED = "fenced"  # its lease was gone: the outcome is dropped, another attempt owns it
+    INTERRUPTED = "interrupted"  # cut off by the worker's shutdown; the task is handed back
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptResult:
+    outcome: AttemptOutcome
+    duration: float  # seconds the handler ran
+    error: BaseException | None = None
+    traceback: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadTaskInfo:
+    """A task that went to the dead-letter set. ``attempt`` is None when it could not
+    even start (an envelope that does not decode, an unknown handler)."""
+
+    queue: str
+    task_id: str
+    task: str | None
+    attempt: AttemptInfo | None
+    error: str
+
+
+class Hooks:
+    """Override any of these; each does nothing by default."""
+
+    def on_schedule(self, queue: str, tasks: Sequence[ScheduledTask]) -> None:
+        """Tasks were stored by one schedule call (given ids already live included)."""
+
+    def before_attempt(self, attempt: AttemptInfo) -> None:
+        """A handler is about to run."""
+
+    def after_attempt(self, attempt: AttemptInfo, result: AttemptResult) -> None:
+        """A handler returned or raised (before the outcome is written to Redis)."""
+
+    def on_retry(self, attempt: AttemptInfo, error: str, delay: float) -> None:
+        """A failed attempt was recorded; the next one runs in ``delay`` seconds."""
+
+    def on_dead(self, dead: DeadTaskInfo) -> None:
+        """A task was moved to the dead-letter set."""
+
+
+class HookChain:
+    """The hooks of one App or Queue, called in order; a failing hook is logged (once
+    per hook and method, then at debug) and the others still run."""
+
+    def __init__(self, hooks: Iterable[Hooks] = ()) -> None:
+        self.hooks: list[Hooks] = []
+        self._complained: set[tuple[int, str]] = set()
+        for hook in hooks:
+            self.add(hook)
+
+    def add(self, hook: Hooks) -> None:
+        if not isinstance(hook, Hooks):
+            raise ConfigurationError(
+                f"hooks must be duetime.Hooks instances, got {type(hook).__name__}"
+            )
+        self.hooks.append(hook)
+
+    def __bool__(self) -> bool:
+        return bool(self.hooks)
+
+    def on_schedule(self, queue: str, tasks: Sequence[ScheduledTask]) -> None:
+        self._each("on_schedule", lambda hook: hook.on_schedule(queue, tasks))
+
+    def before_attempt(self, attempt: AttemptInfo) -> None:
+        self._each("before_attempt", lambda hook: hook.before_attempt(attempt))
+
+    def after_attempt(self, attempt: AttemptInfo, result: AttemptResult) -> None:
+        self._each("after_attempt", lambda hook: hook.after_attempt(attempt, result))
+
+    def on_retry(self, attempt: AttemptInfo, error: str, delay: float) -> None:
+        self._each("on_retry", lambda hook: hook.on_retry(attempt, error, delay))
+
+    def on_dead(self, dead: DeadTaskInfo) -> None:
+        self._each("on_dead", lambda hook: hook.on_dead(dead))
+
+    def _each(self, method: str, call: Callable[[Hooks], Any]) -> None:
+        for hook in self.hooks:
+            try:
+                call(hook)
+            except Exception:
+                key = (id(hook), method)
+                level = logging.DEBUG if key in self._complained else logging.ERROR
+                self._complained.add(key)
+                log.log(
+                    level, "hook %s.%s raised; the task is not affected",
+                    type(hook).__name__, method, exc_info=True,
+                )  # fmt: skip
+
+
+class LogHooks(Hooks):
+    """duetime's own log lines about attempts: one per attempt at debug, retries as
+    warnings, dead tasks as errors."""
+
+    def after_attempt(self, attempt: AttemptInfo, result: AttemptResult) -> None:
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "task %s (%s) attempt %d %s in %.1f ms, started %.1f ms after its run-at",
+                attempt.task_id, attempt.task or "default", attempt.attempt,
+                result.outcome.value, result.duration * 1000, attempt.lateness * 1000,
+            )  # fmt: skip
+
+    def on_retry(self, attempt: AttemptInfo, error: str, delay: float) -> None:
+        log.warning(
+            "task %s attempt %d failed (%s); retrying in %.3g s",
+            attempt.task_id, attempt.attempt, error, delay,
+        )  # fmt: skip
+
+    def on_dead(self, dead: DeadTaskInfo) -> None:
+        after = f" after attempt {dead.attempt.attempt}" if dead.attempt else ""
+        log.error("task %s is dead%s: %s", dead.task_id, after, dead.error)

@@ -1,0 +1,330 @@
+"""Prometheus metrics on a real server, scraped over HTTP: after a scripted scenario
+every exported series has the value it must have; the Redis-derived counters are the
+same from any number of exporters; a queue that cannot be read is reported, not fatal;
+cron ticks are counted per job; one endpoint serves all the daemons of a process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker, metrics
+from duetime.dispatcher import QueueDispatcher
+from duetime.errors import ConfigurationError
+from duetime.metrics import (
+    CRON_OUTCOMES,
+    DURATION_BUCKETS,
+    LATENESS_BUCKETS,
+    QUEUE_EVENTS,
+    MetricsEndpoint,
+    PrometheusHooks,
+)
+from duetime.store import AsyncRunner
+from tests.helpers import FAST, running, wait_until
+from tests.servers import free_port
+
+RETRY_FAST = FAST.replace(retry_base=0.01, retry_max=0.02, max_attempts=2)
+LUA = Path(__file__).resolve().parents[2] / "src" / "duetime" / "store" / "lua"
+
+Labels = frozenset[tuple[str, str]]
+Samples = dict[tuple[str, Labels], float]
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        assert reply.status == 200
+        return str(reply.read().decode())
+
+
+def samples(text: str) -> Samples:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def of(found: Samples, name: str, **labels: str) -> float:
+    return found[name, frozenset(labels.items())]
+
+
+def series(found: Samples, name: str, **labels: str) -> dict[Labels, float]:
+    """The series of ``name`` that carry ``labels`` (and any others), by their labels."""
+    wanted = set(labels.items())
+    return {key: value for (n, key), value in found.items() if n == name and wanted <= key}
+
+
+def by(found: dict[Labels, float], label: str) -> dict[str, float]:
+    return {dict(key)[label]: value for key, value in found.items()}
+
+
+def assert_histogram(found: Samples, name: str, bounds: tuple[float, ...], **labels: str) -> float:
+    """Checks the buckets of one histogram series and returns its count."""
+    buckets = {
+        float(dict(key)["le"]): value
+        for key, value in series(found, f"{name}_bucket", **labels).items()
+    }
+    assert sorted(buckets) == [*bounds, float("inf")]
+    cumulative = [buckets[bound] for bound in sorted(buckets)]
+    assert cumulative == sorted(cumulative)
+    count = of(found, f"{name}_count", **labels)
+    assert buckets[float("inf")] == count
+    return count
+
+
+def test_the_endpoint_exports_what_happened_and_what_redis_holds(
+    redis_url: str, queue_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = free_port()
+    settings = RETRY_FAST.replace(metrics_port=port)
+    paused_name = f"{queue_name}-paused"
+    # An app that brings its own PrometheusHooks on duetime's registry: the worker must
+    # not add a second one (each attempt counted once).
+    app = App(hooks=[PrometheusHooks()])
+    failures = {"flaky": 1}
+
+    @app.task
+    async def ok(data: Any) -> None:
+        return None
+
+    @app.task
+    def flaky(data: Any) -> None:
+        if failures["flaky"]:
+            failures["flaky"] -= 1
+            raise ValueError("first time fails")
+
+    @app.task
+    def broken(data: Any) -> None:
+        raise RuntimeError("always")
+
+    with (
+        Queue(queue_name, redis_url, settings=settings, hooks=[PrometheusHooks()]) as queue,
+        Queue(paused_name, redis_url, settings=settings) as paused,
+    ):
+        for task in (ok, ok, flaky, broken, "nobody"):
+            queue.schedule_now({}, task=task)
+        queue.schedule_in(3600, {}, task=ok)
+        paused.pause()
+        paused.schedule_task(time.time() - 10, {}, task=ok)  # ready, for 10 s already
+        paused.schedule_in(0.01, {}, task=ok)  # due soon; no dispatcher serves this queue
+
+        async def scenario() -> tuple[str, Any, Any]:
+            worker = Worker(app, queue_name, redis_url, settings=settings)
+            idle = Worker(app, paused_name, redis_url, settings=settings)
+            # Three daemons of one process, one endpoint.
+            async with running(
+                Dispatcher([queue_name], redis_url, settings=settings), worker, idle
+            ):
+                await wait_until(
+                    lambda: (worker.counters.succeeded, worker.counters.dead) == (3, 2),
+                    what="three tasks done and two dead",
+                )
+                await wait_until(lambda: paused.stats().oldest_due_age > 0, what="a due task")
+                await wait_until(lambda: len(paused.stats().workers) == 1, what="idle worker")
+                text = await asyncio.to_thread(scrape, port)
+                return text, queue.stats(), paused.stats()
+
+        with caplog.at_level(logging.INFO, logger="duetime.metrics"):
+            text, truth, paused_truth = asyncio.run(scenario())
+
+    said = [r for r in caplog.records if r.name == "duetime.metrics"]
+    assert [r.message for r in said] == [f"serving metrics on http://127.0.0.1:{port}/metrics"]
+    found = samples(text)
+    mine = {"queue": queue_name}
+
+    # What the hooks saw, by task.
+    assert by(series(found, "duetime_tasks_scheduled_total", **mine), "task") == {
+        "ok": 3, "flaky": 1, "broken": 1, "nobody": 1,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_started_total", **mine), "task") == {
+        "ok": 2, "flaky": 2, "broken": 2,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_succeeded_total", **mine), "task") == {
+        "ok": 2, "flaky": 1, "broken": 0,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="retry"), "task") == {
+        "ok": 0, "flaky": 1, "broken": 1,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="dead"), "task") == {
+        "ok": 0, "flaky": 0, "broken": 1,
+    }  # fmt: skip
+    for name in ("duetime_tasks_fenced_total", "duetime_tasks_interrupted_total"):
+        assert by(series(found, name, **mine), "task") == {"ok": 0, "flaky": 0, "broken": 0}
+    assert by(series(found, "duetime_tasks_dead_unstarted_total", **mine), "task") == {"nobody": 1}
+    for task, attempts in (("ok", 2), ("flaky", 2), ("broken", 2)):
+        lateness = assert_histogram(
+            found, "duetime_task_lateness_seconds", LATENESS_BUCKETS, **mine, task=task
+        )
+        duration = assert_histogram(
+            found, "duetime_task_duration_seconds", DURATION_BUCKETS, **mine, task=task
+        )
+        assert lateness == duration == attempts
+        assert of(found, "duetime_task_duration_seconds_sum", **mine, task=task) >= 0
+
+    # What Redis holds: the served queue, all done but the task for later.
+    assert of(found, "duetime_queue_up", **mine) == 1
+    assert by(series(found, "duetime_queue_tasks", **mine), "state") == {
+        "scheduled": 1, "ready": 0, "running": 0, "dead": 2,
+    }  # fmt: skip
+    assert of(found, "duetime_queue_paused", **mine) == 0
+    assert of(found, "duetime_queue_promotion_lag_seconds", **mine) == 0
+    assert of(found, "duetime_queue_claim_lag_seconds", **mine) == 0
+    assert by(series(found, "duetime_queue_workers", **mine), "state") == {"alive": 1, "silent": 0}
+    events = by(series(found, "duetime_queue_events_total", **mine), "event")
+    assert set(events) == set(QUEUE_EVENTS)
+    assert events == {event: truth.counters.get(event, 0) for event in QUEUE_EVENTS}
+    assert (events["scheduled"], events["completed"], events["retried"]) == (6, 3, 2)
+    assert (events["dead"], events["failed"], events["fenced"]) == (2, 4, 0)
+
+    # The paused queue: one task ready since 10 s, one due and not promoted.
+    theirs = {"queue": paused_name}
+    assert of(found, "duetime_queue_up", **theirs) == 1
+    assert of(found, "duetime_queue_paused", **theirs) == 1
+    assert by(series(found, "duetime_queue_tasks", **theirs), "state") == {
+        "scheduled": 1, "ready": 1, "running": 0, "dead": 0,
+    }  # fmt: skip
+    claim_lag = of(found, "duetime_queue_claim_lag_seconds", **theirs)
+    assert 9 <= claim_lag <= paused_truth.oldest_ready_age
+    promotion_lag = of(found, "duetime_queue_promotion_lag_seconds", **theirs)
+    assert 0 < promotion_lag <= paused_truth.oldest_due_age
+    assert by(series(found, "duetime_queue_workers", **theirs), "state") == {
+        "alive": 1, "silent": 0,
+    }  # fmt: skip
+    assert not series(found, "duetime_tasks_scheduled_total", **theirs)  # no hooks there
+    assert not series(found, "duetime_cron_ticks_total", **mine)  # no cron job
+
+
+def test_every_exporter_gives_the_same_redis_counters(redis_url: str, queue_name: str) -> None:
+    """Two processes' endpoints export one queue: each shows the counters once, the same."""
+    with Queue(queue_name, redis_url) as queue:
+        ids = queue.schedule_many([(time.time() + 3600, i) for i in range(3)])
+        assert queue.cancel(ids[0])
+    endpoints = [MetricsEndpoint().start(0) for _ in range(2)]
+    try:
+        for endpoint in endpoints:
+            endpoint.queues.add(queue_name, redis_url)
+        scraped = [samples(scrape(e.port or 0)) for e in endpoints]
+    finally:
+        for endpoint in endpoints:
+            endpoint.close()
+    first, second = (by(series(s, "duetime_queue_events_total"), "event") for s in scraped)
+    assert first == second
+    assert (first["scheduled"], first["cancelled"]) == (3, 1)
+    assert of(scraped[0], "duetime_queue_tasks", queue=queue_name, state="scheduled") == 2
+
+
+def test_a_queue_that_cannot_be_read_exports_up_0_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    endpoint = MetricsEndpoint().start(0)
+    try:
+        endpoint.queues.add("gone", nowhere)
+        with caplog.at_level(logging.DEBUG, logger="duetime.metrics"):
+            scraped = [samples(scrape(endpoint.port or 0)) for _ in range(2)]
+    finally:
+        endpoint.close()
+    for found in scraped:
+        assert of(found, "duetime_queue_up", queue="gone") == 0
+        assert not series(found, "duetime_queue_tasks", queue="gone")
+    said = [r for r in caplog.records if "cannot read queue gone" in r.message]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG]
+
+
+T0 = 1_800_000_000_000  # a whole minute
+MINUTE = 60_000
+
+
+def test_cron_ticks_are_counted_per_job(redis_url: str, queue_name: str) -> None:
+    clock = ManualClock(T0 - 500)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        queue.add_cron("allow", "* * * * *", {})
+        queue.add_cron("skip", "* * * * *", {}, overlap="skip")
+        queue.add_cron("delay", "* * * * *", {}, overlap="delay")
+    endpoint = MetricsEndpoint().start(0)
+
+    async def scenario() -> None:
+        runner = AsyncRunner(redis_url, Settings())
+        dispatcher = QueueDispatcher(queue_name, runner, Settings(), clock)
+        endpoint.cron.add([dispatcher])
+        try:
+            clock.set(T0 + 100)  # each fires its tick at T0; no worker runs them
+            await dispatcher.step()
+            # Every dispatcher down for ten minutes: ticks T0+1..T0+9 min were missed.
+            clock.set(T0 + 10 * MINUTE + 100)
+            await dispatcher.step()
+            clock.set(T0 + 10 * MINUTE + 1600)  # the held tick is looked at again
+            await dispatcher.step()
+        finally:
+            await runner.close()
+
+    try:
+        asyncio.run(scenario())
+        endpoint.queues.add(queue_name, redis_url)
+        found = samples(scrape(endpoint.port or 0))
+    finally:
+        endpoint.close()
+    ticks = series(found, "duetime_cron_ticks_total", queue=queue_name)
+    counted = {(dict(key)["job"], dict(key)["outcome"]): value for key, value in ticks.items()}
+    assert counted == {
+        ("allow", "fired"): 2, ("allow", "skipped"): 0, ("allow", "delayed"): 0,
+        ("allow", "missed"): 9,
+        ("skip", "fired"): 1, ("skip", "skipped"): 1, ("skip", "delayed"): 0,
+        ("skip", "missed"): 9,
+        ("delay", "fired"): 1, ("delay", "skipped"): 0, ("delay", "delayed"): 1,
+        ("delay", "missed"): 0,
+    }  # fmt: skip
+    assert set(CRON_OUTCOMES) == {outcome for _, outcome in counted}
+    events = by(series(found, "duetime_queue_events_total", queue=queue_name), "event")
+    assert (events["cron_fired"], events["cron_skipped"]) == (4, 1)
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def test_a_port_that_is_taken_is_logged_not_fatal(
+    taken_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.ERROR, logger="duetime.metrics"):
+        unexport = metrics.export(Settings(metrics_port=taken_port), None, [])
+    unexport()
+    unexport()  # a second call changes nothing
+    [error] = caplog.records
+    assert f"cannot serve metrics on 127.0.0.1:{taken_port}" in error.message
+    assert "this process exports no metrics" in error.message
+    with pytest.raises(ConfigurationError, match="Give each process a free port"):
+        MetricsEndpoint().start(taken_port)
+
+
+def test_the_port_setting_is_validated() -> None:
+    assert Settings().metrics_port == 0
+    assert Settings.from_env({"DUETIME_METRICS_PORT": "9464"}).metrics_port == 9464
+    for wrong in (-1, 65536, 1.5):
+        with pytest.raises(ConfigurationError, match="metrics_port must be an integer"):
+            Settings(metrics_port=wrong)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="DUETIME_METRICS_PORT"):
+        Settings.from_env({"DUETIME_METRICS_PORT": "http"})
+
+
+def test_every_counter_the_scripts_keep_is_exported() -> None:
+    kept = {
+        name
+        for script in LUA.glob("*.lua")
+        for name in re.findall(r"'HINCRBY', KEYS\[\d+\], '(\w+)'", script.read_text())
+    }
+    assert kept == set(QUEUE_EVENTS)
