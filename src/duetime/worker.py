@@ -896,10 +896,14 @@ class Worker:
             if (task_id, number) not in lost:
                 attempt.leased_at = sent
                 continue
+            if attempt.finished:
+                # Its outcome is on its way: the ack may already have removed the lease
+                # this heartbeat asked about. The ack or fail script decides, and says so.
+                continue
             attempt.fenced = True
             log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
                         task_id, attempt.attempt)  # fmt: skip
-            if attempt.runner is not None and not attempt.finished:
+            if attempt.runner is not None:
                 attempt.runner.cancel()
         shard.untracked = [i for i in reply.held if (shard.index, i) not in self._held]
         if shard.untracked:
