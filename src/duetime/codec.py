@@ -113,9 +113,29 @@ def envelope_from_packed_data(
     # Only trailing defaults can go: an element in the middle has no position to skip.
     while limits and limits[-1] == _V2_DEFAULT_LIMITS[len(limits) - 1]:
         limits.pop()
-    head: bytes = msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)
-    tail: bytes = msgpack.packb([_run_at_number(run_at_ms), *limits])
-    return bytes([0x90 | (_V2_REQUIRED + len(limits))]) + head[1:] + packed_data + tail[1:]
+    head = _ENVELOPE_HEADS.get(task)
+    if head is None:
+        head = msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)[1:]
+        if len(_ENVELOPE_HEADS) < _MOST_HEADS:
+            _ENVELOPE_HEADS[task] = head
+    run_at = _run_at_number(run_at_ms)
+    if not limits and type(run_at) is int and _UINT32_END <= run_at < _UINT64_END:
+        # The usual tail: a run-at in epoch ms, which msgpack always writes as uint64.
+        tail = _UINT64 + run_at.to_bytes(8, "big")
+    else:
+        tail = msgpack.packb([run_at, *limits])[1:]
+    return _ARRAY_HEADS[_V2_REQUIRED + len(limits)] + head + packed_data + tail
+
+
+#: The packed [version, task] pair of each task name seen, without its array header:
+#: every envelope of a task starts with the same bytes. Bounded, for odd callers that
+#: make up names (each name must be registered by a worker anyway).
+_ENVELOPE_HEADS: dict[str, bytes] = {}
+_MOST_HEADS = 1024
+#: 0x90 | n heads an n-element array; 0xcf a uint64.
+_ARRAY_HEADS = [bytes([0x90 | size]) for size in range(16)]
+_UINT64 = b"\xcf"
+_UINT32_END, _UINT64_END = 2**32, 2**64
 
 
 def _run_at_number(run_at_ms: float) -> float:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,6 +19,7 @@ from typing import Any, Self, TypedDict, TypeVar, Unpack
 from duetime import codec, cron, validation
 from duetime.checker import Violation, check_invariants
 from duetime.clock import Clock
+from duetime.coalescing import TaskCoalescer, ThreadCoalescer
 from duetime.codec import Envelope, ResultRecord
 from duetime.errors import (
     CorruptStateError,
@@ -65,6 +67,9 @@ class TaskOptions(TypedDict, total=False):
     max_attempts: int | None  # default: Settings.max_attempts
     timeout: float | None  # seconds one attempt may run; default: Settings.task_timeout
     result_ttl: float | None  # keep the outcome this long for result(); default: none
+
+
+_TASK_OPTIONS = frozenset(TaskOptions.__annotations__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +129,10 @@ class QueueStats:
 @dataclass(frozen=True, slots=True)
 class TaskSummary:
     """A task as ``Queue.tasks`` lists it. Times are epoch seconds by the server clock:
-    ``run_at`` from its envelope, ``lease_deadline`` while running, ``died_at`` when
-    dead; ``error`` is the last failure (of a task being retried, or dead)."""
+    ``run_at`` from its envelope (the first attempt's), ``due_at`` while scheduled (when
+    it is next due: a retry's is after its back-off), ``lease_deadline`` while running,
+    ``died_at`` when dead; ``error`` is the last failure (of a task being retried, or
+    dead)."""
 
     id: str
     state: TaskState
@@ -138,6 +145,7 @@ class TaskSummary:
     died_at: float | None = None
     error: str | None = None
     problem: str | None = None  # a record of this task that duetime cannot read
+    due_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,7 +204,7 @@ class CronInfo:
     problem: str | None = None  # the stored definition cannot be used here (poison)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: internal, and a frozen __init__ costs ~1 µs a task
 class _Prepared:
     id: str
     at_ms: float | None  # ms, to the microsecond
@@ -225,6 +233,24 @@ def new_task_ids(count: int) -> list[str]:
     # would take for an option.
     text = base64.b64encode(os.urandom(_ID_BYTES * count), altchars=b"._").decode()
     return [text[i : i + _ID_LENGTH] for i in range(0, _ID_LENGTH * count, _ID_LENGTH)]
+
+
+#: Ids made ahead for single schedule calls: one urandom call per 256 ids instead of
+#: one per call. deque.popleft is atomic, so threads share it safely; a forked child
+#: empties it, or parent and child would hand out the same ids (caught as collisions,
+#: but each costs a round trip).
+_ID_POOL_SIZE = 256
+_id_pool: deque[str] = deque()
+os.register_at_fork(after_in_child=lambda: _id_pool.clear())
+
+
+def new_task_id() -> str:
+    """One id, as ``new_task_ids(1)`` would make it (handed out in the order made)."""
+    while True:
+        try:
+            return _id_pool.popleft()
+        except IndexError:
+            _id_pool.extend(new_task_ids(_ID_POOL_SIZE))
 
 
 def _fresh_ids(count: int, taken: set[str]) -> list[str]:
@@ -276,35 +302,65 @@ class QueueCore:
 
     def prepare(self, job: Job, generated_id: str | None = None) -> _Prepared:
         """Check one job completely; raises InvalidInputError before anything is written."""
-        if (job.at is None) == (job.delay is None):
+        return self.prepare_fields(
+            job.data, job.at, job.delay, job.task, job.id, job.max_attempts, job.timeout,
+            job.result_ttl, generated_id,
+        )  # fmt: skip
+
+    def prepare_call(
+        self, call: str, data: Any, at: Timestamp | None, delay: float | None,
+        options: TaskOptions,
+    ) -> _Prepared:  # fmt: skip
+        """Check the arguments of one schedule_* call, as ``prepare`` checks a Job."""
+        if options.keys() - _TASK_OPTIONS:
+            unknown = sorted(options.keys() - _TASK_OPTIONS)[0]
+            raise TypeError(f"{call}() got an unexpected keyword argument {unknown!r}")
+        return self.prepare_fields(
+            data, at, delay, options.get("task"), options.get("id"),
+            options.get("max_attempts"), options.get("timeout"), options.get("result_ttl"),
+        )  # fmt: skip
+
+    def prepare_fields(
+        self,
+        data: Any,
+        at: Timestamp | None,
+        delay: float | None,
+        task: TaskRef | None,
+        task_id: str | None,
+        max_attempts: int | None,
+        timeout: float | None,
+        result_ttl: float | None,
+        generated_id: str | None = None,
+    ) -> _Prepared:
+        if (at is None) == (delay is None):
             raise InvalidInputError("give exactly one of a run-at time or a delay")
-        at_ms = None if job.at is None else validation.timestamp_ms(job.at)
+        at_ms = None if at is None else validation.timestamp_ms(at)
         delay_ms = 0
-        if job.delay is not None and job.delay != 0:
-            delay_ms = validation.milliseconds(job.delay, "delay")
-        if job.id is not None:
-            task_id = validation.task_id(job.id)
+        if delay is not None and delay != 0:
+            delay_ms = validation.milliseconds(delay, "delay")
+        generated = task_id is None
+        if task_id is not None:
+            task_id = validation.task_id(task_id)
         else:
-            task_id = generated_id or new_task_ids(1)[0]
+            task_id = generated_id or new_task_id()
         # Defaults come from validated settings; only given values need checking.
-        max_attempts = (
-            self.settings.max_attempts
-            if job.max_attempts is None
-            else validation.attempts(job.max_attempts)
-        )
-        timeout = (
+        if max_attempts is None:
+            max_attempts = self.settings.max_attempts
+        else:
+            max_attempts = validation.attempts(max_attempts)
+        timeout_ms = (
             self.default_timeout_ms
-            if job.timeout is None
-            else validation.milliseconds(job.timeout, "timeout")
+            if timeout is None
+            else validation.milliseconds(timeout, "timeout")
         )
-        result_ttl = self.default_result_ttl_ms
-        if job.result_ttl is not None:
-            result_ttl = validation.milliseconds(job.result_ttl, "result_ttl")
-        packed_data = codec.pack(job.data)
-        validation.payload(job.data, len(packed_data), self.settings.max_payload_bytes, packed_data)
+        result_ttl_ms = self.default_result_ttl_ms
+        if result_ttl is not None:
+            result_ttl_ms = validation.milliseconds(result_ttl, "result_ttl")
+        packed_data = codec.pack(data)
+        validation.payload(data, len(packed_data), self.settings.max_payload_bytes, packed_data)
         return _Prepared(
-            task_id, at_ms, delay_ms, task_name_of(job.task), packed_data,
-            max_attempts, timeout, result_ttl, generated_id=job.id is None,
+            task_id, at_ms, delay_ms, "" if task is None else task_name_of(task), packed_data,
+            max_attempts, timeout_ms, result_ttl_ms, generated_id=generated,
         )  # fmt: skip
 
     def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[_Prepared]:
@@ -312,16 +368,17 @@ class QueueCore:
         jobs = list(jobs)
         generated = iter(new_task_ids(len(jobs)))
         for position, job in enumerate(jobs):
-            if isinstance(job, tuple):
-                if len(job) != 2:
-                    raise InvalidInputError(
-                        f"item {position}: expected a Job or an (at, data) pair"
-                    )
-                job = Job(at=job[0], data=job[1])
-            elif not isinstance(job, Job):
-                raise InvalidInputError(f"item {position}: expected a Job or an (at, data) pair")
             try:
-                prepared.append(self.prepare(job, next(generated)))
+                if isinstance(job, tuple) and len(job) == 2:
+                    at, data = job
+                    item = self.prepare_fields(
+                        data, at, None, None, None, None, None, None, next(generated)
+                    )
+                elif isinstance(job, Job):
+                    item = self.prepare(job, next(generated))
+                else:
+                    raise InvalidInputError("expected a Job or an (at, data) pair")
+                prepared.append(item)
             except InvalidInputError as error:
                 raise type(error)(f"item {position}: {error}") from None
         ids = [item.id for item in prepared]
@@ -452,16 +509,40 @@ class QueueCore:
         assert found is not None
         return found
 
-    @staticmethod
-    def job_at(at: Timestamp, data: Any, options: TaskOptions) -> Job:
-        """The job of a schedule_task call: ``at`` is required (None is refused here, so
-        the error speaks of the run-at, not of a delay the call does not take)."""
-        if at is None:
-            validation.timestamp_ms(at)
-        return Job(data, at=at, **options)
+    def schedule_one_plan(self, item: _Prepared) -> Plan[str]:
+        """One task: the plan of ``schedule_plan``, cut to its usual course (one script
+        call, no lists of positions) because single calls are the hot path of most
+        producers. Durable writes and a refused generated id take the general plan."""
+        if self.durability is not None:
+            return (yield from self.schedule_plan([item]))[0]
+        shard = self.shards[self.layout.of_task(item.id) if self.layout.count > 1 else 0]
+        now = shard.clock.now_ms()
+        if now is None:
+            now = yield from shard.now()
+        run_at = item.at_ms if item.at_ms is not None else now + item.delay_ms
+        envelope = codec.envelope_from_packed_data(
+            item.task, item.packed_data, run_at, item.max_attempts,
+            item.timeout_ms, item.result_ttl_ms,
+        )  # fmt: skip
+        created = yield shard.schedule_call(now, item.id, run_at, envelope)
+        if not created[0] and item.generated_id:
+            # Our own write resent after a dropped reply, or a collision: sorted out there.
+            return (yield from self.schedule_plan([item]))[0]
+        if self.hooks:
+            self.hooks.on_schedule(self.name, [ScheduledTask(item.id, item.task, run_at / 1000)])
+        return item.id
 
-    def schedule_one_plan(self, job: Job) -> Plan[str]:
-        return (yield from self.schedule_plan([self.prepare(job)]))[0]
+    def schedule_together_plan(self, items: list[_Prepared]) -> Plan[list[str | DuetimeError]]:
+        """Single calls coalesced into one round trip: one id per call, or, when the
+        replicas fell short, one NotDurableError per call naming that call's task."""
+        try:
+            return list((yield from self.schedule_plan(items)))
+        except NotDurableError as error:
+            mine = [(item.id,) if item.id in error.task_ids else error.task_ids for item in items]
+            return [
+                NotDurableError(error.confirmed, error.wanted, error.shortfall, error.reply, ids)
+                for ids in mine
+            ]
 
     def cancel_plan(self, task_id: str) -> Plan[bool]:
         validation.task_id(task_id)
@@ -772,7 +853,7 @@ class QueueCore:
                 job.data, delay=0, task=job.task, max_attempts=job.max_attempts,
                 timeout=job.timeout_ms / 1000, result_ttl=cron.RESULT_TTL_MS / 1000,
             )  # fmt: skip
-            return (yield from self.schedule_one_plan(options))
+            return (yield from self.schedule_one_plan(self.prepare(options)))
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
     def remove_cron_plan(self, name: str) -> Plan[bool]:
@@ -930,12 +1011,13 @@ def _summary(entry: Listed) -> TaskSummary:
         lease_deadline=score if entry.state == TaskState.RUNNING else None,
         died_at=score if entry.state == TaskState.DEAD else None,
         error=error, problem="; ".join(problems) or None,
+        due_at=score if entry.state == TaskState.SCHEDULED else None,
     )  # fmt: skip
 
 
 #: How merged listings of a sharded queue are ordered.
 _LISTING_ORDER: dict[TaskState, Callable[[TaskSummary], float]] = {
-    TaskState.SCHEDULED: lambda task: task.run_at or 0.0,
+    TaskState.SCHEDULED: lambda task: task.due_at or 0.0,
     TaskState.READY: lambda task: task.run_at or 0.0,
     TaskState.RUNNING: lambda task: task.lease_deadline or 0.0,
     TaskState.DEAD: lambda task: -(task.died_at or 0.0),
@@ -1037,15 +1119,29 @@ class Queue:
         self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
         self.runner = SyncRunner(redis, settings)
         self.name = self.core.name
+        self._coalescer: ThreadCoalescer[_Prepared, str] | None = None
+        if settings.coalesce_schedules:
+            core, runner = self.core, self.runner  # not self: a cycle would outlive a drop
+            self._coalescer = ThreadCoalescer(
+                lambda item: runner.run(core.schedule_one_plan(item)),
+                lambda items: runner.run(core.schedule_together_plan(items)),
+            )
 
     def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` at ``at`` (epoch seconds or aware datetime); returns the task id.
         With an ``id`` that is already live, nothing changes and that id is returned."""
-        return self.runner.run(self.core.schedule_one_plan(self.core.job_at(at, data, options)))
+        if at is None:
+            validation.timestamp_ms(at)  # the error speaks of the run-at, not of a delay
+        return self._schedule(self.core.prepare_call("schedule_task", data, at, None, options))
 
     def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` ``delay`` seconds from now (server clock); 0 means right now."""
-        return self.runner.run(self.core.schedule_one_plan(Job(data, delay=delay, **options)))
+        return self._schedule(self.core.prepare_call("schedule_in", data, None, delay, options))
+
+    def _schedule(self, item: _Prepared) -> str:
+        if self._coalescer is None:
+            return self.runner.run(self.core.schedule_one_plan(item))
+        return self._coalescer.submit(item)
 
     def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
         return self.schedule_in(0, data, **options)
@@ -1169,14 +1265,32 @@ class AsyncQueue:
         self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
         self.runner = AsyncRunner(redis, settings)
         self.name = self.core.name
+        self._coalescer: TaskCoalescer[_Prepared, str] | None = None
+        if settings.coalesce_schedules:
+            core, runner = self.core, self.runner  # not self: a cycle would outlive a drop
+
+            async def one(item: _Prepared) -> str:
+                return await runner.run(core.schedule_one_plan(item))
+
+            async def together(items: list[_Prepared]) -> list[str | DuetimeError]:
+                return await runner.run(core.schedule_together_plan(items))
+
+            self._coalescer = TaskCoalescer(one, together)
 
     async def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
-        plan = self.core.schedule_one_plan(self.core.job_at(at, data, options))
-        return await self.runner.run(plan)
+        if at is None:
+            validation.timestamp_ms(at)  # the error speaks of the run-at, not of a delay
+        prepared = self.core.prepare_call("schedule_task", data, at, None, options)
+        return await self._schedule(prepared)
 
     async def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
-        plan = self.core.schedule_one_plan(Job(data, delay=delay, **options))
-        return await self.runner.run(plan)
+        prepared = self.core.prepare_call("schedule_in", data, None, delay, options)
+        return await self._schedule(prepared)
+
+    async def _schedule(self, item: _Prepared) -> str:
+        if self._coalescer is None:
+            return await self.runner.run(self.core.schedule_one_plan(item))
+        return await self._coalescer.submit(item)
 
     async def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
         return await self.schedule_in(0, data, **options)

@@ -91,6 +91,7 @@ _RANGES: dict[str, _Range | _Switch] = {
     "durable_timeout": _Range(False, 0, 3600),
     "durable_fsync": _Switch(),
     "metrics_port": _Range(True, 0, 65535, least_allowed=True),
+    "coalesce_schedules": _Switch(),
 }
 
 
@@ -156,6 +157,10 @@ class Settings:
     #: process, shared by its daemons; on 127.0.0.1 unless $DUETIME_METRICS_ADDRESS
     #: names another address). 0: no endpoint. See docs/metrics.md.
     metrics_port: int = 0
+    #: Single schedule calls to one Queue (from many threads) or AsyncQueue (from many
+    #: coroutines) that arrive while one is on its way to Redis go together in the next
+    #: round trip, each still getting its own id or error. False: one round trip per call.
+    coalesce_schedules: bool = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

@@ -122,6 +122,7 @@ def test_tasks_are_listed_by_state_in_serving_order(redis_url: str, queue_name: 
         assert [task.id for task in listed] == later[::-1]  # soonest first, across shards
         assert listed[0].task == "x" and listed[0].data == {"n": 3}
         assert listed[0].run_at == pytest.approx(now + 3597, abs=0.01)
+        assert listed[0].due_at == listed[0].run_at  # a first attempt is due at its run-at
         assert [t.id for t in queue.tasks("scheduled", limit=2, offset=1)] == later[::-1][1:3]
         held = queue.schedule_now({}, task=hold)
         dead = queue.schedule_now({}, task=broken)
@@ -145,6 +146,25 @@ def test_tasks_are_listed_by_state_in_serving_order(redis_url: str, queue_name: 
         assert queue.tasks("ready") == []
         with pytest.raises(InvalidInputError, match="state must be one of"):
             queue.tasks(TaskState.FINISHED)
+
+
+def test_a_retry_is_listed_at_its_due_time_not_its_first_run_at(
+    redis_url: str, queue_name: str
+) -> None:
+    app = App(default=lambda data: 1 / 0)
+    settings = FAST.replace(retry_base=600.0, retry_max=600.0)  # the back-off: ~10 min
+    with Queue(queue_name, redis_url, settings=settings) as queue:
+        task_id = queue.schedule_now({})
+
+        async def scenario() -> None:
+            async with running(Worker(app, queue_name, redis_url, settings=settings)):
+                await wait_until(lambda: queue.stats().scheduled == 1, what="the retry")
+
+        asyncio.run(scenario())
+        [retry] = queue.tasks("scheduled")
+        assert retry.id == task_id and retry.attempts == 1
+        assert retry.run_at is not None and retry.run_at <= time.time()
+        assert retry.due_at is not None and retry.due_at > time.time() + 200
 
 
 def test_the_lag_figures_age_while_nothing_moves(redis_url: str, queue_name: str) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import math
 import re
 import time
+from collections import deque
 from datetime import datetime
 from typing import Any
 
@@ -85,6 +86,7 @@ def colliding_ids(monkeypatch: pytest.MonkeyPatch, live_id: str) -> list[int]:
         return [live_id, *ids[1:]] if len(calls) == 1 else ids
 
     monkeypatch.setattr(scheduler, "new_task_ids", first_collides)
+    monkeypatch.setattr(scheduler, "_id_pool", deque())  # single calls draw from it
     return calls
 
 

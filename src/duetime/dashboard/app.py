@@ -459,20 +459,26 @@ class Dashboard:
         return await self._act(request, f"/q/{self.queue(request)[0]}/dead", act)
 
     async def cron_pause(self, request: Request) -> Response:
-        async def pause(queue: AsyncQueue, form: FormData) -> Notice:
-            name = _text(form, "name")
-            await queue.pause_cron(name)
-            return Notice(f"Paused cron job {name}.")
-
-        return await self._act(request, f"/q/{self.queue(request)[0]}/cron", pause)
+        return await self._cron_switch(request, AsyncQueue.pause_cron, "Paused cron job {}.")
 
     async def cron_resume(self, request: Request) -> Response:
-        async def resume(queue: AsyncQueue, form: FormData) -> Notice:
-            name = _text(form, "name")
-            await queue.resume_cron(name)
-            return Notice(f"Resumed cron job {name} from its next tick.")
+        said = "Resumed cron job {} from its next tick."
+        return await self._cron_switch(request, AsyncQueue.resume_cron, said)
 
-        return await self._act(request, f"/q/{self.queue(request)[0]}/cron", resume)
+    async def _cron_switch(
+        self,
+        request: Request,
+        switch: Callable[[AsyncQueue, str], Awaitable[object]],
+        said: str,
+    ) -> Response:
+        """Pause or resume the cron job the form names."""
+
+        async def act(queue: AsyncQueue, form: FormData) -> Notice:
+            name = _text(form, "name")
+            await switch(queue, name)
+            return Notice(said.format(name))
+
+        return await self._act(request, f"/q/{self.queue(request)[0]}/cron", act)
 
     async def cron_trigger(self, request: Request) -> Response:
         """Run a cron job's task with its data now, as a task of its own (its ticks go on)."""

@@ -133,7 +133,7 @@ class Timeline:
     chart: Markup
     in_window: int
     overdue: int  # first attempts past their run-at, not yet promoted
-    retries: int  # waiting out a back-off (their due time is not listed)
+    retries: int  # of those found, failed attempts waiting out a back-off
     upcoming: list[TaskSummary]  # the first ones in the window
     scanned: int
     complete: bool  # False: the scan stopped at TIMELINE_SCAN before the window's end
@@ -148,9 +148,8 @@ async def _scheduled_until(queue: AsyncQueue, end: float) -> tuple[list[TaskSumm
     while len(found) < TIMELINE_SCAN:
         page = await queue.tasks("scheduled", min(limit, TIMELINE_SCAN - len(found)), len(found))
         found += page
-        # Ordered by due time: a first attempt (its run-at is its due time) past the
-        # end means every later task is past it too.
-        past_end = any(t.attempts == 0 and (t.run_at or 0) > end for t in page)
+        # Ordered by due time: one past the end means every later task is past it too.
+        past_end = any((t.due_at or 0) > end for t in page)
         if past_end or len(page) < limit:
             return found, True
         limit = min(limit * 2, 5000)
@@ -166,14 +165,12 @@ async def timeline(queue: AsyncQueue, window: Window, now: float) -> Timeline:
     overdue = retries = 0
     upcoming: list[TaskSummary] = []
     for task in found:
-        if task.attempts > 0:  # a retry: its run-at is the first attempt's, not its due time
-            retries += 1
-            continue
-        run_at = task.run_at or 0.0
-        if run_at <= now:
+        due_at = task.due_at or 0.0  # a retry's is after its back-off, not its run-at
+        retries += task.attempts > 0
+        if due_at <= now:
             overdue += 1
-        elif run_at <= end:
-            counts[min(int((run_at - now) / size), window.buckets - 1)] += 1
+        elif due_at <= end:
+            counts[min(int((due_at - now) / size), window.buckets - 1)] += 1
             if len(upcoming) < 25:
                 upcoming.append(task)
     columns = [

@@ -178,6 +178,8 @@ class QueueLayout:
         return [QueueKeys(shard_tag(self.queue, i)) for i in range(self.count)]
 
     def of_task(self, task_id: str) -> int:
+        if self.count == 1:
+            return 0
         tick = _CRON_TICK_ID.fullmatch(task_id)
         return _shard_of(tick.group(1) if tick else task_id, self.count)
 

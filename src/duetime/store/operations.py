@@ -14,6 +14,8 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import msgpack
+
 from duetime.clock import Clock, ServerClock
 from duetime.errors import ConfigurationError, DuetimeError, NotDurableError, RedisCommandError
 from duetime.settings import Settings
@@ -369,6 +371,21 @@ def shard_operations(
     return [QueueOperations(keys, clock or ServerClock(resync_interval)) for keys in layout.shards]
 
 
+def _packed_tasks(items: Sequence[tuple[str, float, bytes]]) -> bytes:
+    """schedule_tasks' second argument: the (id, run-at, envelope) triples as one flat
+    msgpack array. An id that is not ASCII goes as its bytes (surrogateescape, as the
+    runner sends text), so an id read back from Redis is written as it came."""
+    flat: list[Any] = []
+    for task_id, run_at_ms, envelope in items:
+        if not task_id.isascii():
+            flat += (task_id.encode("utf-8", "surrogateescape"), run_at_ms, envelope)
+        else:
+            flat += (task_id, run_at_ms, envelope)
+    # Without bin types: the cmsgpack of Redis's Lua predates them (it refuses bin 8),
+    # and text and bytes alike arrive in Lua as strings.
+    return msgpack.packb(flat, use_bin_type=False)  # type: ignore[no-any-return]
+
+
 def store_tasks(
     calls: Sequence[ScriptCall], durability: Durability | None = None
 ) -> Plan[list[bool]]:
@@ -390,6 +407,7 @@ class QueueOperations:
     def __init__(self, keys: QueueKeys, clock: Clock) -> None:
         self.keys = keys
         self.clock = clock
+        self._schedule_keys = (keys.tasks, keys.scheduled, keys.ready, keys.wake, keys.stats)
 
     def now(self) -> Plan[int]:
         return (yield from current_time(self.clock, self.keys.tasks))
@@ -406,15 +424,17 @@ class QueueOperations:
     ) -> list[ScriptCall]:
         """The schedule_tasks calls storing (id, run-at ms, envelope) triples: one per
         SCHEDULE_BATCH items. ``now`` must come from this queue's own server clock."""
-        k = self.keys
-        keys = (k.tasks, k.scheduled, k.ready, k.wake, k.stats)
-        calls: list[ScriptCall] = []
-        for start in range(0, len(items), SCHEDULE_BATCH):
-            args: list[Any] = [now]
-            for task_id, run_at_ms, envelope in items[start : start + SCHEDULE_BATCH]:
-                args += (task_id, run_at_ms, envelope)
-            calls.append((keys, args))
-        return calls
+        keys = self._schedule_keys
+        return [
+            (keys, [now, _packed_tasks(items[start : start + SCHEDULE_BATCH])])
+            for start in range(0, len(items), SCHEDULE_BATCH)
+        ]
+
+    def schedule_call(self, now: int, task_id: str, run_at_ms: float, envelope: bytes) -> Eval:
+        """The schedule_tasks call storing one task: its reply is a list of one flag
+        (see ``store_tasks`` for many, durable or in several shards)."""
+        arguments = [now, _packed_tasks([(task_id, run_at_ms, envelope)])]
+        return Eval(scripts.SCHEDULE_TASKS, self._schedule_keys, arguments)
 
     def occupied(self) -> Plan[bool]:
         """Whether the queue holds any task or cron job (one command)."""

@@ -12,8 +12,7 @@ password masked.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -190,44 +189,41 @@ def _is_out_of_memory(error: redis.RedisError) -> bool:
     )
 
 
-@contextmanager
-def _translated(address: str) -> Iterator[None]:
-    """redis-py errors become duetime errors here; nothing from redis-py escapes."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as error:
-        raise RedisUnavailableError(
-            f"Redis at {address} is unavailable: {mask_url(str(error))}"
-        ) from None
-    except redis.exceptions.InvalidResponse as error:
+#: What redis-py raises: its errors, and a cluster slot no node serves (not a RedisError).
+_REDIS_ERRORS = (redis.RedisError, redis.exceptions.SlotNotCoveredError)
+
+
+def _translated(error: Exception, address: str) -> DuetimeError:
+    """The duetime error a redis-py error becomes; nothing from redis-py escapes."""
+    if isinstance(error, redis.ConnectionError | redis.TimeoutError):
+        return RedisUnavailableError(f"Redis at {address} is unavailable: {mask_url(str(error))}")
+    if isinstance(error, redis.exceptions.InvalidResponse):
         # A reply that is not the Redis protocol: a broken connection or not a Redis server.
-        raise RedisUnavailableError(
+        return RedisUnavailableError(
             f"Redis at {address} answered with something that is not the Redis protocol: "
             f"{mask_url(str(error))}"
-        ) from None
-    except (
-        redis.exceptions.ClusterError,
-        redis.exceptions.TryAgainError,
-        redis.exceptions.SlotNotCoveredError,
-    ) as error:
+        )
+    if isinstance(
+        error,
+        redis.exceptions.ClusterError
+        | redis.exceptions.TryAgainError
+        | redis.exceptions.SlotNotCoveredError,
+    ):
         # A cluster between two states (a slot moving, a master failing over): the
         # client gave up following redirections for now; the next try may well work.
-        raise RedisUnavailableError(
+        return RedisUnavailableError(
             f"Redis Cluster at {address} is moving slots or failing over "
             f"({mask_url(str(error))}); try again"
-        ) from None
-    except (redis.exceptions.MovedError, redis.exceptions.AskError) as error:
-        raise RedisCommandError(
+        )
+    if isinstance(error, redis.exceptions.MovedError | redis.exceptions.AskError):
+        return RedisCommandError(
             f"Redis at {address} is a cluster node, and the queue's slot lives on another "
             f"node (MOVED {error}): connect with redis+cluster://host:port[,host:port...] "
             "or a RedisCluster client"
-        ) from None
-    except redis.RedisError as error:
-        if _is_out_of_memory(error):
-            raise RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})") from None
-        raise RedisCommandError(
-            f"Redis at {address} refused a command: {mask_url(str(error))}"
-        ) from None
+        )
+    if isinstance(error, redis.RedisError) and _is_out_of_memory(error):
+        return RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})")
+    return RedisCommandError(f"Redis at {address} refused a command: {mask_url(str(error))}")
 
 
 def _advance(plan: Plan[T], reply: Any) -> Request:
@@ -261,13 +257,15 @@ class SyncRunner:
 
     def run(self, plan: Plan[T]) -> T:
         reply: Any = None
-        with _translated(self.address):
+        try:
             while True:
                 try:
                     request = _advance(plan, reply)
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
                 reply = self._execute(request)
+        except _REDIS_ERRORS as error:
+            raise _translated(error, self.address) from None
 
     def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
@@ -347,13 +345,15 @@ class AsyncRunner:
 
     async def run(self, plan: Plan[T]) -> T:
         reply: Any = None
-        with _translated(self.address):
+        try:
             while True:
                 try:
                     request = _advance(plan, reply)
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
                 reply = await self._execute(request)
+        except _REDIS_ERRORS as error:
+            raise _translated(error, self.address) from None
 
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):

@@ -1,0 +1,200 @@
+"""Coalescing: single schedule calls that arrive while one is on its way to Redis go
+together in the next round trip.
+
+A producer that schedules from many threads (or coroutines) at once would otherwise
+spend one round trip per call, and its throughput would be bounded by the round-trip
+time times the connections it holds. Here at most one round trip per queue object is in
+flight; the calls that arrive meanwhile wait, and the next round trip carries all of
+them in one script call. A call alone (nothing in flight) goes at once, as it would
+without coalescing, so a lone caller pays nothing but a lock.
+
+Each call is validated by its caller before it joins (a bad call fails alone, and
+nothing of it is written), and each caller gets its own id, or its own copy of the
+error when the round trip fails. The leader of a round trip is a caller: the thread
+whose call found nothing in flight, then, when its round trip returns, the first of
+those that waited meanwhile (so a caller's wait is bounded by two round trips, not by
+the traffic behind it). In asyncio, a task of its own carries the waiting calls, so
+that a caller cancelled while it waits does not leave the others waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+#: Most calls carried by one round trip: one schedule script call's batch.
+MOST_PER_ROUND_TRIP = 1000
+
+#: What a batch sender returns: one result, or one error, per call, in order.
+Outcomes = Sequence["Result | BaseException"]
+
+
+def _own(error: BaseException) -> BaseException:
+    """A caller's own copy of an error shared by a round trip (several threads raising
+    one exception object would tangle its traceback)."""
+    try:
+        return copy.copy(error)
+    except Exception:  # an exception class that cannot be copied: share it
+        return error
+
+
+class _Call(Generic[Item, Result]):
+    __slots__ = ("batch", "error", "finished", "item", "result", "woken")
+
+    def __init__(self, item: Item) -> None:
+        self.item = item
+        self.result: Result | None = None
+        self.error: BaseException | None = None
+        self.finished = False
+        self.batch: list[_Call[Item, Result]] | None = None  # set when it leads one
+        self.woken: threading.Event | None = None
+
+    def settle(self, outcome: Result | BaseException) -> None:
+        if isinstance(outcome, BaseException):
+            self.error = outcome
+        else:
+            self.result = outcome
+        self.finished = True
+
+    def outcome(self) -> Result:
+        if self.error is not None:
+            raise self.error
+        return self.result  # type: ignore[return-value]
+
+
+class ThreadCoalescer(Generic[Item, Result]):
+    """Coalesces calls from many threads. ``send_one`` sends a call alone; ``send_many``
+    sends several in one round trip and returns one result or error per call (it may
+    raise too: then every call of the batch gets that error)."""
+
+    def __init__(
+        self,
+        send_one: Callable[[Item], Result],
+        send_many: Callable[[list[Item]], Outcomes[Result]],
+    ) -> None:
+        self._send_one = send_one
+        self._send_many = send_many
+        self._lock = threading.Lock()
+        self._in_flight = False
+        self._waiting: list[_Call[Item, Result]] = []
+
+    def submit(self, item: Item) -> Result:
+        call: _Call[Item, Result] = _Call(item)
+        with self._lock:
+            if self._in_flight:
+                call.woken = threading.Event()
+                self._waiting.append(call)
+            else:
+                self._in_flight = True
+                call.batch = [call]
+        if call.woken is not None:
+            call.woken.wait()  # until its outcome is in, or it is handed a batch to lead
+        if call.batch is not None:
+            try:
+                self._send(call.batch)
+            finally:
+                self._hand_over()
+        return call.outcome()
+
+    def _send(self, batch: list[_Call[Item, Result]]) -> None:
+        try:
+            if len(batch) == 1:
+                batch[0].settle(self._send_one(batch[0].item))
+                return
+            outcomes = self._send_many([call.item for call in batch])
+            for call, outcome in zip(batch, outcomes, strict=True):
+                call.settle(outcome)
+        except BaseException as error:
+            for call in batch:
+                if not call.finished:
+                    call.settle(_own(error))
+            if isinstance(error, Exception):
+                return  # each caller raises its copy
+            raise  # KeyboardInterrupt and the like stop the leader too
+        finally:
+            for call in batch[1:]:
+                assert call.woken is not None
+                call.woken.set()
+
+    def _hand_over(self) -> None:
+        """Give the calls that waited meanwhile to the first of them, or stand down."""
+        with self._lock:
+            if not self._waiting:
+                self._in_flight = False
+                return
+            batch = self._waiting[:MOST_PER_ROUND_TRIP]
+            del self._waiting[:MOST_PER_ROUND_TRIP]
+        leader = batch[0]
+        leader.batch = batch
+        assert leader.woken is not None
+        leader.woken.set()
+
+
+class TaskCoalescer(Generic[Item, Result]):
+    """Coalesces calls from many coroutines of one event loop (see ThreadCoalescer)."""
+
+    def __init__(
+        self,
+        send_one: Callable[[Item], Awaitable[Result]],
+        send_many: Callable[[list[Item]], Awaitable[Outcomes[Result]]],
+    ) -> None:
+        self._send_one = send_one
+        self._send_many = send_many
+        self._in_flight = False
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._carrier: asyncio.Task[None] | None = None
+
+    async def submit(self, item: Item) -> Result:
+        if not self._in_flight:
+            self._in_flight = True
+            try:
+                return await self._send_one(item)
+            finally:
+                self._hand_over()
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        return await future
+
+    def _hand_over(self) -> None:
+        if self._waiting:
+            self._carrier = asyncio.get_running_loop().create_task(self._carry())
+        else:
+            self._in_flight = False
+
+    async def _carry(self) -> None:
+        """Send what waits, round trip after round trip, until nothing does."""
+        batch: list[tuple[Item, asyncio.Future[Result]]] = []
+        try:
+            while self._waiting:
+                batch = self._waiting[:MOST_PER_ROUND_TRIP]
+                del self._waiting[:MOST_PER_ROUND_TRIP]
+                # A caller cancelled while it waited is not sent: nothing of it is written.
+                batch = [(item, future) for item, future in batch if not future.done()]
+                if not batch:
+                    continue
+                try:
+                    if len(batch) == 1:
+                        outcomes: Outcomes[Result] = [await self._send_one(batch[0][0])]
+                    else:
+                        outcomes = await self._send_many([item for item, _ in batch])
+                except Exception as error:
+                    outcomes = [_own(error) for _ in batch]
+                for (_, future), outcome in zip(batch, outcomes, strict=True):
+                    if future.done():
+                        continue
+                    if isinstance(outcome, BaseException):
+                        future.set_exception(outcome)
+                    else:
+                        future.set_result(outcome)
+        finally:
+            self._in_flight = False
+            # Left only when the carrier itself was cancelled (its loop is closing).
+            for _, future in [*batch, *self._waiting]:
+                future.cancel()
+            self._waiting.clear()

@@ -1,0 +1,183 @@
+"""Single schedule calls from many coroutines or threads on one queue object, against
+a real server: fewer round trips than calls, and each caller still gets its own id,
+its own error and the same guarantees as a call of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from duetime import AsyncQueue, Queue, Settings
+from duetime.errors import InvalidPayloadError, NotDurableError, RedisCommandError
+from duetime.store import QueueKeys
+from tests.helpers import decoded
+
+CALLERS = 100
+CALLS_EACH = 20
+
+
+def evalsha_calls(raw: redis.Redis) -> int:
+    return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("coalesce", [True, False])
+def test_many_coroutines_share_round_trips_and_each_gets_its_own_id(
+    redis_url: str, raw: redis.Redis, queue_name: str, coalesce: bool
+) -> None:
+    keys = QueueKeys(queue_name)
+    settings = Settings(coalesce_schedules=coalesce)
+
+    async def scenario() -> list[tuple[int, int, str]]:
+        queue = AsyncQueue(queue_name, redis_url, settings=settings)
+        await queue.schedule_in(3600, {"warm": True})  # loads the script, samples TIME
+        made: list[tuple[int, int, str]] = []
+
+        async def caller(who: int) -> None:
+            for n in range(CALLS_EACH):
+                made.append((who, n, await queue.schedule_in(3600, {"who": who, "n": n})))
+
+        await asyncio.gather(*(caller(who) for who in range(CALLERS)))
+        await queue.close()
+        return made
+
+    before = evalsha_calls(raw)
+    made = asyncio.run(scenario())
+    round_trips = evalsha_calls(raw) - before - 1
+    calls = CALLERS * CALLS_EACH
+    assert len({task_id for _, _, task_id in made}) == calls
+    assert raw.zcard(keys.scheduled) == calls + 1
+    stored = raw.hmget(keys.tasks, [task_id for _, _, task_id in made[:50]])
+    assert all(stored)
+    with Queue(queue_name, redis_url) as queue:
+        for who, n, task_id in made[::97]:  # each id holds its own caller's data
+            status = queue.status(task_id)
+            assert status is not None and status.data == {"who": who, "n": n}
+        assert queue.check() == []
+    if coalesce:
+        assert round_trips < calls / 5, round_trips
+    else:
+        assert round_trips == calls
+
+
+def test_a_bad_call_fails_alone_and_a_repeated_id_stays_idempotent(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+
+    async def scenario() -> list[Any]:
+        queue = AsyncQueue(queue_name, redis_url)
+        await queue.schedule_in(3600, {"warm": True})
+        data: list[Any] = [{"n": n} for n in range(30)]
+        data[7] = None  # empty data: refused at the door
+        data[8], data[9] = {"first": True}, {"second": True}
+        outcomes = await asyncio.gather(
+            *(
+                queue.schedule_in(3600, item, id="order-1" if n in (8, 9) else None)
+                for n, item in enumerate(data)
+            ),
+            return_exceptions=True,
+        )
+        await queue.close()
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert isinstance(outcomes[7], InvalidPayloadError)
+    assert outcomes[8] == outcomes[9] == "order-1"
+    good = [o for i, o in enumerate(outcomes) if i not in (7, 8, 9)]
+    assert all(isinstance(o, str) for o in good) and len(set(good)) == 27
+    assert raw.zcard(keys.scheduled) == 1 + 27 + 1
+    with Queue(queue_name, redis_url) as queue:
+        status = queue.status("order-1")
+        assert status is not None and status.data == {"first": True}
+
+
+def test_a_refused_round_trip_reaches_every_caller_in_it(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+
+    async def scenario() -> list[Any]:
+        queue = AsyncQueue(queue_name, redis_url)
+        await queue.schedule_in(3600, {"warm": True})
+        raw.delete(keys.tasks)
+        raw.set(keys.tasks, "not a hash")  # every write to the queue is refused now
+        outcomes = await asyncio.gather(
+            *(queue.schedule_in(3600, {"n": n}) for n in range(20)), return_exceptions=True
+        )
+        await queue.close()
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(outcome, RedisCommandError) for outcome in outcomes)
+    assert len({id(outcome) for outcome in outcomes}) == len(outcomes)  # each its own
+
+
+def test_durable_calls_that_fall_short_each_name_their_own_task(
+    redis_url: str, queue_name: str
+) -> None:
+    # The test server has no replica: a durable write is never confirmed.
+    settings = Settings(durable_replicas=1, durable_timeout=0.05)
+
+    async def scenario() -> list[Any]:
+        queue = AsyncQueue(queue_name, redis_url, settings=settings)
+        outcomes = await asyncio.gather(
+            *(queue.schedule_in(3600, {"n": n}, id=f"d-{n}") for n in range(10)),
+            return_exceptions=True,
+        )
+        await queue.close()
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(outcome, NotDurableError) for outcome in outcomes)
+    assert [outcome.task_ids for outcome in outcomes] == [(f"d-{n}",) for n in range(10)]
+
+
+def test_many_threads_share_round_trips_on_one_queue(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    made: list[str] = []
+    lock = threading.Lock()
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(3600, {"warm": True})
+        before = evalsha_calls(raw)
+
+        def caller(who: int) -> None:
+            for n in range(100):
+                task_id = queue.schedule_in(3600, {"who": who, "n": n})
+                with lock:
+                    made.append(task_id)
+
+        threads = [threading.Thread(target=caller, args=(who,)) for who in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        round_trips = evalsha_calls(raw) - before
+        assert len(set(made)) == 800 and raw.zcard(keys.scheduled) == 801
+        assert round_trips <= 800  # never more than one per call; fewer when they overlap
+        assert queue.check() == []
+
+
+def test_a_due_task_scheduled_together_with_others_is_ready_at_once(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+
+    async def scenario() -> list[str]:
+        queue = AsyncQueue(queue_name, redis_url)
+        await queue.schedule_in(3600, {"warm": True})
+        ids = await asyncio.gather(
+            *(queue.schedule_in(0 if n % 2 else 3600, {"n": n}) for n in range(40))
+        )
+        await queue.close()
+        return ids
+
+    ids = asyncio.run(scenario())
+    ready = set(decoded(raw.lrange(keys.ready, 0, -1)))
+    assert ready == {task_id for n, task_id in enumerate(ids) if n % 2}
+    assert raw.zcard(keys.scheduled) == 21

@@ -1,0 +1,172 @@
+"""The coalescers on their own, with senders that record what they were given: who
+leads, what goes together, and that every caller gets its own outcome."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from duetime.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
+
+
+class Refused(Exception):
+    pass
+
+
+def test_a_lone_caller_goes_at_once_alone() -> None:
+    sent: list[int] = []
+
+    def send_one(item: int) -> str:
+        sent.append(item)
+        return f"id-{item}"
+
+    coalescer: ThreadCoalescer[int, str] = ThreadCoalescer(
+        send_one, lambda items: pytest.fail("nothing waited, so nothing goes together")
+    )
+    assert [coalescer.submit(n) for n in range(3)] == ["id-0", "id-1", "id-2"]
+    assert sent == [0, 1, 2]
+
+
+def test_threads_that_arrive_during_a_round_trip_go_together_in_the_next() -> None:
+    in_flight, release = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def send_one(item: int) -> str:
+        in_flight.set()
+        release.wait(5)  # the first round trip is slow: the others queue up behind it
+        return f"id-{item}"
+
+    def send_many(items: list[int]) -> list[str | BaseException]:
+        batches.append(items)
+        return [Refused(f"no {n}") if n == 3 else f"id-{n}" for n in items]
+
+    coalescer: ThreadCoalescer[int, str] = ThreadCoalescer(send_one, send_many)
+    outcomes: dict[int, str] = {}
+
+    def call(n: int) -> None:
+        try:
+            outcomes[n] = coalescer.submit(n)
+        except Refused as error:
+            outcomes[n] = f"refused: {error}"
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    assert in_flight.wait(5)
+    others = [threading.Thread(target=call, args=(n,)) for n in range(1, 6)]
+    for thread in others:
+        thread.start()
+    while len(coalescer._waiting) < 5:  # all five wait behind the first
+        threading.Event().wait(0.001)
+    release.set()
+    for thread in [first, *others]:
+        thread.join(5)
+    assert len(batches) == 1 and sorted(batches[0]) == [1, 2, 3, 4, 5]
+    assert outcomes == {0: "id-0", 1: "id-1", 2: "id-2", 3: "refused: no 3", 4: "id-4",
+                        5: "id-5"}  # fmt: skip
+    assert not coalescer._in_flight  # the last leader stood down
+
+
+def test_a_failed_round_trip_gives_each_caller_its_own_copy_of_the_error() -> None:
+    in_flight, release = threading.Event(), threading.Event()
+
+    def send_one(item: int) -> str:
+        in_flight.set()
+        release.wait(5)
+        return "first"
+
+    def send_many(items: list[int]) -> list[str | BaseException]:
+        raise Refused("server said no")
+
+    coalescer: ThreadCoalescer[int, str] = ThreadCoalescer(send_one, send_many)
+    errors: list[BaseException] = []
+
+    def call(n: int) -> None:
+        try:
+            coalescer.submit(n)
+        except Refused as error:
+            errors.append(error)
+
+    first = threading.Thread(target=call, args=(0,))
+    first.start()
+    assert in_flight.wait(5)
+    others = [threading.Thread(target=call, args=(n,)) for n in (1, 2)]
+    for thread in others:
+        thread.start()
+    while len(coalescer._waiting) < 2:
+        threading.Event().wait(0.001)
+    release.set()
+    for thread in [first, *others]:
+        thread.join(5)
+    assert len(errors) == 2 and errors[0] is not errors[1]
+    assert all(str(error) == "server said no" for error in errors)
+    assert coalescer.submit(7) == "first"  # not stuck in flight after a failure
+
+
+def test_coroutines_that_arrive_during_a_round_trip_go_together_in_the_next() -> None:
+    batches: list[list[int]] = []
+
+    async def send_one(item: int) -> str:
+        await asyncio.sleep(0.01)
+        return f"id-{item}"
+
+    async def send_many(items: list[int]) -> list[str | BaseException]:
+        batches.append(items)
+        await asyncio.sleep(0.01)
+        return [f"id-{n}" for n in items]
+
+    async def scenario() -> list[str]:
+        coalescer: TaskCoalescer[int, str] = TaskCoalescer(send_one, send_many)
+        return await asyncio.gather(*(coalescer.submit(n) for n in range(50)))
+
+    assert asyncio.run(scenario()) == [f"id-{n}" for n in range(50)]
+    assert batches == [list(range(1, 50))]
+
+
+def test_a_coroutine_cancelled_while_it_waits_is_not_sent() -> None:
+    sent: list[int] = []
+
+    async def send_one(item: int) -> str:
+        sent.append(item)
+        await asyncio.sleep(0.01)
+        return f"id-{item}"
+
+    async def send_many(items: list[int]) -> list[str | BaseException]:
+        sent.extend(items)
+        return [f"id-{n}" for n in items]
+
+    async def scenario() -> None:
+        coalescer: TaskCoalescer[int, str] = TaskCoalescer(send_one, send_many)
+        first = asyncio.create_task(coalescer.submit(0))
+        await asyncio.sleep(0)  # the first is in flight
+        waiting = [asyncio.create_task(coalescer.submit(n)) for n in (1, 2, 3)]
+        await asyncio.sleep(0)
+        waiting[1].cancel()
+        assert await first == "id-0"
+        assert await waiting[0] == "id-1" and await waiting[2] == "id-3"
+        with pytest.raises(asyncio.CancelledError):
+            await waiting[1]
+        assert await coalescer.submit(4) == "id-4"  # stood down, then goes at once
+
+    asyncio.run(scenario())
+    assert sent == [0, 1, 3, 4]
+
+
+def test_a_round_trip_carries_at_most_one_script_batch() -> None:
+    batches: list[int] = []
+
+    async def send_one(item: int) -> str:
+        await asyncio.sleep(0.01)
+        return "x"
+
+    async def send_many(items: list[int]) -> list[str | BaseException]:
+        batches.append(len(items))
+        return ["x"] * len(items)
+
+    async def scenario() -> None:
+        coalescer: TaskCoalescer[int, str] = TaskCoalescer(send_one, send_many)
+        await asyncio.gather(*(coalescer.submit(n) for n in range(MOST_PER_ROUND_TRIP + 11)))
+
+    asyncio.run(scenario())
+    assert batches == [MOST_PER_ROUND_TRIP, 10]
