@@ -24,6 +24,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py
+	$(BIN)/python bench/bench_enqueue.py
 
 # duetime against RQ, arq, Dramatiq, Huey, Celery, SAQ and BullMQ; installs the peers
 # into bench/.venv-peers (not into .venv). Long: use --quick via ARGS for a smoke run.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import redis
 
 from duetime import AsyncQueue, Queue, Settings
 from duetime.errors import InvalidPayloadError, NotDurableError, RedisCommandError
+from duetime.settings import DEFAULT_SETTINGS
 from duetime.store import QueueKeys
 from tests.helpers import decoded
 
@@ -22,6 +24,30 @@ CALLS_EACH = 20
 
 def evalsha_calls(raw: redis.Redis) -> int:
     return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def at_once(
+    redis_url: str,
+    queue_name: str,
+    calls: Callable[[AsyncQueue], Iterable[Awaitable[str]]],
+    settings: Settings = DEFAULT_SETTINGS,
+    before: Callable[[], object] = lambda: None,
+    warm_up: bool = True,
+) -> list[Any]:
+    """The outcomes (ids or errors) of ``calls`` made at once on one AsyncQueue, after a
+    warm-up call (which loads the script) and ``before``."""
+
+    async def scenario() -> list[Any]:
+        queue = AsyncQueue(queue_name, redis_url, settings=settings)
+        if warm_up:
+            await queue.schedule_in(3600, {"warm": True}, id="warm-up")
+        before()
+        try:
+            return await asyncio.gather(*calls(queue), return_exceptions=True)
+        finally:
+            await queue.close()
+
+    return asyncio.run(scenario())
 
 
 @pytest.mark.parametrize("coalesce", [True, False])
@@ -67,24 +93,17 @@ def test_a_bad_call_fails_alone_and_a_repeated_id_stays_idempotent(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
     keys = QueueKeys(queue_name)
-
-    async def scenario() -> list[Any]:
-        queue = AsyncQueue(queue_name, redis_url)
-        await queue.schedule_in(3600, {"warm": True})
-        data: list[Any] = [{"n": n} for n in range(30)]
-        data[7] = None  # empty data: refused at the door
-        data[8], data[9] = {"first": True}, {"second": True}
-        outcomes = await asyncio.gather(
-            *(
-                queue.schedule_in(3600, item, id="order-1" if n in (8, 9) else None)
-                for n, item in enumerate(data)
-            ),
-            return_exceptions=True,
-        )
-        await queue.close()
-        return outcomes
-
-    outcomes = asyncio.run(scenario())
+    data: list[Any] = [{"n": n} for n in range(30)]
+    data[7] = None  # empty data: refused at the door
+    data[8], data[9] = {"first": True}, {"second": True}
+    outcomes = at_once(
+        redis_url,
+        queue_name,
+        lambda queue: (
+            queue.schedule_in(3600, item, id="order-1" if n in (8, 9) else None)
+            for n, item in enumerate(data)
+        ),
+    )
     assert isinstance(outcomes[7], InvalidPayloadError)
     assert outcomes[8] == outcomes[9] == "order-1"
     good = [o for i, o in enumerate(outcomes) if i not in (7, 8, 9)]
@@ -100,18 +119,16 @@ def test_a_refused_round_trip_reaches_every_caller_in_it(
 ) -> None:
     keys = QueueKeys(queue_name)
 
-    async def scenario() -> list[Any]:
-        queue = AsyncQueue(queue_name, redis_url)
-        await queue.schedule_in(3600, {"warm": True})
+    def break_the_queue() -> None:
         raw.delete(keys.tasks)
         raw.set(keys.tasks, "not a hash")  # every write to the queue is refused now
-        outcomes = await asyncio.gather(
-            *(queue.schedule_in(3600, {"n": n}) for n in range(20)), return_exceptions=True
-        )
-        await queue.close()
-        return outcomes
 
-    outcomes = asyncio.run(scenario())
+    outcomes = at_once(
+        redis_url,
+        queue_name,
+        lambda queue: (queue.schedule_in(3600, {"n": n}) for n in range(20)),
+        before=break_the_queue,
+    )
     assert all(isinstance(outcome, RedisCommandError) for outcome in outcomes)
     assert len({id(outcome) for outcome in outcomes}) == len(outcomes)  # each its own
 
@@ -121,17 +138,13 @@ def test_durable_calls_that_fall_short_each_name_their_own_task(
 ) -> None:
     # The test server has no replica: a durable write is never confirmed.
     settings = Settings(durable_replicas=1, durable_timeout=0.05)
-
-    async def scenario() -> list[Any]:
-        queue = AsyncQueue(queue_name, redis_url, settings=settings)
-        outcomes = await asyncio.gather(
-            *(queue.schedule_in(3600, {"n": n}, id=f"d-{n}") for n in range(10)),
-            return_exceptions=True,
-        )
-        await queue.close()
-        return outcomes
-
-    outcomes = asyncio.run(scenario())
+    outcomes = at_once(
+        redis_url,
+        queue_name,
+        lambda queue: (queue.schedule_in(3600, {"n": n}, id=f"d-{n}") for n in range(10)),
+        settings,
+        warm_up=False,  # it would fall short too
+    )
     assert all(isinstance(outcome, NotDurableError) for outcome in outcomes)
     assert [outcome.task_ids for outcome in outcomes] == [(f"d-{n}",) for n in range(10)]
 
@@ -167,17 +180,11 @@ def test_a_due_task_scheduled_together_with_others_is_ready_at_once(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
     keys = QueueKeys(queue_name)
-
-    async def scenario() -> list[str]:
-        queue = AsyncQueue(queue_name, redis_url)
-        await queue.schedule_in(3600, {"warm": True})
-        ids = await asyncio.gather(
-            *(queue.schedule_in(0 if n % 2 else 3600, {"n": n}) for n in range(40))
-        )
-        await queue.close()
-        return ids
-
-    ids = asyncio.run(scenario())
+    ids = at_once(
+        redis_url,
+        queue_name,
+        lambda queue: (queue.schedule_in(0 if n % 2 else 3600, {"n": n}) for n in range(40)),
+    )
     ready = set(decoded(raw.lrange(keys.ready, 0, -1)))
     assert ready == {task_id for n, task_id in enumerate(ids) if n % 2}
     assert raw.zcard(keys.scheduled) == 21
