@@ -154,6 +154,17 @@ def _is_integer(value: object) -> bool:
 def decode_envelope(blob: bytes) -> Envelope:
     """Read an envelope of version 1 or 2, or raise DecodeError saying why it cannot be run."""
     fields = unpack(blob)
+    # The usual envelope, checked at a glance: version 2, default limits, a whole run-at
+    # (type() is, so a bool is not taken for an int). Anything else: the full checks.
+    if (
+        type(fields) is list
+        and len(fields) == _V2_REQUIRED
+        and type(fields[0]) is int
+        and fields[0] == 2
+        and type(fields[1]) is str
+        and type(fields[3]) is int
+    ):
+        return Envelope(fields[1], fields[2], fields[3], *_V2_DEFAULT_LIMITS)
     if not isinstance(fields, list) or not fields or not _is_integer(fields[0]):
         raise DecodeError("envelope is not a duetime envelope (expected a versioned msgpack array)")
     version = fields[0]

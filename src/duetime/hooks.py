@@ -112,7 +112,8 @@ class HookChain:
     """The hooks of one App or Queue, called in order; a failing hook is logged (once
     per hook and method, then at debug) and the others still run. Only the methods a
     hook overrides are called: a worker calls two per attempt, so a hook that leaves
-    ``before_attempt`` alone costs nothing there."""
+    ``before_attempt`` alone costs nothing there, and where no hook wants either (see
+    ``around_attempts``) the worker does not even describe the attempt."""
 
     def __init__(self, hooks: Iterable[Hooks] = ()) -> None:
         self.hooks: list[Hooks] = []
@@ -120,6 +121,8 @@ class HookChain:
         self._overrides: dict[str, list[tuple[Hooks, Callable[..., None]]]] = {
             method: [] for method in HOOK_METHODS
         }
+        self._around = False  # a hook other than plain LogHooks overrides an attempt method
+        self._logs_attempts = False  # a plain LogHooks is in the chain
         for hook in hooks:
             self.add(hook)
 
@@ -132,9 +135,22 @@ class HookChain:
         for method in HOOK_METHODS:
             if getattr(type(hook), method) is not getattr(Hooks, method):
                 self._overrides[method].append((hook, getattr(hook, method)))
+                if method in ("before_attempt", "after_attempt"):
+                    if type(hook) is LogHooks:
+                        self._logs_attempts = True
+                    else:
+                        self._around = True
 
     def __bool__(self) -> bool:
         return bool(self.hooks)
+
+    @property
+    def around_attempts(self) -> bool:
+        """Whether ``before_attempt``/``after_attempt`` would do anything now: some hook
+        overrides them, other than duetime's own LogHooks while its debug lines are off.
+        A worker asks before each attempt, and skips describing it (AttemptInfo,
+        AttemptResult) when the answer is no: that is most of what hooks cost."""
+        return self._around or (self._logs_attempts and log.isEnabledFor(logging.DEBUG))
 
     def on_schedule(self, queue: str, tasks: Sequence[ScheduledTask]) -> None:
         self._each("on_schedule", queue, tasks)

@@ -3,8 +3,9 @@
 One asyncio loop per process runs four small parts of one worker:
 - the claimer takes ids with BLMOVE from ``ready`` into the worker's own processing
   list and leases them (a backlog is claimed in batches by one script call);
-- each claimed attempt runs its handler, async ones on the loop, plain functions in a
-  thread pool, under the task's timeout;
+- each claimed attempt runs its handler, async ones on the loop, plain functions on the
+  worker's own threads (see ``_ThreadRunner``), under the task's timeout (one timer for
+  the whole worker, see ``_arm_timeouts``);
 - the acker sends finished attempts in batches (one script call per batch);
 - the heartbeater proves the worker alive, renews the leases of running attempts,
   learns which attempts were fenced, and finds ids whose BLMOVE reply was lost.
@@ -29,15 +30,16 @@ import functools
 import logging
 import os
 import socket
+import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from duetime import codec, validation
-from duetime.app import App, Handler
+from duetime.app import App
 from duetime.backoff import Backoff, Outage, retry_delay
 from duetime.clock import Clock, wait_until
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
@@ -74,6 +76,9 @@ from duetime.store.operations import (
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor
 
+if TYPE_CHECKING:
+    from duetime.metrics import AttemptTally
+
 log = logging.getLogger("duetime.worker")
 
 ACK_BATCH = 500
@@ -101,12 +106,14 @@ class TaskContext:
     worker_id: str
 
 
-_current: contextvars.ContextVar[TaskContext] = contextvars.ContextVar("duetime_task")
+#: The attempt a handler runs, in the attempt's own context. Its TaskContext is made
+#: only when asked for: most handlers never ask, and an attempt must cost little.
+_current: contextvars.ContextVar[_Attempt] = contextvars.ContextVar("duetime_task")
 
 
 def current_task() -> TaskContext:
     """The attempt the calling handler runs; LookupError outside a handler."""
-    return _current.get()
+    return _current.get().task_context()
 
 
 def new_worker_id() -> str:
@@ -120,6 +127,8 @@ class _Shard:
 
     index: int
     operations: QueueOperations
+    queue: str  # the queue's name (a shard's keys carry its own label)
+    worker_id: str
     untracked: list[str] = field(default_factory=list)  # ids in its list not held here
     fences_unreported: int = 0  # outcomes dropped here, not yet added to `fenced`
     paused: bool = False  # the queue was found paused (said once in the log)
@@ -130,23 +139,221 @@ class _Shard:
         return self.operations.keys.queue
 
 
-@dataclass(slots=True)
 class _Attempt:
-    shard: _Shard
-    task_id: str
-    attempt: int
-    leased_at: float = 0.0  # monotonic time the lease was last granted or renewed (sent)
-    timeout: float = 0.0
-    started: float = field(default_factory=time.monotonic)
-    started_ms: int = 0
-    fenced: bool = False
-    finished: bool = False  # handler returned; outcome being reported
+    """One claimed attempt, from its claim to its reported outcome. A plain class, not a
+    dataclass: most fields keep their class-level default for the whole attempt, and
+    only the first five are set per attempt (a worker starts tens of thousands a second)."""
+
+    leased_at: float  # monotonic time the lease was last granted or renewed (sent)
+    started: float  # monotonic; the claim, then the handler's start
+    timeout = 0.0
+    started_ms = 0
+    lateness = 0.0  # seconds after its run-at that the handler started
+    deadline = 0.0  # monotonic; while the handler runs under a timeout, else 0
+    fenced = False
+    timed_out = False  # cancelled by the timeout timer
+    finished = False  # handler returned; outcome being reported
+    ran = False  # the handler was started
     runner: asyncio.Task[None] | None = None
-    info: AttemptInfo | None = None  # what hooks are told, once the handler is to start
+    envelope: Envelope | None = None
+    job: _Job | None = None  # a plain handler's run on the worker's threads
+    info: AttemptInfo | None = None  # what hooks are told, made when the handler starts
+    context: TaskContext | None = None  # made on the first current_task()
+
+    def __init__(self, shard: _Shard, task_id: str, attempt: int, leased_at: float) -> None:
+        self.shard = shard
+        self.task_id = task_id
+        self.attempt = attempt
+        self.leased_at = leased_at
+        self.started = leased_at
 
     @property
     def key(self) -> tuple[int, str]:
         return self.shard.index, self.task_id
+
+    def task_context(self) -> TaskContext:
+        if self.context is None:
+            envelope = self.envelope
+            assert envelope is not None  # set before the handler runs
+            self.context = TaskContext(
+                self.task_id, self.shard.queue, envelope.task, self.attempt,
+                envelope.max_attempts, envelope.run_at_ms / 1000, self.shard.worker_id,
+            )  # fmt: skip
+        return self.context
+
+    def attempt_info(self) -> AttemptInfo:
+        """What hooks are told of this attempt (once its handler started)."""
+        if self.info is None:
+            envelope = self.envelope
+            assert envelope is not None
+            run_at = envelope.run_at_ms / 1000
+            self.info = AttemptInfo(
+                self.shard.queue, self.task_id, envelope.task, self.attempt,
+                envelope.max_attempts, run_at, run_at + self.lateness, self.shard.worker_id,
+            )  # fmt: skip
+        return self.info
+
+
+class _Job:
+    """One call of a plain handler on the worker's threads. Only the thread that takes
+    it writes its outcome; the loop reads it once ``done`` is resolved."""
+
+    __slots__ = ("abandoned", "context", "data", "done", "error", "function", "thread", "value")
+
+    def __init__(
+        self, done: asyncio.Future[None], context: contextvars.Context, function: Any, data: Any
+    ) -> None:
+        self.done = done
+        self.context = context
+        self.function = function
+        self.data = data
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.thread: _Thread | None = None  # the thread running it, while it runs
+        self.abandoned = False  # timed out or cancelled before a thread took it
+
+
+class _Thread:
+    __slots__ = ("abandoned", "wake")
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()  # held while the thread is parked; released to wake it
+        self.wake.acquire()
+        self.abandoned = False  # left to a hung handler; exits when (if ever) it returns
+
+
+class _ThreadRunner:
+    """Runs plain-function handlers off the event loop, on at most ``size`` threads of
+    its own, with hand-offs in batches both ways.
+
+    A pool hand-off per call (a future, a queue put, a thread woken, a call_soon_threadsafe
+    back) costs more than a no-op handler by far. Here, jobs wait in one deque, and threads
+    stay awake while there is work: a thread that finishes a job takes the next one
+    without being woken. Finished jobs are handed back in bulk: the loop is woken once
+    for all the jobs that finished since it last looked.
+
+    Blocking handlers must not hold up the jobs behind them, so a thread never keeps work
+    waiting alone: whenever a job is taken while others still wait and no other thread is
+    free (awake, not inside a handler), one more is woken, or started, up to ``size``.
+    A handler that blocks thus hands the queue on to another thread within a wake-up;
+    handlers that return at once leave one thread doing all the work, the others parked.
+
+    A job that timed out is abandoned with its thread: the thread no longer counts, so a
+    hung handler does not eat the worker's capacity, and it exits if it ever returns.
+    Threads are daemon threads: a handler still hung when the process exits does not
+    keep it alive (its task was handed back, and runs again elsewhere)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: deque[_Job] = deque()
+        self._finished: deque[_Job] = deque()
+        self._lock = threading.Lock()  # guards the counts, _parked and _reporting
+        self._parked: list[_Thread] = []
+        self._threads = 0  # live, not abandoned
+        self._free = 0  # awake and not inside a handler (or about to wake)
+        self._reporting = False  # a hand-back to the loop is scheduled
+        self._closed = False
+
+    def submit(self, function: Any, data: Any) -> _Job:
+        """Queue ``function(data)``, run in a copy of the caller's context; await
+        ``job.done``, then read ``job.value`` or ``job.error``."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        job = _Job(loop.create_future(), contextvars.copy_context(), function, data)
+        with self._lock:  # a thread decides to park under it: see _work
+            self._waiting.append(job)
+            if not self._free:
+                self._wake_one()
+        return job
+
+    def abandon(self, job: _Job) -> None:
+        """Give up on a job (timed out, or its attempt was cancelled): one not taken yet
+        is skipped; the thread of one running is left to it and replaced."""
+        with self._lock:
+            job.abandoned = True
+            thread = job.thread  # None unless a thread runs it right now
+            if thread is not None and not thread.abandoned:
+                thread.abandoned = True
+                self._threads -= 1
+
+    def close(self) -> None:
+        """Drop the jobs not started and let the parked threads exit."""
+        with self._lock:
+            self._closed = True
+            self._waiting.clear()
+            parked, self._parked = self._parked, []
+        for thread in parked:
+            thread.wake.release()
+
+    def _wake_one(self) -> None:
+        # Called with the lock held.
+        if self._closed:
+            return
+        if self._parked:
+            self._free += 1
+            self._parked.pop().wake.release()
+        elif self._threads < self._size:
+            self._free += 1
+            self._threads += 1
+            thread = _Thread()
+            threading.Thread(
+                target=self._work, args=(thread,), name="duetime-task", daemon=True
+            ).start()
+
+    def _work(self, me: _Thread) -> None:
+        waiting, lock = self._waiting, self._lock
+        while True:
+            try:
+                job = waiting.popleft()
+            except IndexError:
+                with lock:
+                    if self._closed:
+                        self._free -= 1
+                        return
+                    if waiting:  # one came in between: take it
+                        continue
+                    self._free -= 1
+                    self._parked.append(me)
+                me.wake.acquire()  # parked until woken
+                if self._closed:
+                    return
+                continue
+            with lock:
+                if job.abandoned:
+                    continue
+                job.thread = me
+                self._free -= 1
+                if waiting and not self._free:
+                    self._wake_one()  # this handler may block: keep the rest moving
+            try:
+                job.value = job.context.run(job.function, job.data)
+            except BaseException as error:  # the attempt's failure, whatever it is
+                job.error = error
+            with lock:
+                job.thread = None
+                if me.abandoned:
+                    return  # replaced meanwhile; its result is not wanted
+                self._free += 1
+                self._finished.append(job)
+                if self._reporting:
+                    continue
+                self._reporting = True
+            assert self._loop is not None
+            try:
+                self._loop.call_soon_threadsafe(self._hand_back)
+            except RuntimeError:  # the loop is closed: nobody waits for the results
+                return
+
+    def _hand_back(self) -> None:
+        """On the loop: resolve every job finished since the last call."""
+        with self._lock:
+            self._reporting = False
+            finished, self._finished = self._finished, deque()
+        for job in finished:
+            if not job.done.done():  # cancelled when its attempt was
+                job.done.set_result(None)
 
 
 @dataclass(slots=True)
@@ -167,24 +374,6 @@ class _HandlerExit(Exception):
     def __init__(self, original: BaseException) -> None:
         super().__init__(original)
         self.original = original
-
-
-def _call_sync(function: Any, data: Any) -> Any:
-    try:
-        return function(data)
-    except Exception:
-        raise
-    except BaseException as error:
-        raise _HandlerExit(error) from None
-
-
-async def _await_async(function: Any, data: Any) -> Any:
-    try:
-        return await function(data)
-    except (Exception, asyncio.CancelledError):
-        raise
-    except BaseException as error:
-        raise _HandlerExit(error) from None
 
 
 def _describe(error: BaseException) -> str:
@@ -230,7 +419,7 @@ class Worker:
         self.worker_id = validation.worker_id(worker_id or new_worker_id())
         self.layout = QueueLayout(self.queue, validation.shards(shards))
         self.shards = [
-            _Shard(index, operations)
+            _Shard(index, operations, self.queue, self.worker_id)
             for index, operations in enumerate(
                 shard_operations(self.layout, clock, settings.clock_resync_interval)
             )
@@ -249,16 +438,24 @@ class Worker:
         self._stop = asyncio.Event()  # stop claiming
         self._closing = asyncio.Event()  # running attempts are done or abandoned
         self._stop_now = False
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="duetime-task")
+        self._threads = _ThreadRunner(concurrency)
+        # One timer enforces every running attempt's timeout (see _arm_timeouts).
+        self._timeout_timer: asyncio.TimerHandle | None = None
+        self._timeout_at = 0.0  # monotonic time the timer fires at
         self._lease_ms = round(settings.lease_duration * 1000)
+        # An attempt that starts later than this after its lease was granted renews the
+        # lease first (see _still_leased).
+        self._renew_before_start = settings.lease_duration / 2
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
         self.supervisor = Supervisor(f"worker {self.worker_id}")
         self._durable = Durability.wanted(settings, None)
         self._hooks = HookChain([LogHooks(), *self.app.hooks.hooks])
+        # The built-in metrics count attempts in bulk rather than through a hook.
+        self._tally: AttemptTally | None = None
         if settings.metrics_port:
             from duetime import metrics  # imported only when metrics are wanted
 
-            metrics.add_builtin_hooks(self._hooks)
+            self._tally = metrics.builtin_tally(self._hooks, self.queue)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -318,10 +515,14 @@ class Worker:
             await self._flush_outcomes()
             await self._hand_back()
         finally:
+            if self._tally is not None:
+                self._tally.flush()
             for attempt in self._held.values():
                 if attempt.runner is not None:
                     attempt.runner.cancel()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._threads.close()
+            if self._timeout_timer is not None:
+                self._timeout_timer.cancel()
             await runner.close()
             if unexport is not None:  # may wait for a scrape in flight: off the loop
                 await asyncio.to_thread(unexport)
@@ -417,6 +618,13 @@ class Worker:
     def _free(self) -> int:
         return self.concurrency - self._running - self._reserved
 
+    def _claim_size(self, free: int) -> int:
+        """Ids to claim in one call: up to claim_batch, and no more than half the slots,
+        so that under a backlog the next claim is on its way while this one's attempts
+        run. Claiming every slot at once would leave the worker idle while Redis answers
+        the claim and Redis idle while the worker runs what it claimed."""
+        return min(free, self.settings.claim_batch, max(1, (self.concurrency + 1) // 2))
+
     async def _claim_loop(self, shard: _Shard) -> None:
         """Claim from one shard: a backlog in batches, then block on its ready list. With
         several shards, each has its claimer (so every shard is watched while a slot is
@@ -436,7 +644,7 @@ class Worker:
             try:
                 taken = [i for i in shard.untracked if (shard.index, i) not in self._held][:free]
                 shard.untracked = []
-                slots = max(min(free, self.settings.claim_batch), len(taken))
+                slots = max(self._claim_size(free), len(taken))
                 claimed = await self._claim(shard, slots, taken)
                 outage.succeeded()
                 if claimed is None:
@@ -451,7 +659,7 @@ class Worker:
                         # Another shard's claimer filled the last slot meanwhile.
                         await run(operations.give_back(self.worker_id, task_id))
                         continue
-                    slots = min(self._free(), self.settings.claim_batch)
+                    slots = self._claim_size(self._free())
                     if await self._claim(shard, slots, [task_id]) is None:
                         await self._while_paused(shard)
                 backoff.reset()
@@ -507,14 +715,17 @@ class Worker:
             log.warning("dropped task id %s from ready: it has no envelope", item.task_id)
             return
         attempt = _Attempt(shard, item.task_id, item.attempt, leased_at)
-        self._held[attempt.key] = attempt
+        self._held[shard.index, item.task_id] = attempt
         self._running += 1
         attempt.runner = asyncio.create_task(self._execute(attempt, item))
-        self.supervisor.watch(attempt.runner, f"the attempt of task {item.task_id}")
 
     # --- running ---------------------------------------------------------------------
 
     async def _execute(self, attempt: _Attempt, item: Claimed) -> None:
+        """Run one attempt and report its outcome. An exception that escapes the steps
+        below (a bug: the handler's own are its failure) is logged and counted here; the
+        task's id stays in the worker's list, and its lease brings it back. (One
+        coroutine per attempt, not one calling another: each costs a frame per task.)"""
         try:
             assert item.envelope is not None
             try:
@@ -524,9 +735,10 @@ class Worker:
                 await self._report_failure(attempt, None, error, "", final=True)
                 return
             try:
-                garbage = item.problem or self._implausible_early(attempt.shard, item)
-                if garbage is not None:
-                    raise CorruptStateError(f"task {item.task_id}: {garbage}")
+                if item.problem is not None or item.early_run_at_ms is not None:
+                    garbage = item.problem or self._implausible_early(attempt.shard, item)
+                    if garbage is not None:
+                        raise CorruptStateError(f"task {item.task_id}: {garbage}")
                 handler = self.app.handler(envelope.task)
             except (CorruptStateError, UnknownHandlerError) as error:
                 await self._report_failure(attempt, envelope, error, "", final=True)
@@ -538,49 +750,78 @@ class Worker:
                 )
                 await self._report_failure(attempt, envelope, problem, "", final=True)
                 return
+            attempt.envelope = envelope
             attempt.timeout = envelope.timeout_ms / 1000
+            clock = attempt.shard.operations.clock
             try:
                 if item.early_run_at_ms is not None:
                     # Promoted ahead of its run-at (promote_ahead): wait for it here.
-                    await wait_until(attempt.shard.operations.clock, item.early_run_at_ms)
-                    attempt.started = time.monotonic()
-                if not await self._still_leased(attempt):
+                    await wait_until(clock, item.early_run_at_ms)
+                stale = time.monotonic() - attempt.leased_at >= self._renew_before_start
+                if stale and not await self._still_leased(attempt):
                     return
-                attempt.started_ms = attempt.shard.operations.clock.now_ms() or 0
-                attempt.info = self._attempt_info(attempt, envelope)
-                self._hooks.before_attempt(attempt.info)
-                attempt.started = time.monotonic()
-                value = await self._call(handler, envelope, attempt)
+                attempt.started_ms = clock.now_ms() or 0
+                # Lateness to the microsecond (now_ms() is whole milliseconds).
+                attempt.lateness = -clock.seconds_until(envelope.run_at_ms)
+                attempt.ran = True
+                _current.set(attempt)
+                if self._hooks.around_attempts:
+                    self._hooks.before_attempt(attempt.attempt_info())
+                if self._tally is not None:
+                    self._tally.started_tasks.append(envelope.task)
+                    self._tally.started.append(attempt.lateness)
+                attempt.started = started = time.monotonic()
+                if attempt.timeout:
+                    attempt.deadline = deadline = started + attempt.timeout
+                    if self._timeout_timer is None or deadline < self._timeout_at:
+                        self._arm_timeouts(deadline)
+                try:
+                    if handler.is_async:
+                        try:
+                            value = await handler.function(envelope.data)
+                        except (Exception, asyncio.CancelledError):
+                            raise
+                        except BaseException as error:
+                            raise _HandlerExit(error) from None
+                    else:
+                        job = attempt.job = self._threads.submit(handler.function, envelope.data)
+                        await job.done
+                        if job.error is not None:
+                            if isinstance(job.error, Exception):
+                                raise job.error
+                            raise _HandlerExit(job.error)
+                        value = job.value
+                finally:
+                    attempt.deadline = 0.0
             except asyncio.CancelledError:
-                cut_off = AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.INTERRUPTED
-                self._after(attempt, AttemptResult(cut_off, self._ran_for(attempt)))
-                if attempt.fenced:  # cancelled because its lease is gone: nothing to report
-                    self._drop(attempt)
-                raise
+                if attempt.job is not None:
+                    self._threads.abandon(attempt.job)
+                if not self._timed_out(attempt):
+                    cut_off = (
+                        AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.INTERRUPTED
+                    )
+                    self._after(attempt, cut_off)
+                    if attempt.fenced:  # cancelled because its lease is gone: nothing to report
+                        self._drop(attempt)
+                    raise
+                failure: BaseException = TaskTimeoutError(f"timed out after {attempt.timeout:g}s")
+                await self._failed(attempt, envelope, failure)
+                return
             except Exception as raised:
                 failure = raised.original if isinstance(raised, _HandlerExit) else raised
-                if isinstance(failure, TaskTimeoutError):
-                    self.counters.timed_out += 1
-                final = attempt.attempt >= envelope.max_attempts
-                trace = "".join(traceback.format_exception(failure))
-                outcome = (
-                    AttemptOutcome.FENCED
-                    if attempt.fenced
-                    else (AttemptOutcome.DEAD if final else AttemptOutcome.RETRY)
-                )
-                self._after(attempt, AttemptResult(outcome, self._ran_for(attempt), failure, trace))
-                await self._report_failure(attempt, envelope, failure, trace, final=final)
+                await self._failed(attempt, envelope, failure)
                 return
             attempt.finished = True
             self._release_slot()
-            outcome = AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.SUCCEEDED
-            self._after(attempt, AttemptResult(outcome, self._ran_for(attempt)))
+            self._after(
+                attempt, AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.SUCCEEDED
+            )
             if attempt.fenced:
                 self._drop(attempt)
                 return
             result = b""
             if envelope.result_ttl_ms:
-                finished = attempt.shard.operations.clock.now_ms() or 0
+                finished = clock.now_ms() or 0
                 result = codec.encode_result(
                     ResultRecord(True, value, attempt.started_ms, finished, attempt.attempt)
                 )
@@ -592,32 +833,99 @@ class Worker:
                         attempt.attempt,
                         envelope.result_ttl_ms,
                         result,
-                        round(attempt.info.lateness * 1e6) if attempt.info else 0,
+                        round(attempt.lateness * 1e6),
                     ),
                 )
             )
             self._outcome_ready.set()
+        except Exception:
+            self.supervisor.crashes += 1
+            log.exception("worker %s: the attempt of task %s failed unexpectedly",
+                          self.worker_id, item.task_id)  # fmt: skip
         finally:
             if not attempt.finished:
                 attempt.finished = True
                 self._release_slot()
 
-    def _attempt_info(self, attempt: _Attempt, envelope: Envelope) -> AttemptInfo:
-        # Lateness to the microsecond (now_ms() is whole milliseconds).
-        lateness = -attempt.shard.operations.clock.seconds_until(envelope.run_at_ms)
-        return AttemptInfo(
-            self.queue, attempt.task_id, envelope.task, attempt.attempt,
-            envelope.max_attempts, envelope.run_at_ms / 1000,
-            envelope.run_at_ms / 1000 + lateness, self.worker_id,
-        )  # fmt: skip
+    async def _failed(self, attempt: _Attempt, envelope: Envelope, failure: BaseException) -> None:
+        """The handler raised or timed out: tell the hooks, then record the failure."""
+        if isinstance(failure, TaskTimeoutError):
+            self.counters.timed_out += 1
+        final = attempt.attempt >= envelope.max_attempts
+        trace = "".join(traceback.format_exception(failure))
+        outcome = (
+            AttemptOutcome.FENCED
+            if attempt.fenced
+            else (AttemptOutcome.DEAD if final else AttemptOutcome.RETRY)
+        )
+        self._after(attempt, outcome, failure, trace)
+        if self._tally is not None:
+            self._tally.flush()  # failures are few: counted at once
+        await self._report_failure(attempt, envelope, failure, trace, final=final)
+
+    def _arm_timeouts(self, deadline: float) -> None:
+        """Set the worker's one timeout timer to fire at ``deadline`` (monotonic). An
+        asyncio.timeout per attempt would cost a timer handle in the loop's heap per
+        attempt; attempts of a task mostly share one timeout, so their deadlines arrive
+        in the order they started, and the timer rarely needs moving."""
+        if self._timeout_timer is not None:
+            self._timeout_timer.cancel()
+        self._timeout_at = deadline
+        self._timeout_timer = asyncio.get_running_loop().call_later(
+            max(0.0, deadline - time.monotonic()), self._enforce_timeouts
+        )
+
+    def _enforce_timeouts(self) -> None:
+        """Cancel the attempts whose handler ran past its timeout (each then fails with
+        TaskTimeoutError), and set the timer for the next deadline."""
+        self._timeout_timer = None
+        now = time.monotonic()
+        earliest = 0.0
+        for attempt in self._held.values():
+            deadline = attempt.deadline
+            if not deadline or attempt.timed_out:
+                continue
+            if deadline <= now:
+                attempt.timed_out = True
+                if attempt.runner is not None:
+                    attempt.runner.cancel()
+            elif not earliest or deadline < earliest:
+                earliest = deadline
+        if earliest:
+            self._arm_timeouts(earliest)
 
     @staticmethod
-    def _ran_for(attempt: _Attempt) -> float:
-        return time.monotonic() - attempt.started
+    def _timed_out(attempt: _Attempt) -> bool:
+        """Whether the cancellation being handled is the attempt's timeout alone: a stop
+        or a lost lease may have cancelled the attempt too, and then wins (as with
+        asyncio.timeout, which this timer replaces)."""
+        if not attempt.timed_out or attempt.runner is None:
+            return False
+        return attempt.runner.uncancel() == 0
 
-    def _after(self, attempt: _Attempt, result: AttemptResult) -> None:
-        if attempt.info is not None:  # the handler was started
-            self._hooks.after_attempt(attempt.info, result)
+    @staticmethod
+    def _info(attempt: _Attempt) -> AttemptInfo | None:
+        """What hooks are told of the attempt; None if its handler never started."""
+        return attempt.attempt_info() if attempt.ran else None
+
+    def _after(
+        self,
+        attempt: _Attempt,
+        outcome: AttemptOutcome,
+        error: BaseException | None = None,
+        trace: str = "",
+    ) -> None:
+        """The handler started has ended: tell the hooks (if they were told of its
+        start) and the built-in metrics."""
+        if not attempt.ran:
+            return
+        duration = time.monotonic() - attempt.started
+        if attempt.info is not None:
+            self._hooks.after_attempt(attempt.info, AttemptResult(outcome, duration, error, trace))
+        if self._tally is not None:
+            assert attempt.envelope is not None
+            self._tally.ended_tasks.append(attempt.envelope.task)
+            self._tally.ended.append((outcome, duration))
 
     def _implausible_early(self, shard: _Shard, item: Claimed) -> str | None:
         """A dispatcher notes a run-at at most MOST_PROMOTE_AHEAD ahead of its clock; a
@@ -658,37 +966,6 @@ class Worker:
             return False
         attempt.leased_at = sent
         return True
-
-    async def _call(self, handler: Handler, envelope: Envelope, attempt: _Attempt) -> Any:
-        _current.set(
-            TaskContext(
-                attempt.task_id, self.queue, handler.name, attempt.attempt,
-                envelope.max_attempts, envelope.run_at_ms / 1000, self.worker_id,
-            )
-        )  # fmt: skip
-        # asyncio.timeout, not wait_for: no extra task per attempt, and on 3.11 wait_for
-        # can lose a cancellation that arrives as the handler finishes.
-        scope = asyncio.timeout(attempt.timeout)
-        try:
-            async with scope:
-                if handler.is_async:
-                    return await _await_async(handler.function, envelope.data)
-                context = contextvars.copy_context()
-                return await asyncio.get_running_loop().run_in_executor(
-                    self._pool, context.run, _call_sync, handler.function, envelope.data
-                )
-        except TimeoutError:
-            if not scope.expired():
-                raise  # the handler's own TimeoutError (a socket timeout, say)
-            if not handler.is_async:
-                # The thread cannot be stopped; give later tasks a fresh pool so a hung
-                # handler does not eat the worker's capacity.
-                old, self._pool = (
-                    self._pool,
-                    ThreadPoolExecutor(self.concurrency, thread_name_prefix="duetime-task"),
-                )
-                old.shutdown(wait=False)
-            raise TaskTimeoutError(f"timed out after {attempt.timeout:g}s") from None
 
     def _drop(self, attempt: _Attempt) -> None:
         """An attempt fenced before its outcome reached Redis: the outcome is dropped here,
@@ -760,11 +1037,11 @@ class Worker:
                 self.counters.dead += 1
                 task = envelope.task if envelope else None
                 self._hooks.on_dead(
-                    DeadTaskInfo(self.queue, attempt.task_id, task, attempt.info, text)
+                    DeadTaskInfo(self.queue, attempt.task_id, task, self._info(attempt), text)
                 )
             else:
                 self.counters.failed += 1
-                info = attempt.info
+                info = self._info(attempt)
                 if info is not None and retry_delay_ms is not None:
                     self._hooks.on_retry(info, text, retry_delay_ms / 1000)
         finally:
@@ -797,6 +1074,8 @@ class Worker:
         while not self._closing.is_set():
             await self._outcome_ready.wait()
             self._outcome_ready.clear()
+            if self._tally is not None:
+                self._tally.flush()  # the metrics hear of an attempt before its ack is sent
             await self._flush_outcomes()
 
     async def _flush_outcomes(self) -> None:
@@ -848,6 +1127,8 @@ class Worker:
                 async with asyncio.timeout(self.settings.heartbeat_interval):
                     await self._closing.wait()
                 return
+            if self._tally is not None:
+                self._tally.flush()
             now = time.monotonic()
             running = [
                 a

@@ -328,3 +328,54 @@ def test_every_counter_the_scripts_keep_is_exported() -> None:
         for name in re.findall(r"'HINCRBY', KEYS\[\d+\], '(\w+)'", script.read_text())
     }
     assert kept == set(QUEUE_EVENTS)
+
+
+def test_the_worker_tally_counts_as_the_hooks_do() -> None:
+    """A worker with metrics_port counts attempts in bulk (AttemptTally) rather than
+    through PrometheusHooks: the series must come out the same, bucket for bucket."""
+    import random
+
+    from prometheus_client import CollectorRegistry
+
+    from duetime.hooks import AttemptInfo, AttemptOutcome, AttemptResult
+
+    rng = random.Random(7)
+    attempts = []
+    for n in range(3_000):
+        task = rng.choice(["a", "b", ""])
+        lateness = rng.choice([0.0, 0.0001, 0.001, 0.5, 60.0, 100.0, rng.uniform(-0.01, 2)])
+        duration = rng.choice([0.0005, 1.0, 3600.0, 7200.0, rng.uniform(0, 5)])
+        outcome = rng.choice(list(AttemptOutcome))
+        attempts.append((n, task, lateness, duration, outcome))
+    hooks = PrometheusHooks(CollectorRegistry())
+    tally = metrics.AttemptTally(metrics._task_metrics(CollectorRegistry()), "q")
+    for n, task, lateness, duration, outcome in attempts:
+        info = AttemptInfo("q", f"id{n}", task, 1, 3, 100.0, 100.0 + lateness, "w")
+        hooks.before_attempt(info)
+        hooks.after_attempt(info, AttemptResult(outcome, duration))
+        tally.started_tasks.append(task)
+        tally.started.append(info.started_at - info.run_at)  # the very float hooks see
+        tally.ended_tasks.append(task)
+        tally.ended.append((outcome, duration))
+        if n % 700 == 0:
+            tally.flush()  # flushes of several sizes add up
+    tally.flush()
+    tally.flush()  # nothing new: changes nothing
+
+    def families(registry_metrics: Any) -> dict[str, list[Any]]:
+        found = {}
+        for family in registry_metrics.collect():
+            found[family.name] = sorted(
+                (s.name, sorted(s.labels.items()), s.value) for s in family.samples
+            )
+        return found
+
+    expected = families(hooks._metrics)
+    got = families(tally._metrics)
+    for name, samples_ in expected.items():
+        assert len(samples_) == len(got[name]), name
+        for (e_name, e_labels, e_value), (g_name, g_labels, g_value) in zip(
+            samples_, got[name], strict=True
+        ):
+            assert (e_name, e_labels) == (g_name, g_labels)
+            assert g_value == pytest.approx(e_value), (name, e_labels)

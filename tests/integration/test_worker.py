@@ -508,3 +508,40 @@ def test_an_early_note_far_past_any_promote_ahead_is_garbage_not_a_wait(
         assert "early run-at note" in (status.last_error or "")
         assert queue.status(fine) is None and done == [{"n": 2}]
         assert queue.check() == []
+
+
+def test_a_blocked_plain_handler_does_not_hold_up_the_ones_behind_it(
+    redis_url: str, queue_name: str
+) -> None:
+    """Plain handlers share the worker's threads, handed work in batches: while one
+    handler blocks, the tasks claimed with it still run on other threads, each attempt
+    in its own context."""
+    release = threading.Event()
+    quick_runs: list[str] = []
+    app = App()
+
+    @app.task
+    def blocks(data: object) -> None:
+        release.wait(30)
+
+    @app.task
+    def quick(data: object) -> None:
+        quick_runs.append(duetime.current_task().id)
+
+    with Queue(queue_name, redis_url) as queue:
+        blocking = [queue.schedule_now({}, task=blocks) for _ in range(2)]
+        quick_ids = [queue.schedule_now({}, task=quick) for _ in range(20)]
+        worker = Worker(app, queue_name, redis_url, concurrency=4, settings=FAST)
+
+        async def scenario() -> None:
+            async with running(worker):
+                try:
+                    await wait_until(lambda: len(quick_runs) == 20, what="the quick tasks")
+                finally:
+                    release.set()
+                await wait_until(lambda: worker.counters.succeeded == 22, what="all acked")
+
+        run(scenario())
+        assert sorted(quick_runs) == sorted(quick_ids)
+        assert all(queue.status(i) is None for i in blocking)
+        assert queue.check() == []

@@ -180,7 +180,7 @@ class Listed:
     error: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per task, and a frozen __init__ costs ~1 µs
 class Claimed:
     task_id: str
     attempt: int
@@ -196,7 +196,7 @@ class HeartbeatReply:
     held: list[str]  # every id in the worker's processing list
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per task, and a frozen __init__ costs ~1 µs
 class Outcome:
     """A successful attempt to acknowledge."""
 
@@ -371,19 +371,27 @@ def shard_operations(
     return [QueueOperations(keys, clock or ServerClock(resync_interval)) for keys in layout.shards]
 
 
+def _wire_id(task_id: str) -> str | bytes:
+    """An id as it goes inside a packed argument: one that is not ASCII as its bytes
+    (surrogateescape, as the runner sends text), so an id read back from Redis is
+    written as it came."""
+    return task_id if task_id.isascii() else task_id.encode("utf-8", "surrogateescape")
+
+
+def _packed(flat: list[Any]) -> bytes:
+    """Many script arguments as one msgpack array, which Lua reads with cmsgpack.unpack.
+    Without bin types: the cmsgpack of Redis's Lua predates them (it refuses bin 8), and
+    text and bytes alike arrive in Lua as strings."""
+    return msgpack.packb(flat, use_bin_type=False)  # type: ignore[no-any-return]
+
+
 def _packed_tasks(items: Sequence[tuple[str, float, bytes]]) -> bytes:
     """schedule_tasks' second argument: the (id, run-at, envelope) triples as one flat
-    msgpack array. An id that is not ASCII goes as its bytes (surrogateescape, as the
-    runner sends text), so an id read back from Redis is written as it came."""
+    msgpack array."""
     flat: list[Any] = []
     for task_id, run_at_ms, envelope in items:
-        if not task_id.isascii():
-            flat += (task_id.encode("utf-8", "surrogateescape"), run_at_ms, envelope)
-        else:
-            flat += (task_id, run_at_ms, envelope)
-    # Without bin types: the cmsgpack of Redis's Lua predates them (it refuses bin 8),
-    # and text and bytes alike arrive in Lua as strings.
-    return msgpack.packb(flat, use_bin_type=False)  # type: ignore[no-any-return]
+        flat += (_wire_id(task_id), run_at_ms, envelope)
+    return _packed(flat)
 
 
 def store_tasks(
@@ -756,12 +764,15 @@ class QueueOperations:
         now = yield from self.now()
         k = self.keys
         keys = [k.active(worker_id), k.leases, k.attempts, k.tasks, k.errors, k.stats, k.minutes]
-        args: list[Any] = [now, worker_id]
+        flat: list[Any] = []
         for outcome in outcomes:
-            args += (outcome.task_id, outcome.attempt, outcome.result_ttl_ms, outcome.result,
-                     outcome.lateness_us)  # fmt: skip
+            flat += (_wire_id(outcome.task_id), outcome.attempt, outcome.result_ttl_ms,
+                     outcome.result, outcome.lateness_us)  # fmt: skip
             if outcome.result_ttl_ms > 0:
                 keys.append(k.result(outcome.task_id))
+        # One msgpack argument, not five per outcome: redis-py packs arguments one by one,
+        # which cost the worker more per task than the rest of its ack.
+        args: list[Any] = [now, worker_id, _packed(flat)]
         if durability is not None:
             [flags] = yield from _durably(EvalMany(scripts.ACK_TASKS, [(keys, args)]), durability)
         else:

@@ -21,6 +21,20 @@
 -- comes back with attempt 0 and envelope false, already dropped from the list.
 -- While the queue is paused: claims nothing, puts the ids of ARGV[5..] back at the head
 -- of ready (in their order) and returns 'paused'.
+--
+-- The writes of the whole batch go in one variadic command each (HSET, ZADD): a script's
+-- commands cost the server more than their work, and a claim of a backlog is a hundred
+-- ids. Reads stay one per id, with commands the worker's documented ACL user already
+-- has (docs/security.md); the early-note lookups are skipped while no note exists.
+local CHUNK = 1000 -- elements per variadic call: well within Lua's stack for unpack
+local function chunks(list)
+  local bounds = {}
+  for first = 1, #list, CHUNK do
+    bounds[#bounds + 1] = {first, math.min(first + CHUNK - 1, #list)}
+  end
+  return bounds
+end
+
 local worker = ARGV[3]
 redis.call('ZADD', KEYS[6], ARGV[1], worker)
 if redis.call('EXISTS', KEYS[8]) == 1 then
@@ -45,14 +59,15 @@ for _ = 1, tonumber(ARGV[4]) do
   end
   ids[#ids + 1] = id
 end
-local out = {}
+local noting = redis.call('EXISTS', KEYS[7]) == 1 -- usually no note: then no lookups
+local out, counted, leased, noted = {}, {}, {}, {}
 for _, id in ipairs(ids) do
   local envelope = redis.call('HGET', KEYS[5], id)
-  local note = redis.call('HGET', KEYS[7], id)
+  local note = noting and redis.call('HGET', KEYS[7], id)
   local problem = false
   local run_at = false
   if note then
-    redis.call('HDEL', KEYS[7], id)
+    noted[#noted + 1] = id
     run_at = tonumber(note)
     if not run_at or run_at ~= run_at or math.abs(run_at) == math.huge then
       problem = 'its early run-at note is not a number: ' .. string.sub(note, 1, 40)
@@ -66,8 +81,10 @@ for _, id in ipairs(ids) do
       problem = 'its attempt counter is not a count: ' .. string.sub(stored, 1, 40)
       started = 0
     end
-    redis.call('HSET', KEYS[4], id, started + 1)
-    redis.call('ZADD', KEYS[3], ARGV[2], worker .. '|' .. id)
+    counted[#counted + 1] = id
+    counted[#counted + 1] = started + 1
+    leased[#leased + 1] = ARGV[2]
+    leased[#leased + 1] = worker .. '|' .. id
     out[#out + 1] = id
     out[#out + 1] = started + 1
     out[#out + 1] = envelope
@@ -81,5 +98,15 @@ for _, id in ipairs(ids) do
     out[#out + 1] = false
     out[#out + 1] = false
   end
+end
+-- Pairs stay whole: CHUNK is even.
+for _, at in ipairs(chunks(counted)) do
+  redis.call('HSET', KEYS[4], unpack(counted, at[1], at[2]))
+end
+for _, at in ipairs(chunks(leased)) do
+  redis.call('ZADD', KEYS[3], unpack(leased, at[1], at[2]))
+end
+for _, at in ipairs(chunks(noted)) do
+  redis.call('HDEL', KEYS[7], unpack(noted, at[1], at[2]))
 end
 return out
