@@ -81,6 +81,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("duetime.worker")
 
+#: Outcomes per ack script call. The script unpack()s the batch's ids onto Lua's stack
+#: (about 8,000 slots), so keep it well below that.
 ACK_BATCH = 500
 #: After stop(now=True), the most seconds spent on reporting outcomes and handing back.
 HURRY = 1.0

@@ -18,16 +18,8 @@
 --
 -- The acked tasks' records are deleted with one variadic command per step for the
 -- whole batch (ZREM, HDEL): a script's commands cost the server more than their work.
--- Checks and LREM go id by id, with commands the worker's documented ACL user already
--- has (docs/security.md).
-local CHUNK = 1000 -- elements per variadic call: well within Lua's stack for unpack
-local function chunks(list)
-  local bounds = {}
-  for first = 1, #list, CHUNK do
-    bounds[#bounds + 1] = {first, math.min(first + CHUNK - 1, #list)}
-  end
-  return bounds
-end
+-- A worker acks at most 500 tasks per call, well within what unpack() can spread on
+-- Lua's stack. Checks and LREM go id by id.
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -66,11 +58,11 @@ for i = 1, #quints, 5 do
     result_key = result_key + 1
   end
 end
-for _, at in ipairs(chunks(done)) do
-  redis.call('ZREM', KEYS[2], unpack(done_members, at[1], at[2]))
-  redis.call('HDEL', KEYS[3], unpack(done, at[1], at[2]))
-  redis.call('HDEL', KEYS[4], unpack(done, at[1], at[2]))
-  redis.call('HDEL', KEYS[5], unpack(done, at[1], at[2]))
+if #done > 0 then
+  redis.call('ZREM', KEYS[2], unpack(done_members))
+  redis.call('HDEL', KEYS[3], unpack(done))
+  redis.call('HDEL', KEYS[4], unpack(done))
+  redis.call('HDEL', KEYS[5], unpack(done))
 end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'completed', acked)
