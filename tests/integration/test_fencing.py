@@ -299,3 +299,63 @@ def test_a_heartbeat_that_crosses_an_ack_counts_nothing_as_fenced(
         counters = queue.stats().counters
         # 2: what this worker said it dropped itself; nothing for the crossed heartbeat.
         assert (counters.get("completed"), counters.get("fenced")) == (1, 2)
+
+
+def test_a_lost_report_that_crosses_the_attempts_own_ack_is_not_a_fence(
+    redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """A heartbeat names a running attempt; the attempt finishes and its ack removes the
+    lease before that heartbeat reaches Redis, so the reply says the lease is gone while
+    the ack's own reply is still on its way. That attempt was acknowledged, not fenced:
+    no warning, nothing counted as fenced (under load this logged bursts of false
+    "lost its lease" warnings)."""
+    beat_gate, ack_gate = f"test:{queue_name}:beat", f"test:{queue_name}:ack"
+    real_heartbeat, real_ack = QueueOperations.heartbeat, QueueOperations.ack
+    held: list[str] = []
+
+    def gated_heartbeat(
+        self: QueueOperations, worker_id: str, lease_ms: int, running: Any, *more: Any
+    ) -> Plan[Any]:
+        running = list(running)
+        if running and "beat" not in held:
+            held.append("beat")  # sent while the attempt runs; arrives after its ack
+            yield Command(("BLPOP", beat_gate, 20), block=20)
+        return (yield from real_heartbeat(self, worker_id, lease_ms, running, *more))
+
+    def gated_ack(self: QueueOperations, *arguments: Any) -> Plan[Any]:
+        flags = yield from real_ack(self, *arguments)
+        held.append("acked")  # applied in Redis; the worker has not heard back yet
+        yield Command(("BLPOP", ack_gate, 20), block=20)
+        return flags
+
+    monkeypatch.setattr(QueueOperations, "heartbeat", gated_heartbeat)
+    monkeypatch.setattr(QueueOperations, "ack", gated_ack)
+    release = asyncio.Event()
+
+    async def handler(data: object) -> str:
+        await release.wait()
+        return "ok"
+
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_now({"n": 1})
+        worker = Worker(App(default=handler), queue_name, redis_url, settings=FAST)
+        raw = redis.Redis.from_url(redis_url)
+
+        async def scenario() -> None:
+            async with running(worker):
+                await wait_until(lambda: "beat" in held, what="a heartbeat naming the attempt")
+                release.set()
+                await wait_until(lambda: "acked" in held, what="the ack applied")
+                raw.rpush(beat_gate, 1)  # the heartbeat now finds no lease: "lost"
+                await wait_until(lambda: raw.llen(beat_gate) == 0, what="the late heartbeat")
+                await asyncio.sleep(3 * FAST.heartbeat_interval)  # its reply is handled
+                raw.rpush(ack_gate, 1)
+                await wait_until(lambda: worker.counters.succeeded == 1, what="the ack's reply")
+
+        with caplog.at_level("WARNING", logger="duetime"):
+            run(scenario())
+        raw.close()
+        assert not [r for r in caplog.records if "lost its lease" in r.getMessage()]
+        assert worker.counters.fenced == 0
+        assert queue.stats().counters.get("fenced") is None
+        assert queue.check() == []
