@@ -301,8 +301,9 @@ def _task_metrics(registry: CollectorRegistry) -> _TaskMetrics:
 class PrometheusHooks(Hooks):
     """Counts what the hooks report, into ``registry`` (default: ``process_registry()``,
     which the endpoint serves). Add it to an ``App`` for attempts and to a ``Queue`` for
-    schedule calls; a worker with ``Settings.metrics_port`` adds one itself. Several on
-    one registry share its metrics, so each event must reach only one of them.
+    schedule calls (a worker with ``Settings.metrics_port`` counts the same series
+    itself, with an AttemptTally, unless its app brought one of these on that registry).
+    Several on one registry share its metrics, so each event must reach only one of them.
 
     Counts are what attempts reported: an outcome that Redis refused afterwards (the
     lease ran out meanwhile) still counts as reported. The queue's counters in Redis
@@ -341,14 +342,6 @@ class PrometheusHooks(Hooks):
             key = (dead.queue, _task_label(dead.task))
             with self._metrics.lock:
                 self._metrics.dead_unstarted[key] = self._metrics.dead_unstarted.get(key, 0) + 1
-
-
-def add_builtin_hooks(chain: HookChain) -> None:
-    """Give a worker's hooks the built-in PrometheusHooks on ``process_registry()``, unless
-    the app brought one on that registry already (each attempt must be counted once)."""
-    own = process_registry()
-    if not any(isinstance(hook, PrometheusHooks) and hook.registry is own for hook in chain.hooks):
-        chain.add(PrometheusHooks(own))
 
 
 def builtin_tally(chain: HookChain, queue: str) -> AttemptTally | None:
