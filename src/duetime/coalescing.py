@@ -149,23 +149,34 @@ class TaskCoalescer(Generic[Item, Result]):
         self._in_flight = False
         self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
         self._carrier: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the calls in flight are
 
     async def submit(self, item: Item) -> Result:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # A queue object used from a new event loop (asyncio.run again): whatever
+            # was in flight on the old one ended with it, and must not hold this one up.
+            self._loop, self._in_flight = loop, False
+            self._waiting.clear()
         if not self._in_flight:
             self._in_flight = True
             try:
                 return await self._send_one(item)
             finally:
                 self._hand_over()
-        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Result] = loop.create_future()
         self._waiting.append((item, future))
         return await future
 
     def _hand_over(self) -> None:
-        if self._waiting:
-            self._carrier = asyncio.get_running_loop().create_task(self._carry())
-        else:
+        if not self._waiting:
             self._in_flight = False
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # closed outside its loop, which is gone: see submit
+            return
+        self._carrier = loop.create_task(self._carry())
 
     async def _carry(self) -> None:
         """Send what waits, round trip after round trip, until nothing does."""

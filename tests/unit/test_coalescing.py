@@ -170,3 +170,31 @@ def test_a_round_trip_carries_at_most_one_script_batch() -> None:
 
     asyncio.run(scenario())
     assert batches == [MOST_PER_ROUND_TRIP, 10]
+
+
+def test_a_coalescer_left_in_flight_by_a_closed_loop_works_in_the_next() -> None:
+    never = asyncio.Event()
+
+    async def send_one(item: int) -> str:
+        if item == 0:
+            await never.wait()  # in flight when its loop ends
+        return f"id-{item}"
+
+    async def send_many(items: list[int]) -> list[str | BaseException]:
+        return [f"id-{n}" for n in items]
+
+    coalescer: TaskCoalescer[int, str] = TaskCoalescer(send_one, send_many)
+
+    async def abandoned() -> None:
+        asyncio.get_running_loop().create_task(coalescer.submit(0))
+        await asyncio.sleep(0)
+
+    # A loop closed with call 0 still in flight (its task is never finished or cancelled).
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(abandoned())
+    loop.close()
+
+    async def later() -> str:
+        return await asyncio.wait_for(coalescer.submit(1), 5)
+
+    assert asyncio.run(later()) == "id-1"
