@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -80,6 +82,12 @@ class ThreadCoalescer(Generic[Item, Result]):
     ) -> None:
         self._send_one = send_one
         self._send_many = send_many
+        self._forget_the_calls()
+        _thread_coalescers.add(self)
+
+    def _forget_the_calls(self) -> None:
+        """No call in flight or waiting: at the start, and in a forked child, where the
+        threads that made them do not exist (they would be waited for for ever)."""
         self._lock = threading.Lock()
         self._in_flight = False
         self._waiting: list[_Call[Item, Result]] = []
@@ -134,6 +142,17 @@ class ThreadCoalescer(Generic[Item, Result]):
         leader.batch = batch
         assert leader.woken is not None
         leader.woken.set()
+
+
+_thread_coalescers: weakref.WeakSet[ThreadCoalescer[Any, Any]] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for coalescer in list(_thread_coalescers):
+        coalescer._forget_the_calls()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class TaskCoalescer(Generic[Item, Result]):

@@ -4,6 +4,8 @@ leads, what goes together, and that every caller gets its own outcome."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 
 import pytest
@@ -198,3 +200,26 @@ def test_a_coalescer_left_in_flight_by_a_closed_loop_works_in_the_next() -> None
         return await asyncio.wait_for(coalescer.submit(1), 5)
 
     assert asyncio.run(later()) == "id-1"
+
+
+def test_a_forked_child_does_not_wait_for_a_call_its_parent_had_in_flight() -> None:
+    in_flight, release = threading.Event(), threading.Event()
+
+    def send_one(item: int) -> str:
+        if item == 0:
+            in_flight.set()
+            release.wait(10)
+        return f"id-{item}"
+
+    coalescer: ThreadCoalescer[int, str] = ThreadCoalescer(send_one, lambda items: [])
+    first = threading.Thread(target=coalescer.submit, args=(0,))
+    first.start()
+    assert in_flight.wait(5)
+    child = os.fork()
+    if child == 0:  # the child: the thread of call 0 does not exist here
+        signal.alarm(10)  # a child that waits for ever dies of SIGALRM: the test fails
+        os._exit(0 if coalescer.submit(1) == "id-1" else 1)
+    release.set()
+    first.join(5)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
