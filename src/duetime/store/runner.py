@@ -280,13 +280,14 @@ class SyncRunner:
                 return _translated_refusal(self, error)
             return _scan_reply(reply)
         if isinstance(request, Eval):
+            arguments = _eval_args(request.script, request.keys, request.args)
             try:
-                return self.client.evalsha(*_eval_args(request.script, request.keys, request.args))
+                return self.client.execute_command("EVALSHA", *arguments)
             except redis.exceptions.NoScriptError:
                 self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                return self.client.evalsha(*_eval_args(request.script, request.keys, request.args))
+                return self.client.execute_command("EVALSHA", *arguments)
         if isinstance(request, EvalMany):
             replies = self._pipelined(request, request.calls)
             if missing := _missing_script(replies):
@@ -372,12 +373,12 @@ class AsyncRunner:
         if isinstance(request, Eval):
             arguments = _eval_args(request.script, request.keys, request.args)
             try:
-                return await self.client.evalsha(*arguments)
+                return await self.client.execute_command("EVALSHA", *arguments)
             except redis.exceptions.NoScriptError:
                 await self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                return await self.client.evalsha(*arguments)
+                return await self.client.execute_command("EVALSHA", *arguments)
         if isinstance(request, EvalMany):
             replies = await self._pipelined(request, request.calls)
             if missing := _missing_script(replies):
