@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from duetime import Settings
+from duetime import App, Settings
 
 #: Settings that make retries, heartbeats, leases and shutdown quick enough for tests.
 FAST = Settings(
@@ -82,3 +82,28 @@ async def running(*daemons: Any) -> AsyncIterator[None]:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+
+def add_ok_flaky_broken(app: App, seen: Callable[[str], None] = lambda name: None) -> Any:
+    """The three tasks the hook, metrics and tracing tests run: ``ok`` (async) succeeds,
+    ``flaky`` (a plain function, so it runs on the worker's threads) fails its first
+    attempt only, ``broken`` (plain) always fails. ``seen(name)`` is called as ok and
+    flaky start, in the attempt's own context. Returns the three, to schedule them."""
+    failures = {"flaky": 1}
+
+    @app.task
+    async def ok(data: Any) -> None:
+        seen("ok")
+
+    @app.task
+    def flaky(data: Any) -> None:
+        seen("flaky")
+        if failures["flaky"]:
+            failures["flaky"] -= 1
+            raise ValueError("first time fails")
+
+    @app.task
+    def broken(data: Any) -> None:
+        raise RuntimeError("always")
+
+    return ok, flaky, broken

@@ -26,7 +26,7 @@ from duetime import (
     Worker,
 )
 from duetime.errors import ConfigurationError
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until
 
 RETRY_FAST = FAST.replace(retry_base=0.01, retry_max=0.02, max_attempts=2)
 trace_id: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="")
@@ -62,22 +62,9 @@ def test_a_worker_reports_each_attempt_and_its_end(redis_url: str, queue_name: s
     recorder = Recorder()
     app = App(hooks=[recorder])
     seen: dict[str, str] = {}
-    failures = {"flaky": 1}
-
-    @app.task
-    async def ok(data: Any) -> None:
-        seen["ok"] = trace_id.get()
-
-    @app.task
-    def flaky(data: Any) -> None:  # plain function: runs in the thread pool
-        seen["flaky"] = trace_id.get()
-        if failures["flaky"]:
-            failures["flaky"] -= 1
-            raise ValueError("first time fails")
-
-    @app.task
-    def broken(data: Any) -> None:
-        raise RuntimeError("always")
+    ok, flaky, broken = add_ok_flaky_broken(
+        app, lambda name: seen.__setitem__(name, trace_id.get())
+    )
 
     with Queue(queue_name, redis_url, settings=RETRY_FAST, hooks=[recorder]) as queue:
         before = time.time()

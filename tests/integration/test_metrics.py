@@ -30,7 +30,7 @@ from duetime.metrics import (
     PrometheusHooks,
 )
 from duetime.store import AsyncRunner
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until
 from tests.servers import free_port
 
 RETRY_FAST = FAST.replace(retry_base=0.01, retry_max=0.02, max_attempts=2)
@@ -91,21 +91,7 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
     # An app that brings its own PrometheusHooks on duetime's registry: the worker must
     # not add a second one (each attempt counted once).
     app = App(hooks=[PrometheusHooks()])
-    failures = {"flaky": 1}
-
-    @app.task
-    async def ok(data: Any) -> None:
-        return None
-
-    @app.task
-    def flaky(data: Any) -> None:
-        if failures["flaky"]:
-            failures["flaky"] -= 1
-            raise ValueError("first time fails")
-
-    @app.task
-    def broken(data: Any) -> None:
-        raise RuntimeError("always")
+    ok, flaky, broken = add_ok_flaky_broken(app)
 
     with (
         Queue(queue_name, redis_url, settings=settings, hooks=[PrometheusHooks()]) as queue,

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from duetime import App, Dispatcher, Job, Queue, Worker
 from duetime.metrics import DURATION_BUCKETS, LATENESS_BUCKETS
 from duetime.otel import OpenTelemetryHooks
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until
 
 RETRY_FAST = FAST.replace(retry_base=0.01, retry_max=0.02, max_attempts=2)
 SRC = Path(__file__).resolve().parents[2] / "src" / "duetime"
@@ -62,25 +62,11 @@ def test_spans_and_metrics_of_schedule_calls_and_attempts(redis_url: str, queue_
     )
     app = App(hooks=[hooks])
     current: dict[str, list[int]] = {}  # task -> span id current in its handler, per attempt
-    failures = {"flaky": 1}
 
     def seen(task: str) -> None:
         current.setdefault(task, []).append(trace.get_current_span().get_span_context().span_id)
 
-    @app.task
-    async def ok(data: Any) -> None:
-        seen("ok")
-
-    @app.task
-    def flaky(data: Any) -> None:  # plain: runs in the thread pool, in a copy of the context
-        seen("flaky")
-        if failures["flaky"]:
-            failures["flaky"] -= 1
-            raise ValueError("first time fails")
-
-    @app.task
-    def broken(data: Any) -> None:
-        raise RuntimeError("always")
+    ok, flaky, broken = add_ok_flaky_broken(app, seen)
 
     with Queue(queue_name, redis_url, settings=RETRY_FAST, hooks=[hooks]) as queue:
         with tracer_provider.get_tracer("test").start_as_current_span("request") as request:
