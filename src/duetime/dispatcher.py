@@ -43,7 +43,7 @@ from duetime.store.operations import (
     QueueOperations,
 )
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
-from duetime.supervisor import Supervisor
+from duetime.supervisor import Supervisor, cancel_and_wait
 
 log = logging.getLogger("duetime.dispatcher")
 
@@ -322,12 +322,10 @@ class QueueDispatcher:
         finally:
             stopping.cancel()
             if wake is not None:
-                wake.cancel()
-                # A BLPOP cancelled while it was being sent does not notice; the runner's
-                # close ends its connection (see Dispatcher.run), rather than a wait of
-                # up to block_timeout for it to time out.
-                await asyncio.wait([wake], timeout=STOP_GRACE)
-                self.unfinished_wake = None if wake.done() else wake
+                # Should the BLPOP still not end, the runner's close ends its connection
+                # (see Dispatcher.run), rather than a wait of up to block_timeout.
+                done = await cancel_and_wait(wake, STOP_GRACE)
+                self.unfinished_wake = None if done else wake
 
 
 class Dispatcher:

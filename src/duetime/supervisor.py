@@ -18,11 +18,15 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from duetime.backoff import Backoff
 from duetime.errors import DaemonFailedError
 
 log = logging.getLogger("duetime.supervisor")
+
+#: Seconds between cancellations of a task that has not ended yet (see ``cancel_and_wait``).
+CANCEL_AGAIN = 0.05
 
 #: Crashes of one loop within WINDOW seconds after which it is not restarted again.
 MAX_CRASHES = 5
@@ -94,3 +98,16 @@ class Supervisor:
             log.error("%s: %s failed unexpectedly", self.owner, what, exc_info=done.exception())
 
         task.add_done_callback(report)
+
+
+async def cancel_and_wait(task: asyncio.Task[Any], timeout: float) -> bool:
+    """Cancel ``task`` and wait up to ``timeout`` seconds for it to end; True if it did.
+    A cancellation can get lost inside the Redis client (Python 3.11's asyncio.wait_for,
+    which redis-py sends commands with, drops one that arrives as its wait ends), and
+    the task would then block in its next command for a whole block_timeout: so it is
+    cancelled again every CANCEL_AGAIN seconds until it ends."""
+    deadline = time.monotonic() + timeout
+    while not task.done() and (remaining := deadline - time.monotonic()) > 0:
+        task.cancel()
+        await asyncio.wait([task], timeout=min(remaining, CANCEL_AGAIN))
+    return task.done()

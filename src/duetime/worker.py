@@ -74,7 +74,7 @@ from duetime.store.operations import (
     shard_operations,
 )
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
-from duetime.supervisor import Supervisor
+from duetime.supervisor import Supervisor, cancel_and_wait
 
 if TYPE_CHECKING:
     from duetime.metrics import AttemptTally
@@ -560,13 +560,10 @@ class Worker:
         )
 
     async def _end(self, task: asyncio.Task[None]) -> None:
-        """Stop a loop. Each loop also ends on its own at its next check of the stop
-        flags, so a cancellation that gets lost inside the Redis client (redis-py's
-        asyncio client can swallow one mid-command) only delays this by one call."""
-        task.cancel()
+        """Stop a loop (each loop also ends on its own at its next check of the stop
+        flags)."""
         wait = HURRY if self._stop_now else self.settings.block_timeout + BLOCK_MARGIN
-        _, pending = await asyncio.wait([task], timeout=wait)
-        if pending:
+        if not await cancel_and_wait(task, wait):
             log.warning("%s did not stop in time; leaving it behind", task.get_name())
 
     async def _register(self) -> None:
@@ -1132,12 +1129,12 @@ class Worker:
             if self._tally is not None:
                 self._tally.flush()
             now = time.monotonic()
+            # A finished attempt keeps its lease until its outcome is acked: a slow ack
+            # (a busy server, a stop) must not let the task run again elsewhere.
             running = [
                 a
                 for a in self._held.values()
-                if not a.finished
-                and not a.fenced
-                and (not a.timeout or now - a.started < a.timeout + 1)
+                if not a.fenced and (a.finished or not a.timeout or now - a.started < a.timeout + 1)
             ]
             await asyncio.gather(
                 *(

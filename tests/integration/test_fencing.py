@@ -226,6 +226,36 @@ def test_stop_now_acks_what_finished_and_hands_back_the_rest_at_once(
         assert queue.check() == []
 
 
+def test_a_finished_attempt_keeps_its_lease_until_its_late_ack(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An outcome waiting for its ack (a busy server, a slow acker) keeps its lease: the
+    heartbeat renews it, so the ack, three leases later, is applied, not fenced."""
+    keys = QueueKeys(queue_name)
+    settings = FAST.replace(lease_duration=0.5, heartbeat_interval=0.1, worker_ttl=0.5)
+    real_ack_loop = Worker._ack_loop
+
+    async def acker_late(self: Worker) -> None:
+        await asyncio.sleep(3 * settings.lease_duration)
+        await real_ack_loop(self)
+
+    monkeypatch.setattr(Worker, "_ack_loop", acker_late)
+    runs: list[object] = []
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_now({"n": 1})
+
+        async def scenario() -> None:
+            async with running(Worker(App(default=runs.append), queue_name, redis_url,
+                                      settings=settings)):  # fmt: skip
+                await wait_until(lambda: queue.status(task_id) is None, what="the late ack")
+
+        run(scenario())
+        assert len(runs) == 1
+        counters = queue.stats().counters
+        assert counters.get("completed") == 1 and not counters.get("fenced")
+        assert raw.zcard(keys.leases) == 0 and queue.check() == []
+
+
 def test_an_attempt_whose_lease_ran_out_before_its_start_is_not_started(
     redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,4 +1,4 @@
-"""Settings, back-off, clocks and the handler registry."""
+"""Settings, back-off, clocks, the handler registry and stopping loops."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from duetime.backoff import Backoff, Outage, retry_delay
 from duetime.clock import wait_until
 from duetime.errors import ConfigurationError, RedisCommandError, UnknownHandlerError
 from duetime.store.operations import Durability
+from duetime.supervisor import cancel_and_wait
 
 
 def test_settings_refuse_non_positive_and_incoherent_values() -> None:
@@ -229,3 +230,54 @@ def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends(
     assert "working again" in warnings[1] and "25 failed" in warnings[1]
     assert "down again" in warnings[2]
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 24
+
+
+def test_a_loop_that_swallows_a_cancellation_is_cancelled_again() -> None:
+    """Python 3.11's asyncio.wait_for (redis-py sends commands with it) drops a
+    cancellation that arrives as its wait ends; the loop then blocks in its next command.
+    Modelled here by a loop that swallows the first cancellation, then blocks."""
+    swallowed: list[bool] = []
+
+    async def loop() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.append(True)
+        await asyncio.sleep(3600)  # the next "command", as a blocking read
+
+    async def scenario() -> tuple[bool, bool]:
+        task = asyncio.create_task(loop())
+        await asyncio.sleep(0)
+        ended = await cancel_and_wait(task, timeout=5)
+        return ended, task.cancelled()
+
+    assert asyncio.run(scenario()) == (True, True)
+    assert swallowed == [True]
+
+
+def test_a_loop_that_does_not_end_is_left_after_the_timeout() -> None:
+    async def scenario() -> tuple[bool, int]:
+        stubborn = True
+        cancellations = 0
+
+        async def loop() -> None:
+            nonlocal cancellations
+            while True:
+                try:
+                    await asyncio.sleep(3600)
+                except asyncio.CancelledError:
+                    cancellations += 1
+                    if not stubborn:
+                        raise
+
+        task = asyncio.create_task(loop())
+        await asyncio.sleep(0)
+        ended = await cancel_and_wait(task, timeout=0.3)
+        stubborn = False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return ended, cancellations
+
+    ended, cancellations = asyncio.run(scenario())
+    assert not ended
+    assert cancellations >= 3  # cancelled again and again while it was waited for
