@@ -51,9 +51,10 @@ import redis.asyncio
 from benchlib import Server, git_revision, percentile
 
 import duetime
-from duetime import codec
+from duetime import ManualClock, codec
 from duetime.scheduler import new_task_ids
 from duetime.store import QueueKeys, scripts
+from duetime.store.operations import QueueOperations
 
 HERE = Path(__file__).resolve().parent.parent
 PAYLOAD = {"user": 12345, "kind": "ab"}  # 16 bytes of msgpack
@@ -94,15 +95,22 @@ def envelope_of(run_at_ms: int) -> bytes:
     return codec.envelope_from_packed_data("", codec.pack(PAYLOAD), run_at_ms, 5, 300_000, 0)
 
 
-def bare_schedule_arguments(keys: QueueKeys, count: int) -> list[list[object]]:
-    """EVALSHA arguments storing ``count`` delayed tasks, made ahead of timing."""
+def bare_schedule_arguments(keys: QueueKeys, generation: int, count: int) -> list[list[object]]:
+    """EVALSHA arguments storing ``count`` delayed tasks in ``generation``, made ahead of
+    timing (by duetime's own code, so the wire format is the script's)."""
     now = int(time.time() * 1000)
-    packed = duetime.store.operations._packed_tasks  # the wire format of the script
-    return [
-        [scripts.SCHEDULE_TASKS.sha, 5, keys.tasks, keys.scheduled, keys.ready, keys.wake,
-         keys.stats, now, packed([(task_id, now + 3_600_000, envelope_of(now + 3_600_000))])]
+    operations = QueueOperations(keys, ManualClock(now))
+    operations.generation = generation
+    calls = [
+        operations.schedule_call(now, task_id, now + 3_600_000, envelope_of(now + 3_600_000))
         for task_id in new_task_ids(count)
-    ]  # fmt: skip
+    ]
+    return [[scripts.SCHEDULE_TASKS.sha, len(c.keys), *c.keys, *c.args] for c in calls]
+
+
+def generation_of(queue: duetime.Queue) -> int:
+    """The generation of delayed buckets the queue writes to now."""
+    return queue.core.shards[0].generation or 0
 
 
 def single_calls(server: Server, sizes: Sizes) -> list[Figure]:
@@ -113,7 +121,7 @@ def single_calls(server: Server, sizes: Sizes) -> list[Figure]:
     bare.script_load(scripts.SCHEDULE_TASKS.source)
     ours_cpu, bare_cpu, ratios, ours_wall, bare_wall = [], [], [], [], []
     for _ in range(sizes.single_blocks):
-        arguments = bare_schedule_arguments(keys, sizes.block)
+        arguments = bare_schedule_arguments(keys, generation_of(queue), sizes.block)
         began, wall = time.process_time(), time.perf_counter()
         for call in arguments:
             bare.evalsha(*call)  # type: ignore[arg-type]
@@ -169,7 +177,7 @@ def coroutine_calls(server: Server, sizes: Sizes) -> list[Figure]:
             await queue.close()
             rates[coalesce] = (rate, latencies)
         bare = redis.asyncio.Redis.from_url(server.url, max_connections=100)
-        arguments = bare_schedule_arguments(QueueKeys("bare-async"), sizes.coroutine_calls)
+        arguments = bare_schedule_arguments(QueueKeys("bare-async"), 0, sizes.coroutine_calls)
         await bare.script_load(scripts.SCHEDULE_TASKS.source)
 
         async def bare_schedule(n: int) -> object:

@@ -11,7 +11,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import redis
+
 from duetime import App, Settings
+from duetime.store.keys import QueueKeys
 
 #: Settings that make retries, heartbeats, leases and shutdown quick enough for tests.
 FAST = Settings(
@@ -107,3 +110,50 @@ def add_ok_flaky_broken(app: App, seen: Callable[[str], None] = lambda name: Non
         raise RuntimeError("always")
 
     return ok, flaky, broken
+
+
+def delayed_buckets(raw: redis.Redis, keys: QueueKeys) -> list[str]:
+    """The keys of the queue's delayed buckets, as its index names them."""
+    return [
+        keys.delayed_bucket(as_bytes(name).decode()) for name in raw.zrange(keys.delayed, 0, -1)
+    ]
+
+
+def scheduled_score(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes) -> float | None:
+    """A waiting task's due time in ms wherever it waits (the retries' sorted set, or a
+    delayed bucket, which keeps µs), or None."""
+    score = raw.zscore(keys.scheduled, task_id)
+    if score is not None:
+        return float(score)
+    for bucket in delayed_buckets(raw, keys):
+        if (score := raw.zscore(bucket, task_id)) is not None:
+            return float(score) / 1000
+    return None
+
+
+def scheduled_count(raw: redis.Redis, keys: QueueKeys) -> int:
+    """How many tasks wait in the retries' sorted set and the delayed buckets."""
+    buckets = delayed_buckets(raw, keys)
+    return int(raw.zcard(keys.scheduled)) + sum(int(raw.zcard(bucket)) for bucket in buckets)
+
+
+def take_waiting(raw: redis.Redis, keys: QueueKeys, task_id: str) -> None:
+    """Take a waiting task out of where it waits, as a fault or a test would find it gone
+    from there: from the retries' sorted set, or from its delayed bucket, keeping the
+    bucket index and the layout as the scripts keep them. Tests then put the id where
+    they want it (a processing list, dead)."""
+    if raw.zrem(keys.scheduled, task_id):
+        return
+    for bucket in delayed_buckets(raw, keys):
+        if raw.zrem(bucket, task_id):
+            name = bucket.removeprefix(keys.delayed_bucket(""))
+            head = raw.zrange(bucket, 0, 0, withscores=True)
+            if head:
+                raw.zadd(keys.delayed, {name: head[0][1]})
+            else:
+                raw.zrem(keys.delayed, name)
+            raw.hincrby(keys.delayed_layout, "tasks", -1)
+            if not raw.zcard(keys.delayed):
+                raw.delete(keys.delayed_layout)
+            return
+    raise AssertionError(f"task {task_id} is not waiting")

@@ -1,8 +1,11 @@
 """The invariant checker: reads one consistent snapshot of a queue and reports every
 place where the data model is broken.
 
-Checked: a live task id is in exactly one place (scheduled, ready, one processing
-list, dead) and every id in a place has its envelope (invariant 1); nothing is left
+Checked: a live task id is in exactly one place (scheduled: a retry or re-entered task,
+or a delayed bucket; ready, one processing list, dead) and every id in a place has its
+envelope (invariant 1); each delayed bucket is where lookups and dispatchers find it
+(its tasks' ids hash to it, the index holds its earliest run-at, the layout counts its
+tasks and covers its generation); nothing is left
 behind that would grow without bound: per-task hashes of tasks that are gone,
 leases without their task, processing lists of unregistered workers, results
 without a TTL, unknown keys (invariant 7). Also reported: garbage where duetime keeps
@@ -18,7 +21,7 @@ from dataclasses import dataclass
 
 from duetime import cron
 from duetime.errors import DuetimeError
-from duetime.store.keys import lease_member, split_lease_member
+from duetime.store.keys import MAX_GENERATION, bucket_name, lease_member, split_lease_member
 from duetime.store.operations import Snapshot, count_or_none
 
 
@@ -37,6 +40,10 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
     places: dict[str, list[str]] = {}
     for place, ids in (
         ("scheduled", snapshot.scheduled),
+        *(
+            (f"delayed:{name}", [i for i, _ in entries])
+            for name, entries in snapshot.delayed.items()
+        ),
         ("ready", snapshot.ready),
         ("dead", snapshot.dead),
         *((f"active:{worker}", ids) for worker, ids in snapshot.active.items()),
@@ -97,6 +104,7 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
                     Violation("unleased", task_id, f"in {worker}'s list without a lease")
                 )
 
+    problems += _delayed(snapshot)
     problems += _garbage(snapshot)
     for part, names in sorted(snapshot.cron_entries.items()):
         for name in sorted(names - set(snapshot.cron)):
@@ -110,6 +118,73 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
             Violation("leak", "wake", f"wake list holds {snapshot.wake_length} elements")
         )
     return problems
+
+
+def _delayed(snapshot: Snapshot) -> list[Violation]:
+    """The delayed buckets: each found by lookups and by dispatchers."""
+    found: list[Violation] = []
+    generation = count_or_none(snapshot.delayed_layout.get("generation", b"0"))
+    if generation is None or not 0 <= generation <= MAX_GENERATION:
+        found.append(
+            Violation(
+                "garbage", "delayed_layout.generation",
+                f"generation {_shown(snapshot.delayed_layout['generation'])} (read as "
+                f"{MAX_GENERATION}: lookups try every generation)",
+            )
+        )  # fmt: skip
+        generation = MAX_GENERATION
+    counted = count_or_none(snapshot.delayed_layout.get("tasks", b"0"))
+    held = sum(len(entries) for entries in snapshot.delayed.values())
+    if counted != held:
+        found.append(
+            Violation(
+                "miscount", "delayed_layout.tasks",
+                f"counts {_shown(snapshot.delayed_layout.get('tasks', b'0'))} delayed tasks; "
+                f"the buckets hold {held}",
+            )
+        )  # fmt: skip
+    for name, entries in sorted(snapshot.delayed.items()):
+        first, _, _ = name.partition(":")
+        bucket_generation = int(first) if first.isdigit() else None
+        if bucket_generation is None or bucket_generation > generation:
+            found.append(
+                Violation(
+                    "misplaced", name,
+                    f"delayed bucket outside generations 0 to {generation}: lookups "
+                    f"(cancel, status, reschedule) of its {len(entries)} task(s) miss it",
+                )
+            )  # fmt: skip
+            continue
+        for task_id, _ in entries:
+            if (home := bucket_name(task_id, bucket_generation)) != name:
+                found.append(
+                    Violation(
+                        "misplaced", task_id,
+                        f"in delayed bucket {name}, but its id belongs in {home}: lookups "
+                        "(cancel, status, reschedule) miss it",
+                    )
+                )  # fmt: skip
+        earliest = min(score for _, score in entries)
+        indexed = snapshot.delayed_index.get(name)
+        if indexed is None:
+            found.append(
+                Violation(
+                    "lost", name,
+                    f"delayed bucket missing from the index: its {len(entries)} task(s) "
+                    "are never promoted",
+                )
+            )  # fmt: skip
+        elif indexed != earliest:
+            found.append(
+                Violation(
+                    "stale index", name,
+                    f"indexed at {indexed:.0f} µs, but its earliest task is due at "
+                    f"{earliest:.0f} µs",
+                )
+            )  # fmt: skip
+    for name in sorted(set(snapshot.delayed_index) - set(snapshot.delayed)):
+        found.append(Violation("leak", name, "index entry of an empty delayed bucket"))
+    return found
 
 
 def _garbage(snapshot: Snapshot) -> list[Violation]:

@@ -452,11 +452,16 @@ class QueueCore:
         for shard, positions in by_shard.items():
             if shard not in nows:  # a fresh id may land in a shard not yet asked
                 nows[shard] = yield from self.shards[shard].now()
+            operations = self.shards[shard]
             if self.durability and self.durability.fsync and shard not in self._fsync_checked:
-                yield from self.shards[shard].check_fsync()  # before writing, not after
+                yield from operations.check_fsync()  # before writing, not after
                 self._fsync_checked.add(shard)
-            calls += self.shards[shard].schedule_calls(nows[shard], [items[p] for p in positions])
-            order += positions
+            yield from operations.learn_generation()
+            shard_calls, written = operations.schedule_calls(
+                nows[shard], [items[p] for p in positions]
+            )
+            calls += [(operations, call) for call in shard_calls]
+            order += [positions[i] for i in written]
         flags = yield from store_tasks(calls, self.durability)
         created = [False] * len(items)
         for position, flag in zip(order, flags, strict=True):
@@ -524,7 +529,9 @@ class QueueCore:
             item.task, item.packed_data, run_at, item.max_attempts,
             item.timeout_ms, item.result_ttl_ms,
         )  # fmt: skip
-        created = yield shard.schedule_call(now, item.id, run_at, envelope)
+        if shard.generation is None:
+            yield from shard.learn_generation()
+        created = shard.created((yield shard.schedule_call(now, item.id, run_at, envelope)))
         if not created[0] and item.generated_id:
             # Our own write resent after a dropped reply, or a collision: sorted out there.
             return (yield from self.schedule_plan([item]))[0]

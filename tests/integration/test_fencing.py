@@ -15,7 +15,7 @@ import redis
 from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Command, Outcome, Plan, QueueOperations
-from tests.helpers import FAST, running, wait_until, wait_until_sync
+from tests.helpers import FAST, running, scheduled_score, wait_until, wait_until_sync
 
 
 def run(coroutine: Any) -> Any:
@@ -297,7 +297,7 @@ def test_an_attempt_whose_lease_ran_out_before_its_start_is_not_started(
         run(scenario())
         assert started == []
         assert queue.stats().counters.get("fenced") == 1
-        assert raw.zscore(keys.scheduled, task_id) is not None  # it will run elsewhere
+        assert scheduled_score(raw, keys, task_id) is not None  # it will run elsewhere
 
 
 def test_a_heartbeat_that_crosses_an_ack_counts_nothing_as_fenced(

@@ -12,7 +12,7 @@ import redis
 from duetime import App, ManualClock, Queue, Settings, Worker
 from duetime.dispatcher import QueueDispatcher
 from duetime.store import AsyncRunner, QueueKeys
-from tests.helpers import decoded, running
+from tests.helpers import decoded, running, take_waiting
 
 T0 = 1_800_000_000_000
 
@@ -45,7 +45,7 @@ def test_dead_tasks_are_purged_by_age_and_by_count(
     with Queue(queue_name, redis_url, clock=clock) as queue:
         ids = [queue.schedule_in(3600, {"n": n}) for n in range(6)]
     for age, task_id in enumerate(ids):  # what fail_task leaves for a dead task, oldest first
-        raw.zrem(keys.scheduled, task_id)
+        take_waiting(raw, keys, task_id)
         raw.zadd(keys.dead, {task_id: T0 - (10 - age) * 1000})
         raw.hset(keys.errors, task_id, b"x")
     # Two died over 8.5 s ago (past dead_ttl); of the rest, keep the newest three.

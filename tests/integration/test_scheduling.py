@@ -26,7 +26,7 @@ from duetime.errors import (
     TaskStateError,
 )
 from duetime.store import QueueKeys
-from tests.helpers import decoded
+from tests.helpers import decoded, scheduled_count, scheduled_score
 
 
 def evalsha_calls(raw: redis.Redis) -> int:
@@ -41,7 +41,7 @@ def test_future_task_waits_in_scheduled_with_its_run_at(
     with Queue(queue_name, redis_url) as queue:
         at = int(time.time()) + 3600
         task_id = queue.schedule_task(at, {"to": "a@example.com"})
-        assert raw.zscore(keys.scheduled, task_id) == round(at * 1000)
+        assert scheduled_score(raw, keys, task_id) == round(at * 1000)
         assert raw.llen(keys.ready) == 0
         assert raw.hexists(keys.tasks, task_id)
         status = queue.status(task_id)
@@ -59,7 +59,7 @@ def test_due_task_goes_straight_to_ready(redis_url: str, raw: redis.Redis, queue
         past = queue.schedule_task(time.time() - 10, {"n": 1})
         now = queue.schedule_now({"n": 2})
         assert decoded(raw.lrange(keys.ready, 0, -1)) == [past, now]
-        assert raw.zcard(keys.scheduled) == 0
+        assert scheduled_count(raw, keys) == 0
         assert queue.status(now).state == "ready"  # type: ignore[union-attr]
 
 
@@ -69,8 +69,8 @@ def test_same_id_twice_is_one_task(redis_url: str, raw: redis.Redis, queue_name:
         at = int(time.time()) + 60
         assert queue.schedule_task(at, {"v": 1}, id="welcome-42") == "welcome-42"
         assert queue.schedule_task(at + 100, {"v": 2}, id="welcome-42") == "welcome-42"
-        assert raw.zcard(keys.scheduled) == 1
-        assert raw.zscore(keys.scheduled, "welcome-42") == round(at * 1000)
+        assert scheduled_count(raw, keys) == 1
+        assert scheduled_score(raw, keys, "welcome-42") == round(at * 1000)
         assert queue.status("welcome-42").data == {"v": 1}  # type: ignore[union-attr]
 
 
@@ -106,7 +106,7 @@ def test_generated_id_that_collides_is_stored_under_a_fresh_id(
     with Queue(queue_name, redis_url) as queue:
         at = int(time.time()) + 60
         live = queue.schedule_task(at, {"v": "old"})
-        before = (raw.hget(keys.tasks, live), raw.zscore(keys.scheduled, live))
+        before = (raw.hget(keys.tasks, live), scheduled_score(raw, keys, live))
         calls = colliding_ids(monkeypatch, live)
         if many:
             ids = queue.schedule_many([Job({"v": "new"}, at=at + 1), Job({"v": "other"}, delay=0)])
@@ -117,8 +117,8 @@ def test_generated_id_that_collides_is_stored_under_a_fresh_id(
         assert calls[1:] == [1]  # one fresh id, for the one collision
         assert task_id != live and len(task_id) == 12
         assert queue.status(task_id).data == {"v": "new"}  # type: ignore[union-attr]
-        assert raw.zscore(keys.scheduled, task_id) == (at + 1) * 1000
-        assert (raw.hget(keys.tasks, live), raw.zscore(keys.scheduled, live)) == before
+        assert scheduled_score(raw, keys, task_id) == (at + 1) * 1000
+        assert (raw.hget(keys.tasks, live), scheduled_score(raw, keys, live)) == before
         assert queue.status(live).data == {"v": "old"}  # type: ignore[union-attr]
         assert raw.hlen(keys.tasks) == (3 if many else 2)
         assert queue.check() == []
@@ -152,7 +152,7 @@ def test_resent_schedule_of_a_generated_id_is_not_mistaken_for_a_collision(
         first = queue.runner.run(queue.core.schedule_plan(prepared))
         again = queue.runner.run(queue.core.schedule_plan(prepared))
         assert again == first == [item.id for item in prepared]
-        assert raw.hlen(keys.tasks) == raw.zcard(keys.scheduled) == 3
+        assert raw.hlen(keys.tasks) == scheduled_count(raw, keys) == 3
 
 
 def test_schedule_many_uses_one_script_call_per_thousand(
@@ -165,7 +165,7 @@ def test_schedule_many_uses_one_script_call_per_thousand(
         ids = queue.schedule_many([Job({"i": i}, at=at + i) for i in range(2500)])
         assert evalsha_calls(raw) - before == 3
         assert len(set(ids)) == 2500
-        assert raw.zcard(QueueKeys(queue_name).scheduled) == 2500
+        assert scheduled_count(raw, QueueKeys(queue_name)) == 2500
         assert queue.schedule_many([(at, {"pair": True})])  # (at, data) pairs work too
 
 
@@ -247,12 +247,12 @@ def test_reschedule_moves_waiting_tasks_and_refuses_others(
         task_id = queue.schedule_in(3600, {"a": 1})
         later = int(time.time()) + 7200
         queue.reschedule(task_id, later)
-        assert raw.zscore(keys.scheduled, task_id) == round(later * 1000)
+        assert scheduled_score(raw, keys, task_id) == round(later * 1000)
         assert queue.status(task_id).data == {"a": 1}  # type: ignore[union-attr]
         queue.reschedule(task_id, time.time() - 1)  # due: straight to ready
         assert raw.lrange(keys.ready, 0, -1) == [task_id.encode()]
         queue.reschedule(task_id, later)  # from ready back to scheduled
-        assert raw.llen(keys.ready) == 0 and raw.zscore(keys.scheduled, task_id)
+        assert raw.llen(keys.ready) == 0 and scheduled_score(raw, keys, task_id)
         with pytest.raises(TaskNotFoundError):
             queue.reschedule("nope", later)
         running = queue.schedule_now({"b": 1})

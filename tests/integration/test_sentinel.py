@@ -72,9 +72,14 @@ def test_tasks_keep_flowing_when_the_master_is_killed(sentinels: Sentinels) -> N
                 for n in range(5, 10):
                     await asyncio.to_thread(schedule_through_a_failover, queue, {"n": n}, deadline)
                 # At least once: an ack the old master took but had not yet replicated is
-                # lost with it, so its task may run again (the lease brings it back).
+                # lost with it, so its task may run again (the lease brings it back): wait
+                # for that run too, not only for the tasks to have run once.
                 await wait_until(
-                    lambda: set(done) == set(range(10)) and queue.stats().running == 0,
+                    lambda: (
+                        set(done) == set(range(10))
+                        and queue.stats().running == 0
+                        and all(queue.status(task_id) is None for task_id in before)
+                    ),
                     timeout=30,
                     what="every task run after the failover",
                 )

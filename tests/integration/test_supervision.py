@@ -31,7 +31,7 @@ from duetime.errors import (
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import QueueOperations
 from duetime.supervisor import MAX_CRASHES
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, running, scheduled_score, wait_until
 from tests.servers import Server, binary
 
 
@@ -356,7 +356,7 @@ def test_a_reaped_worker_is_counted_once_however_many_dispatchers_reap_it(
     assert run(four_dispatchers_reap()) == [1, 0, 0, 0]
     counters = raw.hgetall(keys.stats)
     assert (counters[b"reaped_workers"], counters[b"reaped_tasks"]) == (b"1", b"1")
-    assert raw.zscore(keys.scheduled, task_id) is not None
+    assert scheduled_score(raw, keys, task_id) is not None
 
 
 def test_a_starting_worker_clears_workers_that_were_killed_long_ago(

@@ -16,7 +16,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.errors import ResultTimeoutError, TaskFailedError, TaskStateError
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Outcome, QueueOperations
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, running, take_waiting, wait_until
 
 
 def run(coroutine: Any) -> Any:
@@ -370,7 +370,7 @@ def test_an_id_whose_blmove_reply_was_lost_is_found_and_run(
                 await wait_until(lambda: raw.zscore(keys.workers, "w-lost-reply") is not None)
                 # What a BLMOVE whose reply never arrived leaves: the id in the list, unleased.
                 task_id = queue.schedule_in(3600, {"n": "lost"})
-                raw.zrem(keys.scheduled, task_id)
+                take_waiting(raw, keys, task_id)
                 raw.rpush(keys.active("w-lost-reply"), task_id)
                 await wait_until(lambda: runs == ["lost"], what="the reconciled task")
                 await wait_until(lambda: queue.status(task_id) is None, what="its ack")
@@ -386,7 +386,7 @@ def test_orphan_processing_lists_are_swept(
     runs: list[object] = []
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_in(3600, {"n": 1})
-        raw.zrem(keys.scheduled, task_id)
+        take_waiting(raw, keys, task_id)
         raw.rpush(keys.active("gone-worker"), task_id)  # a list with no registered worker
         assert [v.kind for v in queue.check()] == ["orphan list", "unleased"]
 

@@ -10,8 +10,8 @@ It speaks JSON lines on stdin/stdout:
    order with the ``server_clock`` handler;
 3. prints one line: per item, its task id, the server's TIME read just before the
    scheduling call and just after it (µs), which bound the moment it was scheduled, and
-   in between, right after the call, the run-at stored as the task's score in the
-   ``scheduled`` set (ms; null if the task was not waiting there, i.e. already due).
+   in between, right after the call, the run-at stored as the task's score where it
+   waits (ms; null if the task was not waiting, i.e. already due).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import redis
 
 from duetime import Queue
 from duetime.store import QueueKeys
+from tests.helpers import scheduled_score
 
 
 def server_us(probe: redis.Redis) -> int:
@@ -50,7 +51,7 @@ def main(url: str, queue_name: str) -> None:
                 task_id = queue.schedule_in(item["delay_ms"] / 1000, data, task="server_clock")
             else:
                 task_id = queue.schedule_task(item["at_ms"] / 1000, data, task="server_clock")
-            stored = probe.zscore(QueueKeys(queue_name).scheduled, task_id)
+            stored = scheduled_score(probe, QueueKeys(queue_name), task_id)
             after = server_us(probe)
             done.append(
                 {**item, "id": task_id, "before_us": before, "after_us": after, "stored_ms": stored}

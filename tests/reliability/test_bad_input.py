@@ -40,7 +40,7 @@ from duetime.cli import EXIT_USAGE, main
 from duetime.errors import DecodeError, DuetimeError, InvalidInputError
 from duetime.store import QueueKeys
 from duetime.validation import END_OF_9999
-from tests.helpers import FAST, as_bytes, wait_until
+from tests.helpers import FAST, as_bytes, scheduled_score, wait_until
 from tests.servers import Server
 
 # --- the property: accepted and stored, or refused with nothing written -----------------
@@ -381,7 +381,7 @@ def verify_stored(
         at_ms = milliseconds_written(spec.at)
         if not at_ms <= Fraction(envelope.run_at_ms) <= at_ms + 1:
             problems.append(f"at {spec.at!r} stored as run-at {envelope.run_at_ms} ms")
-    score = raw.zscore(keys.scheduled, task_id)
+    score = scheduled_score(raw, keys, task_id)
     if score is not None and score != envelope.run_at_ms:  # both to the microsecond
         problems.append(f"scheduled at {score} but the envelope says {envelope.run_at_ms}")
     due = score is None or score <= time.time() * 1000 + 1500
@@ -934,7 +934,7 @@ def dead_parts(run: Running, registry: list[tuple[str | None, asyncio.Task[Any]]
 
 def where(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes, worker: str) -> list[str]:
     places = []
-    if raw.zscore(keys.scheduled, task_id) is not None:
+    if scheduled_score(raw, keys, task_id) is not None:
         places.append("scheduled")
     if raw.zscore(keys.dead, task_id) is not None:
         places.append("dead")

@@ -44,7 +44,7 @@ from duetime.errors import DuetimeError, RedisCommandError, RedisUnavailableErro
 from duetime.store import QueueKeys
 from tests.apps import RUNS
 from tests.conftest import IN_CI
-from tests.helpers import FAST, decoded, wait_until, wait_until_sync
+from tests.helpers import FAST, decoded, take_waiting, wait_until, wait_until_sync
 from tests.servers import Server, binary, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -368,7 +368,7 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     # Work the dispatcher must recover: a silent worker, an orphan list, an expired lease.
     for task_id, worker in (("reap-me", "gone"), ("orphan-me", "never"), ("lease-me", "hung")):
         producer.schedule_in(3600, {"recovered": task_id}, id=task_id)
-        raw.zrem(keys.scheduled, task_id)
+        take_waiting(raw, keys, task_id)
         raw.rpush(keys.active(worker), task_id)
     raw.zadd(keys.workers, {"gone": 1, "hung": int(time.time() * 1000) + 600_000})
     raw.zadd(keys.leases, {"hung|lease-me": 1})

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from duetime.store.scripts import expanded
+
 LUA = Path(str(resources.files("duetime.store").joinpath("lua")))
 SCRIPTS = sorted(LUA.glob("*.lua"))
 #: How many leading arguments of each command used by the scripts are key names.
@@ -49,8 +51,9 @@ def arguments(source: str, start: int) -> list[str]:
 
 
 def code(path: Path) -> str:
-    """The script without its comments (none of them holds "--" inside a string)."""
-    return re.sub(r"--.*", "", path.read_text())
+    """The script as the server gets it (its includes in place), without its comments
+    (none of them holds "--" inside a string)."""
+    return re.sub(r"--.*", "", expanded(path.read_text()))
 
 
 def key_indices(source: str) -> list[str]:

@@ -33,6 +33,23 @@ class QueueKeys:
         return self._key("scheduled")
 
     @property
+    def delayed(self) -> str:
+        """ZSET bucket name "<generation>:<bucket>" -> the earliest run-at in that bucket
+        (ms): the index of the buckets that hold delayed tasks (see ``DelayedBuckets``)."""
+        return self._key("delayed")
+
+    def delayed_bucket(self, name: str) -> str:
+        """ZSET task id -> run-at (ms): one bucket of delayed tasks. Small enough for the
+        server's compact listpack encoding, which is what makes a delayed task lean."""
+        return self._key(f"delayed:{name}")
+
+    @property
+    def delayed_layout(self) -> str:
+        """HASH: "generation" -> the generation new delayed tasks go to (2^generation
+        buckets); "tasks" -> how many tasks the buckets hold."""
+        return self._key("delayed_layout")
+
+    @property
     def ready(self) -> str:
         """LIST of task ids due now."""
         return self._key("ready")
@@ -136,6 +153,25 @@ class QueueKeys:
     def result(self, task_id: str) -> str:
         """LIST holding one result record, with a TTL."""
         return self._key(f"result:{task_id}")
+
+
+#: The most generations of delayed buckets: generation g has 2^g buckets, addressed by
+#: 24 bits of a hash of the id.
+MAX_GENERATION = 24
+#: A delayed task's bucket is read from these bits of the CRC-32 of its id: not the low
+#: bits, which pick the shard of a sharded queue (CRC-32 mod the shard count), so that
+#: every bucket of a shard is used.
+_BUCKET_SHIFT = 8
+
+
+def id_hash(task_id: str) -> int:
+    """The 24-bit hash that places a task id in a delayed bucket of any generation."""
+    return zlib.crc32(task_id.encode("utf-8", "surrogateescape")) >> _BUCKET_SHIFT
+
+
+def bucket_name(task_id: str, generation: int) -> str:
+    """The bucket of ``task_id`` in ``generation``: "<generation>:<bucket>"."""
+    return f"{generation}:{id_hash(task_id) & ((1 << generation) - 1)}"
 
 
 def lease_member(worker_id: str, task_id: str) -> str:

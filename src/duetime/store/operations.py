@@ -8,6 +8,7 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -17,17 +18,38 @@ from typing import Any, TypeVar
 import msgpack
 
 from duetime.clock import Clock, ServerClock
-from duetime.errors import ConfigurationError, DuetimeError, NotDurableError, RedisCommandError
+from duetime.errors import (
+    ConfigurationError,
+    CorruptStateError,
+    DuetimeError,
+    NotDurableError,
+    RedisCommandError,
+)
 from duetime.settings import Settings
 from duetime.states import CronFireOutcome, RescheduleOutcome, TaskState
 from duetime.store import scripts
-from duetime.store.keys import QUEUE_REGISTRY, QueueKeys, QueueLayout, split_lease_member
+from duetime.store.keys import (
+    MAX_GENERATION,
+    QUEUE_REGISTRY,
+    QueueKeys,
+    QueueLayout,
+    bucket_name,
+    id_hash,
+    split_lease_member,
+)
 from duetime.store.scripts import Script
 
 T = TypeVar("T")
 
 #: Tasks per schedule_tasks script call: bounds how long one call holds the server.
 SCHEDULE_BATCH = 1000
+#: A large schedule call opens a generation of delayed buckets with at least one bucket
+#: per this many of its delayed tasks (schedule_tasks.lua opens the next one as the
+#: buckets fill), so each stays in the server's compact encoding (128 entries).
+BUCKET_FILL = 16
+#: Lookups told of a newer generation of delayed buckets more often than this in a row
+#: give up (someone keeps rewriting the layout by hand).
+GENERATION_ROUNDS = 5
 #: The per-minute figures: a minute in ms, and how many minutes dispatchers keep.
 MINUTE_MS = 60_000
 MINUTES_KEPT = 61
@@ -249,6 +271,10 @@ class Snapshot:
     now_ms: int
     tasks: set[str] = field(default_factory=set)
     scheduled: list[str] = field(default_factory=list)
+    #: delayed bucket name -> its (task id, run-at in µs) entries
+    delayed: dict[str, list[tuple[str, float]]] = field(default_factory=dict)
+    delayed_index: dict[str, float] = field(default_factory=dict)  # bucket -> earliest µs
+    delayed_layout: dict[str, bytes] = field(default_factory=dict)  # as stored
     ready: list[str] = field(default_factory=list)
     active: dict[str, list[str]] = field(default_factory=dict)  # worker -> ids
     dead: list[str] = field(default_factory=list)
@@ -385,28 +411,40 @@ def _packed(flat: list[Any]) -> bytes:
     return msgpack.packb(flat, use_bin_type=False)  # type: ignore[no-any-return]
 
 
-def _packed_tasks(items: Sequence[tuple[str, float, bytes]]) -> bytes:
-    """schedule_tasks' second argument: the (id, run-at, envelope) triples as one flat
-    msgpack array."""
-    flat: list[Any] = []
-    for task_id, run_at_ms, envelope in items:
-        flat += (_wire_id(task_id), run_at_ms, envelope)
-    return _packed(flat)
+def _microseconds(run_at_ms: float) -> str:
+    """A run-at as the text of whole µs, as the delayed buckets keep it (scripts hand it
+    to the server as it is: a number given to a command from Lua is formatted slowly).
+    Rounded up: a task is never due before its run-at."""
+    return str(math.ceil(run_at_ms * 1000))
 
 
 def store_tasks(
-    calls: Sequence[ScriptCall], durability: Durability | None = None
+    calls: Sequence[tuple[QueueOperations, ScriptCall]], durability: Durability | None = None
 ) -> Plan[list[bool]]:
-    """Run schedule_tasks calls (of one queue or of several shards) in one round trip
-    (with ``durability``, the replicas' confirmation is waited for in the same round
-    trip); one flag per task, in order, True where created."""
+    """Run schedule_tasks calls (of one queue or of several shards, each with the
+    operations that made it) in one round trip (with ``durability``, the replicas'
+    confirmation is waited for in the same round trip); one flag per task, in order,
+    True where created."""
+    script_calls = [call for _, call in calls]
     if durability is not None:
-        replies = yield from _durably(EvalMany(scripts.SCHEDULE_TASKS, calls), durability)
+        try:
+            replies = yield from _durably(
+                EvalMany(scripts.SCHEDULE_TASKS, script_calls), durability
+            )
+        except NotDurableError as error:
+            if isinstance(error.reply, list):  # written: note the generations all the same
+                for (owner, _), reply in zip(calls, error.reply, strict=True):
+                    owner.created(reply)
+            raise
     elif len(calls) == 1:  # a plain call costs less than a pipeline of one
-        replies = [(yield Eval(scripts.SCHEDULE_TASKS, *calls[0]))]
+        replies = [(yield Eval(scripts.SCHEDULE_TASKS, *script_calls[0]))]
     else:
-        replies = yield EvalMany(scripts.SCHEDULE_TASKS, calls)
-    return [bool(flag) for created in replies for flag in created]
+        replies = yield EvalMany(scripts.SCHEDULE_TASKS, script_calls)
+    return [
+        flag
+        for (owner, _), reply in zip(calls, replies, strict=True)
+        for flag in owner.created(reply)
+    ]
 
 
 class QueueOperations:
@@ -415,7 +453,16 @@ class QueueOperations:
     def __init__(self, keys: QueueKeys, clock: Clock) -> None:
         self.keys = keys
         self.clock = clock
-        self._schedule_keys = (keys.tasks, keys.scheduled, keys.ready, keys.wake, keys.stats)
+        #: The generation of delayed buckets new tasks go to, as last heard from the
+        #: server (None: not yet asked). See schedule_tasks.lua.
+        self.generation: int | None = None
+        #: The earliest delayed buckets, with their earliest run-at, as the last promotion
+        #: saw them: the next one passes the keys of those due.
+        self._earliest_buckets: list[tuple[str, float]] = []
+        self._schedule_keys = (
+            keys.tasks, keys.scheduled, keys.ready, keys.wake, keys.stats, keys.delayed,
+            keys.delayed_layout,
+        )  # fmt: skip
 
     def now(self) -> Plan[int]:
         return (yield from current_time(self.clock, self.keys.tasks))
@@ -427,27 +474,90 @@ class QueueOperations:
 
     # --- producing -------------------------------------------------------------------
 
+    def learn_generation(self) -> Plan[None]:
+        """Ask for the generation of delayed buckets, if it is not known yet."""
+        if self.generation is None:
+            stored = yield Command(("HGET", self.keys.delayed_layout, "generation"))
+            number = count_or_none(stored)
+            # Garbage (written by hand) reads as the last generation, as in the scripts.
+            in_range = number is not None and 0 <= number <= MAX_GENERATION
+            self.generation = 0 if stored is None else number if in_range else MAX_GENERATION
+
     def schedule_calls(
         self, now: int, items: Sequence[tuple[str, float, bytes]]
-    ) -> list[ScriptCall]:
-        """The schedule_tasks calls storing (id, run-at ms, envelope) triples: one per
-        SCHEDULE_BATCH items. ``now`` must come from this queue's own server clock."""
-        keys = self._schedule_keys
-        return [
-            (keys, [now, _packed_tasks(items[start : start + SCHEDULE_BATCH])])
-            for start in range(0, len(items), SCHEDULE_BATCH)
-        ]
+    ) -> tuple[list[ScriptCall], list[int]]:
+        """The schedule_tasks calls storing (id, run-at ms, envelope) triples, one per
+        SCHEDULE_BATCH items, and the positions of the items in the order they are
+        written. ``now`` must come from this queue's own server clock, and the generation
+        must be known (``learn_generation``). A large call opens a generation with room
+        for all its tasks (BUCKET_FILL a bucket), and writes them bucket by bucket: each
+        script call then writes a few buckets, not one per task."""
+        assert self.generation is not None
+        delayed = sum(1 for _, run_at, _ in items if run_at > now)
+        wanted = math.ceil(math.log2(delayed / BUCKET_FILL)) if delayed > BUCKET_FILL else 0
+        generation = min(MAX_GENERATION, max(self.generation, wanted))
+        mask = (1 << generation) - 1
+        buckets = [id_hash(task_id) & mask for task_id, _, _ in items]
+        order = list(range(len(items)))
+        if len(items) > SCHEDULE_BATCH:  # stable: a repeated id keeps its first place
+            order.sort(key=buckets.__getitem__)
+        calls: list[ScriptCall] = []
+        for start in range(0, len(order), SCHEDULE_BATCH):
+            keys = list(self._schedule_keys)
+            where: dict[int, int] = {}  # bucket -> its index in KEYS (from 1)
+            flat: list[Any] = []
+            for position in order[start : start + SCHEDULE_BATCH]:
+                task_id, run_at_ms, envelope = items[position]
+                if (index := where.get(bucket := buckets[position])) is None:
+                    keys.append(self.keys.delayed_bucket(f"{generation}:{bucket}"))
+                    index = where[bucket] = len(keys)
+                flat += (_wire_id(task_id), run_at_ms, envelope, index, _microseconds(run_at_ms))
+            calls.append((keys, [now, _packed(flat), generation]))
+        return calls, order
 
     def schedule_call(self, now: int, task_id: str, run_at_ms: float, envelope: bytes) -> Eval:
-        """The schedule_tasks call storing one task: its reply is a list of one flag
-        (see ``store_tasks`` for many, durable or in several shards)."""
-        arguments = [now, _packed_tasks([(task_id, run_at_ms, envelope)])]
-        return Eval(scripts.SCHEDULE_TASKS, self._schedule_keys, arguments)
+        """The schedule_tasks call storing one task, in the generation known (see
+        ``created`` for its reply, ``store_tasks`` for many, durable or in several
+        shards)."""
+        assert self.generation is not None
+        name = bucket_name(task_id, self.generation)
+        keys = (*self._schedule_keys, self.keys.delayed_bucket(name))
+        task = [_wire_id(task_id), run_at_ms, envelope, 8, _microseconds(run_at_ms)]
+        arguments = (now, _packed(task), self.generation)
+        return Eval(scripts.SCHEDULE_TASKS, keys, arguments)
+
+    def created(self, reply: list[Any]) -> list[bool]:
+        """A schedule_tasks reply: one flag per task, True where created; notes the
+        generation of delayed buckets it names."""
+        generation, flags = reply
+        self.generation = int(generation)
+        return [bool(flag) for flag in flags]
+
+    def _bucket_keys(self, task_id: str, generation: int) -> list[str]:
+        """A task's delayed bucket in every generation up to ``generation``."""
+        return [self.keys.delayed_bucket(bucket_name(task_id, g)) for g in range(generation + 1)]
+
+    def _looked_up(self, task_id: str, lookup: Callable[[int, list[str]], Eval]) -> Plan[Any]:
+        """Run a lookup script of one task given the generation of delayed buckets and
+        the task's bucket in each one up to it; again when the script answers that the
+        generation is another (with an integer, before it touches any bucket). An
+        unknown generation is sent as -1, with no buckets."""
+        for _ in range(GENERATION_ROUNDS):
+            generation = -1 if self.generation is None else self.generation
+            buckets = self._bucket_keys(task_id, generation) if generation >= 0 else []
+            reply = yield lookup(generation, buckets)
+            if not isinstance(reply, int):
+                return reply
+            self.generation = reply
+        raise CorruptStateError(
+            f"the generation of delayed buckets of {self.keys.queue!r} keeps changing "
+            f"(now {self.generation}); is something rewriting {self.keys.delayed_layout}?"
+        )
 
     def occupied(self) -> Plan[bool]:
         """Whether the queue holds any task or cron job (one command)."""
         k = self.keys
-        found = yield Command(("EXISTS", k.tasks, k.scheduled, k.ready, k.dead, k.cron))
+        found = yield Command(("EXISTS", k.tasks, k.scheduled, k.ready, k.dead, k.cron, k.delayed))
         return int(found) > 0
 
     def envelopes(self, task_ids: Sequence[str]) -> Plan[list[bytes | None]]:
@@ -457,10 +567,13 @@ class QueueOperations:
 
     def cancel(self, task_id: str) -> Plan[TaskState | None]:
         k = self.keys
-        place = yield Eval(
-            scripts.CANCEL_TASK,
-            (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.stats, k.early),
-            (task_id,),
+        fixed = (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.stats, k.early,
+                 k.delayed, k.delayed_layout)  # fmt: skip
+        place = yield from self._looked_up(
+            task_id,
+            lambda generation, buckets: Eval(
+                scripts.CANCEL_TASK, (*fixed, *buckets), (task_id, generation)
+            ),
         )
         return TaskState(_text(place)) if place else None
 
@@ -470,15 +583,19 @@ class QueueOperations:
         """Move a waiting task to ``run_at_ms``; ``rewrite`` makes the new envelope
         from the current one. Compare-and-set: retried if the envelope changes meanwhile."""
         k = self.keys
+        fixed = (k.tasks, k.scheduled, k.ready, k.dead, k.wake, k.early, k.delayed,
+                 k.delayed_layout)  # fmt: skip
         while True:
             current = yield Command(("HGET", k.tasks, task_id))
             if current is None:
                 return None
             now = yield from self.now()
-            outcome = yield Eval(
-                scripts.RESCHEDULE_TASK,
-                (k.tasks, k.scheduled, k.ready, k.dead, k.wake, k.early),
-                (now, task_id, run_at_ms, current, rewrite(current)),
+            arguments = (now, task_id, run_at_ms, current, rewrite(current))
+            outcome = yield from self._looked_up(
+                task_id,
+                lambda generation, buckets, arguments=arguments: Eval(  # type: ignore[misc]
+                    scripts.RESCHEDULE_TASK, (*fixed, *buckets), (*arguments, generation)
+                ),
             )
             if not outcome:
                 return None
@@ -487,10 +604,13 @@ class QueueOperations:
 
     def status(self, task_id: str) -> Plan[StatusReply]:
         k = self.keys
-        state, score, attempts, error, envelope, result = yield Eval(
-            scripts.TASK_STATUS,
-            (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.result(task_id)),
-            (task_id,),
+        fixed = (k.tasks, k.scheduled, k.ready, k.dead, k.attempts, k.errors, k.result(task_id),
+                 k.delayed_layout)  # fmt: skip
+        state, score, attempts, error, envelope, result = yield from self._looked_up(
+            task_id,
+            lambda generation, buckets: Eval(
+                scripts.TASK_STATUS, (*fixed, *buckets), (task_id, generation)
+            ),
         )
         return StatusReply(
             TaskState(_text(state)), _score(score), count_or_none(attempts or b"0"),
@@ -513,14 +633,33 @@ class QueueOperations:
         for by the worker that claims them)."""
         now = yield from self.now()
         k = self.keys
-        moved, next_due, next_lease, oldest_beat, next_tick, next_look = yield Eval(
-            scripts.PROMOTE_DUE,
-            (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next, k.early, k.reaped),
-            (now, now + ahead_ms, limit),
-        )
+        upto = now + ahead_ms
+        fixed = (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next, k.early,
+                 k.reaped, k.delayed, k.delayed_layout)  # fmt: skip
+        moved, passed = 0, set[str]()
+        # A script touches only the keys it is given: the buckets passed are those the
+        # last promotion named due by now. One that became due since (a task scheduled
+        # earlier than any, or a dispatcher just started) is named in the reply, and
+        # promoted by a second call at once.
+        for call in range(2):
+            due = [name for name, earliest in self._earliest_buckets if earliest <= upto]
+            if call and (moved >= limit or set(due) <= passed):
+                break
+            passed.update(due)
+            reply = yield Eval(
+                scripts.PROMOTE_DUE,
+                (*fixed, *(k.delayed_bucket(name) for name in due)),
+                (now, upto, limit - moved),
+            )
+            count, next_due, next_lease, oldest_beat, next_tick, next_look, earliest = reply
+            moved += int(count)
+            self._earliest_buckets = [
+                (_text(earliest[i]), float(earliest[i + 1]) / 1000)
+                for i in range(0, len(earliest), 2)
+            ]
         return Promotion(
-            int(moved), now, _score(next_due), _whole_score(next_lease),
-            _whole_score(oldest_beat), _whole_score(next_tick), _whole_score(next_look),
+            moved, now, _score(next_due), _whole_score(next_lease), _whole_score(oldest_beat),
+            _whole_score(next_tick), _whole_score(next_look),
         )  # fmt: skip
 
     def check_fsync(self) -> Plan[None]:
@@ -924,9 +1063,10 @@ class QueueOperations:
         if state == TaskState.READY:
             ids = yield Command(("LRANGE", k.ready, 0, count - 1))
             entries = [(_text(task_id), None, None) for task_id in ids]
+        elif state == TaskState.SCHEDULED:
+            entries = [(i, score, None) for i, score in (yield from self._earliest(count))]
         else:
             key, order = {
-                TaskState.SCHEDULED: (k.scheduled, ()),
                 TaskState.RUNNING: (k.leases, ()),
                 TaskState.DEAD: (k.dead, ("REV",)),
             }[state]
@@ -953,6 +1093,37 @@ class QueueOperations:
                    errors[i])
             for i, (task_id, score, worker) in enumerate(entries)
         ]  # fmt: skip
+
+    def _earliest(self, count: int) -> Plan[list[tuple[str, float]]]:
+        """The ``count`` scheduled tasks due first (id, due time), from the retries and
+        re-entered tasks and the delayed buckets merged: the index is read in order, and
+        only buckets whose earliest task may still be among the first ``count`` are read."""
+        k = self.keys
+        flat = yield Command(("ZRANGE", k.scheduled, 0, count - 1, "WITHSCORES"))
+        found = [(_text(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+        start = 0
+        while True:  # the buckets and their index keep µs
+            page = yield Command(("ZRANGE", k.delayed, start, start + 63, "WITHSCORES"))
+            bar = found[count - 1][1] if len(found) >= count else math.inf
+            wanted = [
+                _text(page[i]) for i in range(0, len(page), 2) if float(page[i + 1]) / 1000 <= bar
+            ]
+            if wanted:
+                buckets = yield Batch(
+                    tuple(
+                        Command(("ZRANGE", k.delayed_bucket(name), 0, count - 1, "WITHSCORES"))
+                        for name in wanted
+                    )
+                )
+                for flat in buckets:
+                    found += [
+                        (_text(flat[i]), float(flat[i + 1]) / 1000) for i in range(0, len(flat), 2)
+                    ]
+                found.sort(key=lambda entry: (entry[1], entry[0]))
+                del found[count:]
+            if len(wanted) < len(page) // 2 or len(page) < 128:
+                return found  # the index is in order: the buckets after start later still
+            start += 64
 
     def dead_entries(self, offset: int, count: int) -> Plan[list[DeadEntry]]:
         """Dead tasks, most recent death first."""
@@ -1005,7 +1176,8 @@ class QueueOperations:
     def counts(self) -> Plan[dict[str, Any]]:
         now = yield from self.now()
         k = self.keys
-        scheduled, ready, leases, dead, workers, head, stats, paused, ready_head = yield Batch(
+        (scheduled, ready, leases, dead, workers, head, stats, paused, ready_head, delayed,
+         bucket_head) = yield Batch(
             (
                 Command(("ZCARD", k.scheduled)),
                 Command(("LLEN", k.ready)),
@@ -1016,8 +1188,12 @@ class QueueOperations:
                 Command(("HGETALL", k.stats)),
                 Command(("EXISTS", k.paused)),
                 Command(("LINDEX", k.ready, 0)),
+                Command(("HGET", k.delayed_layout, "tasks")),
+                Command(("ZRANGE", k.delayed, 0, 0, "WITHSCORES")),
             )
-        )
+        )  # fmt: skip
+        if bucket_head and (not head or float(bucket_head[1]) / 1000 < float(head[1])):
+            head = [bucket_head[0], float(bucket_head[1]) / 1000]  # the index is in µs
         if isinstance(stats, list):  # some clients leave HGETALL as a flat list
             stats = dict(zip(stats[::2], stats[1::2], strict=True))
         # The oldest ready task (the head: workers take from the left) and its run-at.
@@ -1028,7 +1204,9 @@ class QueueOperations:
             "paused": bool(paused),
             "ready_head_envelope": ready_head_envelope,
             "now_ms": now,
-            "scheduled": int(scheduled),
+            # A count of the buckets' tasks that is not a number (garbage) counts as 0;
+            # the checker reports it.
+            "scheduled": int(scheduled) + max(0, count_or_none(delayed) or 0),
             "ready": int(ready),
             "running": int(leases),
             "dead": int(dead),
@@ -1048,11 +1226,13 @@ class QueueOperations:
         now = yield from self.now()
         k = self.keys
         list_keys: set[str] = set()
+        bucket_keys: list[str] = []
         result_keys: list[str] = []
         stray: list[str] = []
         fixed = {k.tasks, k.scheduled, k.ready, k.leases, k.workers, k.attempts, k.errors,
                  k.dead, k.wake, k.stats, k.cron, k.cron_next, k.cron_last,
-                 k.cron_held, k.early, k.reaped, k.paused, k.resumed, k.minutes}  # fmt: skip
+                 k.cron_held, k.early, k.reaped, k.paused, k.resumed, k.minutes,
+                 k.delayed, k.delayed_layout}  # fmt: skip
         cursor: Any = 0
         while True:
             cursor, found = yield Command(
@@ -1063,6 +1243,8 @@ class QueueOperations:
                 key = _text(raw)
                 if key.startswith(k.active("")):
                     list_keys.add(key)
+                elif key.startswith(k.delayed_bucket("")):
+                    bucket_keys.append(key)
                 elif key.startswith(k.result("")):
                     result_keys.append(key)
                 elif key not in fixed:
@@ -1090,16 +1272,22 @@ class QueueOperations:
                     Command(("HGETALL", k.early)),
                     Command(("HGETALL", k.stats)),
                     Command(("ZRANGE", k.reaped, 0, -1)),
+                    Command(("ZRANGE", k.delayed, 0, -1, "WITHSCORES")),
+                    Command(("HGETALL", k.delayed_layout)),
                     *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
                     *(Command(("PTTL", key)) for key in result_keys),
+                    *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in bucket_keys),
                 ),
                 transaction=True,
                 read_only=True,
             )
             tasks, scheduled, ready, dead, leases, workers, attempts, errors, wake = replies[:9]
             cron, cron_next, cron_last, cron_held, early, stats, reaped = replies[9:16]
-            lists = replies[16 : 16 + len(active_keys)]
-            ttls = replies[16 + len(active_keys) :]
+            delayed_index, delayed_layout = replies[16:18]
+            rest = replies[18:]
+            lists = rest[: len(active_keys)]
+            ttls = rest[len(active_keys) : len(active_keys) + len(result_keys)]
+            buckets = rest[len(active_keys) + len(result_keys) :]
             snap = Snapshot(now_ms=now)
             snap.workers = {
                 _text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
@@ -1108,6 +1296,16 @@ class QueueOperations:
                 continue  # a worker registered between the scan and the snapshot
             snap.tasks = {_text(i) for i in tasks}
             snap.scheduled = [_text(i) for i in scheduled]
+            prefix = len(k.delayed_bucket(""))
+            snap.delayed = {
+                key[prefix:]: [(_text(name), float(score)) for name, score in _pairs(flat)]
+                for key, flat in zip(bucket_keys, buckets, strict=True)
+                if flat
+            }
+            snap.delayed_index = {
+                _text(name): float(score) for name, score in _pairs(delayed_index)
+            }
+            snap.delayed_layout = {_text(name): value for name, value in _pairs(delayed_layout)}
             snap.ready = [_text(i) for i in ready]
             snap.dead = [_text(i) for i in dead]
             snap.leases = {

@@ -1,10 +1,17 @@
-"""The Lua scripts, read once from the package's .lua files and called by SHA."""
+"""The Lua scripts, read once from the package's .lua files and called by SHA.
+
+A line ``-- @include <name>`` in a script is replaced by ``lua/include/<name>.lua``:
+functions several scripts share are written once. The server sees one whole script.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from importlib import resources
+
+_INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,8 +21,17 @@ class Script:
     sha: str
 
 
+def _read(*path: str) -> str:
+    return resources.files("duetime.store").joinpath("lua", *path).read_text("utf-8")
+
+
+def expanded(source: str) -> str:
+    """A script's source with its includes in place."""
+    return _INCLUDE.sub(lambda match: _read("include", f"{match[1]}.lua").rstrip("\n"), source)
+
+
 def _load(name: str) -> Script:
-    source = resources.files("duetime.store").joinpath("lua", f"{name}.lua").read_text("utf-8")
+    source = expanded(_read(f"{name}.lua"))
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 

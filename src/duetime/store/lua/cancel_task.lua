@@ -1,23 +1,37 @@
 -- cancel_task: remove a task that has not started (or is dead), leaving nothing behind.
--- KEYS[1] tasks      HASH
--- KEYS[2] scheduled  ZSET
--- KEYS[3] ready      LIST
--- KEYS[4] dead       ZSET
--- KEYS[5] attempts   HASH
--- KEYS[6] errors     HASH
--- KEYS[7] stats      HASH
--- KEYS[8] early      HASH  task id -> run-at, for ids promoted ahead of it
+-- KEYS[1] tasks           HASH
+-- KEYS[2] scheduled       ZSET
+-- KEYS[3] ready           LIST
+-- KEYS[4] dead            ZSET
+-- KEYS[5] attempts        HASH
+-- KEYS[6] errors          HASH
+-- KEYS[7] stats           HASH
+-- KEYS[8] early           HASH  task id -> run-at, for ids promoted ahead of it
+-- KEYS[9] delayed         ZSET  bucket name -> earliest run-at in that bucket
+-- KEYS[10] delayed_layout HASH  generation, tasks
+-- KEYS[11..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
+-- ARGV[2] the current generation of delayed buckets, as the caller knows it
 -- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
--- is running (left alone), or false when no live task has this id.
+-- is running (left alone), false when no live task has this id, or the current
+-- generation (an integer) when ARGV[2] is not it: call again with its buckets.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include generation
+-- @include delayed_buckets
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], id) == 0 then
   return false
 end
+local generation = current_generation(10)
+if generation ~= tonumber(ARGV[2]) then
+  return generation
+end
 local place
-if redis.call('ZREM', KEYS[2], id) == 1 then
+if remove_delayed(id, 11, 9, 10) then
+  place = 'scheduled'
+  forget_layout_if_empty(9, 10)
+elseif redis.call('ZREM', KEYS[2], id) == 1 then
   place = 'scheduled'
 elseif redis.call('ZREM', KEYS[4], id) == 1 then
   place = 'dead'

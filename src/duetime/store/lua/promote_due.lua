@@ -1,32 +1,65 @@
--- promote_due: move due task ids from scheduled to ready, at most ARGV[3] per call.
--- KEYS[1] scheduled  ZSET  task id -> run-at (ms)
--- KEYS[2] ready      LIST
--- KEYS[3] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
--- KEYS[4] stats      HASH
--- KEYS[5] workers    ZSET  worker id -> last heartbeat (ms)
--- KEYS[6] cron_next  ZSET  cron job name -> next tick (ms)
--- KEYS[7] early      HASH  task id -> run-at (ms), for ids moved before their run-at
--- KEYS[8] reaped     ZSET  reaped worker id -> when to look at its list once more (ms)
+-- promote_due: move due task ids from scheduled and the delayed buckets to ready, at most
+-- ARGV[3] per call.
+-- KEYS[1] scheduled       ZSET  task id -> run-at (ms): retries and re-entered tasks
+-- KEYS[2] ready           LIST
+-- KEYS[3] leases          ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[4] stats           HASH
+-- KEYS[5] workers         ZSET  worker id -> last heartbeat (ms)
+-- KEYS[6] cron_next       ZSET  cron job name -> next tick (ms)
+-- KEYS[7] early           HASH  task id -> run-at (ms), for ids moved before their run-at
+-- KEYS[8] reaped          ZSET  reaped worker id -> when to look at its list once more (ms)
+-- KEYS[9] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
+-- KEYS[10] delayed_layout HASH  generation, tasks (how many the buckets hold)
+-- KEYS[11..] delayed buckets the caller saw due (ZSET task id -> run-at in µs), each named
+--         KEYS[9] .. ':' .. its name in `delayed`
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] promote ids due up to this time (ms, >= now): moving a task a few ms ahead
 --         takes the hand-over to a worker off its critical path; the run-at goes along
 --         in `early`, and the claiming worker waits for it, so no task starts early.
 -- ARGV[3] most ids to move
 -- Returns: {moved count, next run-at or -1, earliest lease deadline or -1, oldest worker
--- heartbeat or -1, next cron tick or -1, next look at a reaped worker's list or -1}, so
--- the caller knows how long it may sleep without another round trip.
+-- heartbeat or -1, next cron tick or -1, next look at a reaped worker's list or -1,
+-- {name, earliest run-at (µs), ...} of the buckets still due, or of the next one to be},
+-- so the caller knows how long it may sleep without another round trip, and which
+-- buckets to pass next time (a script touches only the keys it is given).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
-local now = tonumber(ARGV[1])
-local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[2], 'BYSCORE', 'LIMIT', 0, ARGV[3],
-  'WITHSCORES')
+-- @include delayed_buckets
+-- @include microseconds
+local now, upto, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids, ahead = {}, {}
-for i = 1, #due, 2 do
-  ids[#ids + 1] = due[i]
-  if tonumber(due[i + 1]) > now then
-    ahead[#ahead + 1] = due[i]
-    ahead[#ahead + 1] = due[i + 1]
+local upto_us = upto * 1000
+-- Take entries {id, score, ...} due by upto; scores in µs when ``us``, else ms. One
+-- promoted before its run-at leaves that run-at (ms) in `early`.
+local function take(entries, us)
+  local taken = {}
+  for i = 1, #entries, 2 do
+    ids[#ids + 1] = entries[i]
+    taken[#taken + 1] = entries[i]
+    local score = tonumber(entries[i + 1])
+    if (us and score > now * 1000) or (not us and score > now) then
+      ahead[#ahead + 1] = entries[i]
+      ahead[#ahead + 1] = us and ms_text(score) or entries[i + 1]
+    end
   end
+  return taken
+end
+local from_scheduled = take(redis.call('ZRANGE', KEYS[1], '-inf', upto, 'BYSCORE', 'LIMIT', 0,
+  most, 'WITHSCORES'), false)
+-- From each bucket given, its due entries; every bucket given is indexed again at its
+-- true earliest afterwards (reindex): one that another dispatcher emptied meanwhile, or
+-- whose score was left too early, cannot keep a caller coming back.
+local upto_text = string.format('%d', upto_us)  -- a number given to a command is formatted slowly
+local from_buckets = {}  -- KEYS index -> ids taken from that bucket
+local bucketed = 0
+for key = 11, #KEYS do
+  local room = most - #ids
+  if room <= 0 then
+    break
+  end
+  from_buckets[key] = take(redis.call('ZRANGE', KEYS[key], '-inf', upto_text, 'BYSCORE',
+    'LIMIT', 0, room, 'WITHSCORES'), true)
+  bucketed = bucketed + #from_buckets[key]
 end
 if #ids > 0 then
   -- RPUSH first: if it fails (ready of the wrong type) nothing has been removed yet.
@@ -34,13 +67,34 @@ if #ids > 0 then
   if #ahead > 0 then
     redis.call('HSET', KEYS[7], unpack(ahead))
   end
-  redis.call('ZREM', KEYS[1], unpack(ids))
+  if #from_scheduled > 0 then
+    redis.call('ZREM', KEYS[1], unpack(from_scheduled))
+  end
   redis.pcall('HINCRBY', KEYS[4], 'promoted', #ids)
 end
-local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+for key, taken in pairs(from_buckets) do
+  if #taken > 0 then
+    redis.call('ZREM', KEYS[key], unpack(taken))
+  end
+  reindex(key, 9)
+end
+if bucketed > 0 then
+  redis.pcall('HINCRBY', KEYS[10], 'tasks', -bucketed)
+  forget_layout_if_empty(9, 10)
+end
+local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '-1'
+-- The buckets still due (more than one call could take), or else the next one to be.
+local earliest = redis.call('ZRANGE', KEYS[9], '-inf', upto_text, 'BYSCORE', 'LIMIT', 0, most,
+  'WITHSCORES')
+if #earliest == 0 then
+  earliest = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
+end
+if earliest[2] and (next_due == '-1' or tonumber(earliest[2]) < tonumber(next_due) * 1000) then
+  next_due = ms_text(earliest[2])
+end
 local next_lease = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
 local next_tick = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
-return {#ids, next_due[2] or '-1', next_lease[2] or '-1', oldest_beat[2] or '-1',
-  next_tick[2] or '-1', next_look[2] or '-1'}
+return {#ids, next_due, next_lease[2] or '-1', oldest_beat[2] or '-1', next_tick[2] or '-1',
+  next_look[2] or '-1', earliest}

@@ -1,17 +1,27 @@
 -- reschedule_task: give a waiting task a new run-at and envelope (compare-and-set).
--- KEYS[1] tasks      HASH
--- KEYS[2] scheduled  ZSET
--- KEYS[3] ready      LIST
--- KEYS[4] dead       ZSET
--- KEYS[5] wake       LIST
--- KEYS[6] early      HASH  task id -> run-at, for ids promoted ahead of it
+-- KEYS[1] tasks           HASH
+-- KEYS[2] scheduled       ZSET
+-- KEYS[3] ready           LIST
+-- KEYS[4] dead            ZSET
+-- KEYS[5] wake            LIST
+-- KEYS[6] early           HASH  task id -> run-at, for ids promoted ahead of it
+-- KEYS[7] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
+-- KEYS[8] delayed_layout  HASH  generation, tasks
+-- KEYS[9..] the task's delayed bucket in each generation, 0 to ARGV[6]; the last one
+--         (the current generation's) is where it goes when it is due later
 -- ARGV[1] now (ms)
 -- ARGV[2] task id
 -- ARGV[3] new run-at (ms)
 -- ARGV[4] the envelope the caller read
 -- ARGV[5] the new envelope
+-- ARGV[6] the current generation of delayed buckets, as the caller knows it
 -- Returns: 'ok'; 'changed' when the envelope changed since it was read (read again and
--- retry); 'running' or 'dead' when the task is not waiting; false when there is no such task.
+-- retry); 'running' or 'dead' when the task is not waiting; false when there is no such
+-- task; or the current generation (an integer) when ARGV[6] is not it: call again with
+-- its buckets.
+-- @include generation
+-- @include delayed_buckets
+-- @include microseconds
 local now, id, run_at = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local current = redis.call('HGET', KEYS[1], id)
 if not current then
@@ -20,7 +30,11 @@ end
 if current ~= ARGV[4] then
   return 'changed'
 end
-if redis.call('ZREM', KEYS[2], id) == 0 then
+local generation = current_generation(8)
+if generation ~= tonumber(ARGV[6]) then
+  return generation
+end
+if not remove_delayed(id, 9, 7, 8) and redis.call('ZREM', KEYS[2], id) == 0 then
   if redis.call('ZSCORE', KEYS[4], id) then
     return 'dead'
   end
@@ -32,10 +46,22 @@ end
 redis.call('HSET', KEYS[1], id, ARGV[5])
 if run_at <= now then
   redis.call('RPUSH', KEYS[3], id)
+  forget_layout_if_empty(7, 8)
 else
-  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  redis.call('ZADD', KEYS[2], run_at, id)
-  if (not head[2] or run_at < tonumber(head[2])) and redis.call('LLEN', KEYS[5]) == 0 then
+  local retry = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  local bucket = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
+  local earliest = math.min(tonumber(retry[2]) or math.huge,
+    bucket[2] and tonumber(bucket[2]) / 1000 or math.huge)
+  local us = us_of(run_at)
+  if us >= MOST_US then
+    redis.call('ZADD', KEYS[2], run_at, id)
+    forget_layout_if_empty(7, 8)
+  else
+    redis.call('ZADD', KEYS[#KEYS], us, id)
+    redis.call('ZADD', KEYS[7], 'LT', us, string.sub(KEYS[#KEYS], #KEYS[7] + 2))
+    redis.pcall('HINCRBY', KEYS[8], 'tasks', 1)
+  end
+  if run_at < earliest and redis.call('LLEN', KEYS[5]) == 0 then
     redis.call('RPUSH', KEYS[5], 1)
   end
 end

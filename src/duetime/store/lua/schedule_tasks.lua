@@ -1,33 +1,56 @@
 -- schedule_tasks: store a batch of new tasks; an id that is already live is left untouched.
--- KEYS[1] tasks      HASH  task id -> envelope
--- KEYS[2] scheduled  ZSET  task id -> run-at (ms)
--- KEYS[3] ready      LIST  task ids due now
--- KEYS[4] wake       LIST  one-element signal a sleeping dispatcher blocks on
--- KEYS[5] stats      HASH  counters
+-- KEYS[1] tasks           HASH  task id -> envelope
+-- KEYS[2] scheduled       ZSET  task id -> run-at (ms)
+-- KEYS[3] ready           LIST  task ids due now
+-- KEYS[4] wake            LIST  one-element signal a sleeping dispatcher blocks on
+-- KEYS[5] stats           HASH  counters
+-- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
+-- KEYS[7] delayed_layout  HASH  generation, tasks (how many the buckets hold)
+-- KEYS[8..] the delayed buckets of this batch (ZSET task id -> run-at in µs), named
+--         KEYS[6] .. ':' .. "<generation>:<bucket>"
 -- ARGV[1] now (ms, server clock)
--- ARGV[2] the tasks, msgpack: a flat array of triples task id, run-at (ms), envelope
---         (one argument rather than three per task: clients pack it in one C call,
---         where a command of thousands of arguments costs them per argument)
--- Returns: one integer per task, 1 = created, 0 = the id was already live (nothing changed).
+-- ARGV[2] the tasks, msgpack: a flat array of five per task: task id, run-at (ms),
+--         envelope, index in KEYS of its bucket, run-at as the text of whole µs (handed
+--         to ZADD as it is: the server formats a number it is given slowly). One
+--         argument rather than five per task: clients pack it in one C call, where a
+--         command of thousands of arguments costs them per argument.
+-- ARGV[3] the generation the buckets were picked in: becomes the generation if it is
+--         newer (a client may open one ahead of time for a large batch)
+-- Returns: {generation, {one integer per task: 1 = created, 0 = the id was already live
+-- (nothing changed)}}; the caller picks buckets in that generation next time.
+-- A task due later goes into a small bucket (compact on the server) picked by a hash of
+-- its id; a bucket's earliest run-at is its score in `delayed`, which dispatchers follow.
+-- Once the buckets in use hold more than GROW_AT tasks each on average, the next
+-- generation (twice as many buckets) opens; older buckets drain as tasks come due.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- One HMGET finds the live ids, then one HSET, one ZADD and one RPUSH write the rest:
--- a command per task costs the server several times more than a command per batch.
--- Clients send at most 1,000 tasks per call, so the unpack()ed lists stay within Lua's
--- stack.
+-- One HMGET finds the live ids, then one HSET, one ZADD per bucket and one RPUSH write
+-- the rest. Clients send at most 1,000 tasks per call, so the unpack()ed lists stay
+-- within Lua's stack.
+-- @include generation
+-- @include microseconds
+local GROW_AT = 16
 local now = tonumber(ARGV[1])
 local tasks = cmsgpack.unpack(ARGV[2])
+local asked = tonumber(ARGV[3])
+local layout = redis.call('HMGET', KEYS[7], 'generation', 'tasks')
+local generation = generation_of(layout[1])
+local opened = asked > generation
+if opened then
+  generation = asked
+end
 local ids = {}
-for i = 1, #tasks, 3 do
+for i = 1, #tasks, 5 do
   ids[#ids + 1] = tasks[i]
 end
 local live = redis.call('HMGET', KEYS[1], unpack(ids))
-local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-local earliest = head[2] and tonumber(head[2]) or math.huge
-local wake = false
+local soonest = math.huge  -- the earliest run-at (ms) of this batch's delayed tasks
 local created = {}
 local taken = {}  -- ids of this batch already given a place: a repeat is live too
-local fields, members, due = {}, {}, {}
+local fields, due, late = {}, {}, {}
+-- KEYS index -> {members, earliest run-at (ms), its µs text}; indexes in order
+local buckets, order = {}, {}
+local delayed = 0
 for n = 1, #ids do
   local id = ids[n]
   if live[n] or taken[id] then
@@ -35,31 +58,85 @@ for n = 1, #ids do
   else
     taken[id] = true
     created[n] = 1
-    local run_at = tonumber(tasks[3 * n - 1])
+    local run_at = tonumber(tasks[5 * n - 3])
     fields[#fields + 1] = id
-    fields[#fields + 1] = tasks[3 * n]
+    fields[#fields + 1] = tasks[5 * n - 2]
     if run_at <= now then
       due[#due + 1] = id
     else
-      members[#members + 1] = run_at
-      members[#members + 1] = id
-      if run_at < earliest then
-        earliest = run_at
-        wake = true
+      if run_at < soonest then
+        soonest = run_at
+      end
+      if run_at * 1000 >= MOST_US then
+        late[#late + 1] = run_at
+        late[#late + 1] = id
+      else
+        local key, us = tasks[5 * n - 1], tasks[5 * n]
+        local bucket = buckets[key]
+        if not bucket then
+          bucket = {{}, run_at, us}
+          buckets[key] = bucket
+          order[#order + 1] = key
+        elseif run_at < bucket[2] then
+          bucket[2], bucket[3] = run_at, us
+        end
+        bucket[1][#bucket[1] + 1] = us
+        bucket[1][#bucket[1] + 1] = id
+        delayed = delayed + 1
       end
     end
+  end
+end
+-- Only a new earliest task changes how long a dispatcher should sleep: wake one if this
+-- batch brings one (the retries' head is read only when it could).
+local wake = false
+if soonest < math.huge then
+  local head = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+  if not head[2] or soonest * 1000 < tonumber(head[2]) then
+    head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+    wake = not head[2] or soonest < tonumber(head[2])
   end
 end
 if #fields > 0 then
   redis.call('HSET', KEYS[1], unpack(fields))
 end
-if #members > 0 then
-  redis.call('ZADD', KEYS[2], unpack(members))
+local earliest = {}  -- µs, name, ... of each bucket written, for the index
+for _, key in ipairs(order) do
+  local bucket = buckets[key]
+  redis.call('ZADD', KEYS[key], unpack(bucket[1]))
+  earliest[#earliest + 1] = bucket[3]
+  earliest[#earliest + 1] = string.sub(KEYS[key], #KEYS[6] + 2)
+end
+if #earliest > 0 then
+  -- LT: a bucket's score only ever moves earlier here (a new bucket is added).
+  redis.call('ZADD', KEYS[6], 'LT', unpack(earliest))
+end
+if #late > 0 then
+  redis.call('ZADD', KEYS[2], unpack(late))
 end
 if #due > 0 then
   redis.call('RPUSH', KEYS[3], unpack(due))
 end
--- Only a new earliest task changes how long a dispatcher should sleep.
+if delayed > 0 then
+  -- A count that is not a number (edited by hand) starts again from this batch.
+  local held = (tonumber(layout[2]) or 0) + delayed
+  -- Growth follows how full the buckets in use are on average (looked at each time the
+  -- count passes a multiple of GROW_AT): a queue that keeps its size keeps its
+  -- generation however many tasks pass through it.
+  if asked == generation and generation < MOST_GENERATION
+      and math.floor(held / GROW_AT) > math.floor((held - delayed) / GROW_AT)
+      and held > GROW_AT * redis.call('ZCARD', KEYS[6]) then
+    generation = generation + 1
+    opened = true
+  end
+  if opened then
+    redis.call('HSET', KEYS[7], 'tasks', held, 'generation', generation)
+  else
+    redis.call('HSET', KEYS[7], 'tasks', held)
+  end
+elseif opened then
+  redis.call('HSET', KEYS[7], 'generation', generation)
+end
 if wake and redis.call('LLEN', KEYS[4]) == 0 then
   redis.call('RPUSH', KEYS[4], 1)
 end
@@ -67,4 +144,4 @@ local count = #fields / 2
 if count > 0 then
   redis.pcall('HINCRBY', KEYS[5], 'scheduled', count)
 end
-return created
+return {generation, created}

@@ -1,16 +1,23 @@
 -- task_status: where one task is, read in one atomic step.
--- KEYS[1] tasks      HASH
--- KEYS[2] scheduled  ZSET
--- KEYS[3] ready      LIST
--- KEYS[4] dead       ZSET
--- KEYS[5] attempts   HASH
--- KEYS[6] errors     HASH
+-- KEYS[1] tasks           HASH
+-- KEYS[2] scheduled       ZSET
+-- KEYS[3] ready           LIST
+-- KEYS[4] dead            ZSET
+-- KEYS[5] attempts        HASH
+-- KEYS[6] errors          HASH
 -- KEYS[7] result key of this task
+-- KEYS[8] delayed_layout  HASH  generation, tasks
+-- KEYS[9..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
--- Returns: {state, score or false, attempts or false, error record or false,
+-- ARGV[2] the current generation of delayed buckets, as the caller knows it
+-- Returns: {state, score (ms) or false, attempts or false, error record or false,
 --           envelope or false, result blob or false}; state is one of
 -- 'scheduled', 'ready', 'running', 'dead', 'finished' (only a stored result is left)
--- or 'unknown'.
+-- or 'unknown'. Or the current generation (an integer) when ARGV[2] is not it: call
+-- again with its buckets.
+-- @include generation
+-- @include delayed_buckets
+-- @include microseconds
 local id = ARGV[1]
 local envelope = redis.call('HGET', KEYS[1], id)
 local attempts = redis.call('HGET', KEYS[5], id) or false
@@ -19,7 +26,12 @@ local result = redis.call('LINDEX', KEYS[7], 0) or false
 if not envelope then
   return {result and 'finished' or 'unknown', false, false, false, false, result}
 end
-local score = redis.call('ZSCORE', KEYS[2], id)
+local generation = current_generation(8)
+if generation ~= tonumber(ARGV[2]) then
+  return generation
+end
+local score = delayed_score(id, 9)
+score = score and ms_text(score) or redis.call('ZSCORE', KEYS[2], id)
 if score then
   return {'scheduled', score, attempts, error_record, envelope, result}
 end

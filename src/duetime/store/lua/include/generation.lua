@@ -1,0 +1,18 @@
+-- generation_of(stored): the generation of delayed buckets as stored in the layout hash
+-- (its "generation" field, or false): 0 when none is stored; garbage written by hand
+-- reads as the last generation, so that lookups try every one and nothing becomes
+-- unfindable. current_generation(layout): the same, read from the hash at KEYS[layout].
+local MOST_GENERATION = 24
+local function generation_of(stored)
+  local number = tonumber(stored)
+  if not stored then
+    return 0
+  end
+  if not number or number ~= math.floor(number) or number < 0 or number > MOST_GENERATION then
+    return MOST_GENERATION
+  end
+  return number
+end
+local function current_generation(layout)
+  return generation_of(redis.call('HGET', KEYS[layout], 'generation'))
+end
