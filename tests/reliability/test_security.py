@@ -42,6 +42,7 @@ from duetime import App, Dispatcher, Job, Queue, Worker
 from duetime.cli import EXIT_UNAVAILABLE, main
 from duetime.errors import DuetimeError, RedisCommandError, RedisUnavailableError
 from duetime.store import QueueKeys
+from duetime.store.scripts import expanded
 from tests.apps import RUNS
 from tests.conftest import IN_CI
 from tests.helpers import FAST, decoded, take_waiting, wait_until, wait_until_sync
@@ -244,10 +245,12 @@ def granted(tokens: list[str]) -> set[str]:
 
 
 def lua_commands() -> dict[str, set[str]]:
+    """The commands each script sends, its includes (shared functions) in place."""
     folder = PACKAGE / "store" / "lua"
     return {
         path.stem: {
-            name.lower() for name in re.findall(r"redis\.p?call\('(\w+)'", path.read_text())
+            name.lower()
+            for name in re.findall(r"redis\.p?call\('(\w+)'", expanded(path.read_text()))
         }
         for path in folder.glob("*.lua")
     }
@@ -381,6 +384,8 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     producer.reschedule(moved, time.time() + 0.1)
     cancelled = producer.schedule_in(3600, {"n": 4})
     assert producer.cancel(cancelled)
+    with Queue(f"{queue_name}-alone", acl_users.url("producer"), settings=FAST) as alone:
+        assert alone.cancel(alone.schedule_in(3600, {}))  # the last delayed task: no bucket left
     assert producer.status(delayed) is not None and producer.stats().scheduled >= 3
     producer.add_cron("every-second", "* * * * * *", {"cron": True}, overlap="skip")
     producer.pause_cron("every-second")
