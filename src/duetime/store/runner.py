@@ -27,6 +27,7 @@ from duetime.errors import (
 )
 from duetime.settings import Settings
 from duetime.store.connections import BLOCK_MARGIN, RedisSpec, connect, mask_url, resolve_url
+from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from duetime.store.operations import (
     Batch,
     Command,
@@ -254,6 +255,7 @@ class SyncRunner:
         self.client, self.blocking_client = connection.main, connection.blocking
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
+        self._kept = None if self.clustered else KeptConnection(self.client)
 
     def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -280,14 +282,14 @@ class SyncRunner:
                 return _translated_refusal(self, error)
             return _scan_reply(reply)
         if isinstance(request, Eval):
-            arguments = _eval_args(request.script, request.keys, request.args)
+            arguments = ("EVALSHA", *_eval_args(request.script, request.keys, request.args))
             try:
-                return self.client.execute_command("EVALSHA", *arguments)
+                return self._script_call(arguments)
             except redis.exceptions.NoScriptError:
                 self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                return self.client.execute_command("EVALSHA", *arguments)
+                return self._script_call(arguments)
         if isinstance(request, EvalMany):
             replies = self._pipelined(request, request.calls)
             if missing := _missing_script(replies):
@@ -315,6 +317,12 @@ class SyncRunner:
                 raise
             return self._batch(request, transaction=False)
 
+    def _script_call(self, arguments: Sequence[Any]) -> Any:
+        """On the kept connection when it is free (see ``kept``), else through the client."""
+        if self._kept is not None and (reply := self._kept.call(arguments)) is not NOT_SENT:
+            return reply
+        return self.client.execute_command(*arguments)
+
     def _batch(self, request: Batch, transaction: bool) -> list[Any]:
         return list(_batch_pipeline(self.client, request, transaction).execute())
 
@@ -329,6 +337,8 @@ class SyncRunner:
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
+        if self._kept is not None:
+            self._kept.close()
         for client in (self.client, self.blocking_client, *self._helpers):
             client.close()
             if not self.clustered:  # it was given its pool, which close() leaves open
@@ -343,6 +353,7 @@ class AsyncRunner:
         self.client, self.blocking_client = connection.main, connection.blocking
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
+        self._kept = None if self.clustered else AsyncKeptConnection(self.client)
 
     async def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -371,14 +382,14 @@ class AsyncRunner:
                 return _translated_refusal(self, error)
             return _scan_reply(reply)
         if isinstance(request, Eval):
-            arguments = _eval_args(request.script, request.keys, request.args)
+            arguments = ("EVALSHA", *_eval_args(request.script, request.keys, request.args))
             try:
-                return await self.client.execute_command("EVALSHA", *arguments)
+                return await self._script_call(arguments)
             except redis.exceptions.NoScriptError:
                 await self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                return await self.client.execute_command("EVALSHA", *arguments)
+                return await self._script_call(arguments)
         if isinstance(request, EvalMany):
             replies = await self._pipelined(request, request.calls)
             if missing := _missing_script(replies):
@@ -408,6 +419,14 @@ class AsyncRunner:
                 raise
             return await self._batch(request, transaction=False)
 
+    async def _script_call(self, arguments: Sequence[Any]) -> Any:
+        """On the kept connection when it is free (see ``kept``), else through the client."""
+        if self._kept is not None:
+            reply = await self._kept.call(arguments)
+            if reply is not NOT_SENT:
+                return reply
+        return await self.client.execute_command(*arguments)
+
     async def _batch(self, request: Batch, transaction: bool) -> list[Any]:
         return list(await _batch_pipeline(self.client, request, transaction).execute())
 
@@ -422,6 +441,8 @@ class AsyncRunner:
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
+        if self._kept is not None:
+            await self._kept.close()
         for client in (self.client, self.blocking_client, *self._helpers):
             await client.aclose()
             if not self.clustered:  # it was given its pool, which aclose() leaves open

@@ -1,0 +1,122 @@
+"""Script calls go out on a connection the runner keeps (see duetime.store.kept), and
+behave as through the client: a dropped connection is reconnected and the call sent
+again, a call cut off midway never leaves a reply for the next one to read, a forked
+child uses a connection of its own."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import pytest
+import redis
+
+from duetime import AsyncQueue, Queue
+from duetime.store import QueueKeys
+from duetime.store.kept import NOT_SENT, KeptConnection
+from tests.helpers import scheduled_count
+
+
+def client_ids(raw: redis.Redis) -> set[int]:
+    return {int(client["id"]) for client in raw.client_list()}
+
+
+def test_script_calls_share_one_connection_and_come_back_after_it_drops(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(60, {"n": 0})
+        before = client_ids(raw)
+        for n in range(1, 50):
+            queue.schedule_in(60, {"n": n})
+        assert client_ids(raw) == before  # no connection taken per call
+        # Every connection of this client dropped by the server: the next calls reconnect
+        # and are sent again, as redis-py sends again after a dropped connection.
+        for client in raw.client_list():
+            if int(client["id"]) != int(raw.client_id()):
+                raw.client_kill_filter(_id=client["id"])
+        ids = [queue.schedule_in(60, {"n": n}) for n in range(50, 60)]
+        assert all(queue.status(task_id) is not None for task_id in ids)
+        assert scheduled_count(raw, keys) == 60
+        assert queue.check() == []
+
+
+def test_a_call_cut_off_midway_leaves_no_reply_for_the_next(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt between the send and the read (Ctrl-C, an exception from a signal
+    handler) must not leave the reply on the connection: the next call would read it as
+    its own."""
+    real_read = redis.connection.Connection.read_response
+    interrupt = {"armed": True}
+
+    def interrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if interrupt["armed"]:
+            interrupt["armed"] = False
+            raise KeyboardInterrupt
+        return real_read(self, *args, **kwargs)
+
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(60, {"n": 0})  # the connection is made
+        monkeypatch.setattr(redis.connection.Connection, "read_response", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            queue.status("first")
+        monkeypatch.setattr(redis.connection.Connection, "read_response", real_read)
+        task_id = queue.schedule_in(60, {"n": 1})
+        status = queue.status(task_id)  # read its own reply, not the one left behind
+        assert status is not None and status.data == {"n": 1}
+        assert queue.status("first") is None
+
+
+def test_a_busy_kept_connection_sends_nothing(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    kept = KeptConnection(client)
+    assert kept.call(("PING",)) == b"PONG"
+    with kept._lock:  # another thread's call in flight
+        assert kept.call(("PING",)) is NOT_SENT
+    kept.close()
+    client.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_uses_its_own_connection(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        parent = queue.schedule_in(60, {"who": "parent"})
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through its exit status
+            code = 1
+            try:
+                task_id = queue.schedule_in(60, {"who": "child"})
+                found = queue.status(task_id)
+                code = 0 if found is not None and found.data == {"who": "child"} else 2
+            finally:
+                os._exit(code)
+        _, wait_status = os.waitpid(child, 0)
+        assert os.waitstatus_to_exitcode(wait_status) == 0
+        found = queue.status(parent)  # the parent's connection was left alone
+        assert found is not None and found.data == {"who": "parent"}
+        assert scheduled_count(raw, QueueKeys(queue_name)) == 2
+
+
+def test_an_async_call_cancelled_midway_leaves_no_reply_for_the_next(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    async def scenario() -> None:
+        async with AsyncQueue(queue_name, redis_url) as queue:
+            task_id = await queue.schedule_in(60, {"n": 1})
+            # Cancel calls at every point of their round trip, many times.
+            for delay in (0, 0, 0.0001, 0.0002, 0.0005, 0.001, 0.002) * 5:
+                call = asyncio.ensure_future(queue.status(task_id))
+                await asyncio.sleep(delay)
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
+                status = await queue.status(task_id)
+                assert status is not None and status.data == {"n": 1}
+            assert await queue.status("other") is None
+
+    asyncio.run(scenario())
+    assert scheduled_count(raw, QueueKeys(queue_name)) == 1
