@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import redis.asyncio
 from benchlib import Server, git_revision, json_safe, percentile
 from redis.utils import HIREDIS_AVAILABLE
 
@@ -63,7 +64,7 @@ from duetime.store import QueueKeys
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results" / "core.json"
-SCENARIOS = ("punctuality", "throughput", "enqueue", "cron")
+SCENARIOS = ("punctuality", "throughput", "concurrency", "enqueue", "cron")
 READY_KEY = "bench:ready:"  # + a per-process token; a role pushes to it when it is up
 
 # Targets (informational).
@@ -81,13 +82,15 @@ class Sizes:
     punctuality_concurrency: int
     throughput_tasks: int
     concurrencies: tuple[int, ...]
+    io_concurrencies: tuple[int, ...]  # for the I/O-bound handlers
     bulk_tasks: int
     single_tasks: int
     cron_seconds: int  # how long a per-second cron job runs
 
 
-FULL = Sizes(2_000, 5.0, 1.0, 50, 20_000, (10, 50, 100, 200), 50_000, 5_000, 60)
-QUICK = Sizes(200, 1.0, 1.0, 50, 2_000, (50, 100), 5_000, 500, 5)
+FULL = Sizes(2_000, 5.0, 1.0, 50, 20_000, (10, 50, 100, 200), (10, 25, 50, 100), 50_000, 5_000,
+             60)  # fmt: skip
+QUICK = Sizes(200, 1.0, 1.0, 50, 2_000, (50, 100), (10, 50), 5_000, 500, 5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +131,38 @@ async def async_tick_stamp(data: Any) -> None:
     _stamps.append((duetime.current_task().run_at, time.time()))
 
 
+# The I/O-bound bodies of the ``concurrency`` scenario: one RPUSH recording the start
+# (what the peer benchmarks' task bodies do), or 1 ms of waiting (a typical call to
+# another service). Their Redis clients are made in the worker process (``role_main``).
+_record: dict[str, Any] = {}
+
+
+async def async_rpush(data: int) -> None:
+    await _record["async"].rpush("bench:starts", data)
+
+
+def sync_rpush(data: int) -> None:
+    _record["sync"].rpush("bench:starts", data)
+
+
+async def async_io(data: int) -> None:
+    await asyncio.sleep(0.001)
+
+
+def sync_io(data: int) -> None:
+    time.sleep(0.001)
+
+
 HANDLERS: dict[tuple[str, bool], Callable[[Any], Any]] = {
     ("tick", True): async_tick_stamp,
     ("async", False): async_noop,
     ("sync", False): sync_noop,
     ("async", True): async_stamp,
     ("sync", True): sync_stamp,
+    ("async-rpush", False): async_rpush,
+    ("sync-rpush", False): sync_rpush,
+    ("async-1ms", False): async_io,
+    ("sync-1ms", False): sync_io,
 }
 
 
@@ -157,6 +186,9 @@ def role_main(args: argparse.Namespace) -> None:
     else:
         app = duetime.App()
         app.default(HANDLERS[args.handler, args.record])
+        if args.handler.endswith("rpush"):
+            _record["sync"] = redis.Redis.from_url(args.url)
+            _record["async"] = redis.asyncio.Redis.from_url(args.url)
         daemon = duetime.Worker(app, args.queue, args.url, concurrency=args.concurrency)
     cpu_before = time.process_time()
     started = 0.0
@@ -481,6 +513,22 @@ def bench_throughput(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
     return rows, details
 
 
+def bench_concurrency(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
+    """Tasks/s of I/O-bound handlers (one RPUSH, or 1 ms of waiting) at a few worker
+    concurrencies: what the default concurrency gives the handlers users typically run."""
+    rows: list[Row] = []
+    runs: list[ThroughputRun] = []
+    for handler in ("async-rpush", "sync-rpush", "async-1ms", "sync-1ms"):
+        for concurrency in bench.sizes.io_concurrencies:
+            run = throughput_run(bench, handler, concurrency)
+            print(f"  {handler:11} concurrency={concurrency:<4} {run.per_second:9,.0f} tasks/s",
+                  flush=True)  # fmt: skip
+            runs.append(run)
+            rows.append(Row("concurrency", f"{handler}, concurrency={concurrency}",
+                            run.per_second, "tasks/s"))  # fmt: skip
+    return rows, {"runs": [asdict(r) for r in runs]}
+
+
 def raw_consumer_rate(bench: Bench) -> float:
     """Tasks/s of the least Redis work a safe consumer does per task, in bare redis-py
     from this process: take ids from a ready list into a processing list (LMOVE) and
@@ -561,6 +609,7 @@ def bench_enqueue(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
 RUNNERS: dict[str, Callable[[Bench], tuple[list[Row], dict[str, Any]]]] = {
     "punctuality": bench_punctuality,
     "throughput": bench_throughput,
+    "concurrency": bench_concurrency,
     "enqueue": bench_enqueue,
     "cron": bench_cron,
 }
@@ -634,7 +683,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--queue", help=argparse.SUPPRESS)
     parser.add_argument("--token", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
-    parser.add_argument("--handler", choices=("async", "sync", "tick"), default="async",
+    parser.add_argument("--handler", choices=sorted({h for h, _ in HANDLERS}), default="async",
                         help=argparse.SUPPRESS)  # fmt: skip
     parser.add_argument("--record", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--concurrency", type=int, default=100, help=argparse.SUPPRESS)
