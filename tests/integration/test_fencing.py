@@ -232,7 +232,7 @@ def test_a_finished_attempt_keeps_its_lease_until_its_late_ack(
     """An outcome waiting for its ack (a busy server, a slow acker) keeps its lease: the
     heartbeat renews it, so the ack, three leases later, is applied, not fenced."""
     keys = QueueKeys(queue_name)
-    settings = FAST.replace(lease_duration=0.5, heartbeat_interval=0.1, worker_ttl=0.5)
+    settings = FAST.replace(lease_duration=0.3, heartbeat_interval=0.05, worker_ttl=0.5)
     real_ack_loop = Worker._ack_loop
 
     async def acker_late(self: Worker) -> None:

@@ -854,6 +854,17 @@ def replace_key(part: str, write: Callable[[redis.Redis, str], Any], name: str =
     return Scenario(name or f"{part}-a-string", plant, restore)
 
 
+def plant_bad_bucket(raw: redis.Redis, keys: QueueKeys, worker: str) -> Planted:
+    """A delayed bucket turned into a string, indexed as due: a dispatcher is given it."""
+    raw.set(keys.delayed_bucket("0:0"), "garbage")
+    raw.zadd(keys.delayed, {"0:0": 1})
+    return Planted()
+
+
+def restore_bad_bucket(raw: redis.Redis, keys: QueueKeys, worker: str) -> None:
+    raw.delete(keys.delayed_bucket("0:0"))  # its index entry is left for the dispatcher
+
+
 def plant_bad_lease(raw: redis.Redis, keys: QueueKeys, worker: str) -> Planted:
     raw.zadd(keys.leases, {b"no-separator": 1, b"\xff|bad-utf8": 1})
     return Planted()
@@ -874,6 +885,7 @@ SCENARIOS = [
     replace_key("workers", lambda raw, key: raw.set(key, "garbage")),
     replace_key("wake", lambda raw, key: raw.set(key, "garbage")),
     replace_key("active", lambda raw, key: raw.set(key, "garbage"), "processing-list-a-string"),
+    Scenario("delayed-bucket-a-string", plant_bad_bucket, restore_bad_bucket),
     Scenario("lease-members-malformed", plant_bad_lease, restore_bad_lease),
 ]
 KEY_SCENARIOS = [s.name for s in SCENARIOS[3:]]

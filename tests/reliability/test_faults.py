@@ -1311,7 +1311,7 @@ def test_worker_paused_past_its_lease_and_ttl_then_resumed(
     env = {**PAUSE_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
     # Work to match the slots: the long run keeps one worker of two frozen much of the
     # time, so about 0.3 s of work a task on 2 x 10 slots leaves room to catch up.
-    count, duration, concurrency = pick(120, 1500), pick(10.0, 60.0), pick("5", "10")
+    count, duration, concurrency = pick(100, 1500), pick(8.0, 60.0), pick("5", "10")
     dispatcher, workers = start_fleet(fleet, raw, queue_name, redis_url, env, 2, concurrency)
     ledger = Ledger(raw)
     begin = time.time() + 1.0
