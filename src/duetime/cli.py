@@ -53,7 +53,7 @@ from duetime.scheduler import CronInfo, DeadTask, Queue, TaskStatus, TaskSummary
 from duetime.settings import Settings
 from duetime.states import TaskState
 from duetime.store.runner import mask_url
-from duetime.worker import Worker
+from duetime.worker import DEFAULT_CONCURRENCY, Worker
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1
@@ -415,7 +415,13 @@ def _workers(
 @main.command()
 @click.argument("app_path", metavar="APP")
 @queues_option
-@click.option("--concurrency", "-c", default=10, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--concurrency",
+    "-c",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+)
 @click.option(
     "--processes",
     "-p",
@@ -504,7 +510,13 @@ def _fork_workers(processes: int, child_main: Callable[[int], None]) -> None:
 @main.command()
 @click.argument("app_path", metavar="APP")
 @queues_option
-@click.option("--concurrency", "-c", default=10, show_default=True, type=click.IntRange(1, 10_000))
+@click.option(
+    "--concurrency",
+    "-c",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+)
 @_metrics_port_option
 @redis_option
 @_guarded

@@ -66,7 +66,7 @@ class DuetimeAdapter:
         s = duetime.Settings()
         return {
             "processes": "1 `duetime dispatcher` + N `duetime worker` (N = worker processes)",
-            "concurrency": str(profile.concurrency or "10 (default)") + " async tasks per worker",
+            "concurrency": str(profile.concurrency or "25 (default)") + " async tasks per worker",
             "handler": "async def",
             "scheduling": f"dispatcher sleeps until {s.promote_ahead * 1000:g} ms before the next "
             "run-at (promote_ahead, default) and promotes; the worker waits for the run-at on "
