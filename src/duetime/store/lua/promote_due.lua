@@ -19,13 +19,14 @@
 -- ARGV[3] most ids to move
 -- Returns: {moved count, next run-at or -1, earliest lease deadline or -1, oldest worker
 -- heartbeat or -1, next cron tick or -1, next look at a reaped worker's list or -1,
--- {name, earliest run-at (µs), ...} of the buckets still due, or of the next one to be},
+-- {name, earliest run-at (µs), ...} of the buckets still due, or of the next few to be},
 -- so the caller knows how long it may sleep without another round trip, and which
 -- buckets to pass next time (a script touches only the keys it is given).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include delayed_buckets
 -- @include microseconds
+local NEXT_BUCKETS = 16
 local now, upto, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ids, ahead = {}, {}
 local upto_us = upto * 1000
@@ -83,11 +84,12 @@ if bucketed > 0 then
   forget_layout_if_empty(9, 10)
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '-1'
--- The buckets still due (more than one call could take), or else the next one to be.
+-- The buckets still due (more than one call could take), or else the next few to be: a
+-- caller that wakes for them passes every one due by then in one call.
 local earliest = redis.call('ZRANGE', KEYS[9], '-inf', upto_text, 'BYSCORE', 'LIMIT', 0, most,
   'WITHSCORES')
 if #earliest == 0 then
-  earliest = redis.call('ZRANGE', KEYS[9], 0, 0, 'WITHSCORES')
+  earliest = redis.call('ZRANGE', KEYS[9], 0, NEXT_BUCKETS - 1, 'WITHSCORES')
 end
 if earliest[2] and (next_due == '-1' or tonumber(earliest[2]) < tonumber(next_due) * 1000) then
   next_due = ms_text(earliest[2])
