@@ -219,6 +219,16 @@ def queues_option(function: Callable[..., Any]) -> Callable[..., Any]:
     return option(_shards_option(function))
 
 
+_concurrency_option = click.option(
+    "--concurrency",
+    "-c",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Tasks run at once by each worker.",
+)
+
+
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper()),
@@ -415,13 +425,7 @@ def _workers(
 @main.command()
 @click.argument("app_path", metavar="APP")
 @queues_option
-@click.option(
-    "--concurrency",
-    "-c",
-    default=DEFAULT_CONCURRENCY,
-    show_default=True,
-    type=click.IntRange(1, 10_000),
-)
+@_concurrency_option
 @click.option(
     "--processes",
     "-p",
@@ -510,13 +514,7 @@ def _fork_workers(processes: int, child_main: Callable[[int], None]) -> None:
 @main.command()
 @click.argument("app_path", metavar="APP")
 @queues_option
-@click.option(
-    "--concurrency",
-    "-c",
-    default=DEFAULT_CONCURRENCY,
-    show_default=True,
-    type=click.IntRange(1, 10_000),
-)
+@_concurrency_option
 @_metrics_port_option
 @redis_option
 @_guarded
