@@ -136,15 +136,18 @@ def test_dispatchers_promote_from_the_buckets_and_leave_no_bucket_behind(
     assert all(started[i] >= run_at[i] - 0.002 for i in ids)
 
 
-def test_garbage_in_the_layout_never_hides_a_task(
-    redis_url: str, raw: redis.Redis, queue_name: str
-) -> None:
-    keys = QueueKeys(queue_name)
-    with Queue(queue_name, redis_url) as queue:
-        ids = [queue.schedule_in(3600 + n, {"n": n}) for n in range(100)]
+def an_hour_ahead(queue: Queue, count: int) -> list[str]:
+    """Ids of `count` tasks a second apart, an hour from now."""
+    return [queue.schedule_in(3600 + n, {"n": n}) for n in range(count)]
+
+
+def test_garbage_in_the_layout_never_hides_a_task(redis_url: str, raw: redis.Redis) -> None:
+    keys = QueueKeys("garbage")
+    with Queue("garbage", redis_url) as queue:
+        ids = an_hour_ahead(queue, 100)
         raw.hset(keys.delayed_layout, mapping={"generation": "many", "tasks": "lots"})
         assert {v.kind for v in queue.check()} == {"garbage", "miscount"}
-    with Queue(queue_name, redis_url) as fresh:
+    with Queue("garbage", redis_url) as fresh:
         for task_id in ids[::10]:  # looked up in every generation there may be
             found = fresh.status(task_id)
             assert found is not None and found.state == "scheduled"
@@ -158,7 +161,7 @@ def test_the_checker_reports_buckets_that_lookups_or_dispatchers_would_miss(
 ) -> None:
     keys = QueueKeys(queue_name)
     with Queue(queue_name, redis_url) as queue:
-        ids = [queue.schedule_in(3600 + n, {"n": n}) for n in range(3)]
+        ids = an_hour_ahead(queue, 3)
         assert queue.check() == []
         home = keys.delayed_bucket(bucket_name(ids[0], 0))
         raw.zrem(home, ids[0])
