@@ -140,6 +140,19 @@ def _milliseconds_not_below(micros: int) -> float:
     return milliseconds
 
 
+def whole_microseconds(run_at_ms: float) -> int:
+    """The whole µs a run-at in ms stands for: the first whose ms double (as
+    ``timestamp_ms`` makes it) is not below it. A time given to the µs comes back exactly,
+    where ``ceil(run_at_ms * 1000)`` can land a µs late (the double is a hair above), and
+    none comes back early."""
+    micros = round(run_at_ms * 1000)
+    if _milliseconds_not_below(micros) < run_at_ms:
+        return micros + 1
+    if _milliseconds_not_below(micros - 1) >= run_at_ms:
+        return micros - 1
+    return micros
+
+
 #: Longest delay, timeout or result TTL accepted (100 years): keeps milliseconds exact
 #: and within what PEXPIRE and msgpack integers take.
 LONGEST_SECONDS = 100 * 365.25 * 24 * 3600

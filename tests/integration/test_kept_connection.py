@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 import redis
+import redis.sentinel
 
 from duetime import AsyncQueue, Queue
 from duetime.store import QueueKeys
 from duetime.store.kept import NOT_SENT, KeptConnection
 from tests.helpers import scheduled_count
+from tests.servers import Server, command
 
 
 def client_ids(raw: redis.Redis) -> set[int]:
@@ -120,3 +122,51 @@ def test_an_async_call_cancelled_midway_leaves_no_reply_for_the_next(
 
     asyncio.run(scenario())
     assert scheduled_count(raw, QueueKeys(queue_name)) == 1
+
+
+class NamedMaster:
+    """Stands in for Sentinel: names whichever master the test says."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def discover_master(self, service: str) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def discover_slaves(self, service: str) -> list[tuple[str, int]]:
+        return []
+
+
+def answering_port(kept: KeptConnection) -> int:
+    reply = kept.call(("CONFIG", "GET", "port"))
+    return int(reply[b"port"] if isinstance(reply, dict) else reply[1])
+
+
+def test_the_kept_connection_follows_sentinel_to_a_new_master(server: Server) -> None:
+    """After a failover, a restarted old master (scripts gone, now a replica) still answers
+    on a connection kept to it: NOSCRIPT before READONLY, where the client's own
+    connections have moved on and load the script on the new master. The kept connection
+    moves on when the pool learns of the new master, or at a NOSCRIPT."""
+    old, new = Server(server.kind, server.executable), Server(server.kind, server.executable)
+    old.start()
+    new.start()
+    sentinel = NamedMaster(old.port)
+    pool = redis.sentinel.SentinelConnectionPool("mymaster", sentinel)  # type: ignore[no-untyped-call]
+    kept = KeptConnection(redis.Redis(connection_pool=pool))
+    try:
+        assert answering_port(kept) == old.port
+        sentinel.port = new.port
+        assert answering_port(kept) == old.port  # nothing has asked Sentinel yet
+        # As a reconnect of any of the client's connections does:
+        pool.get_master_address()  # type: ignore[no-untyped-call]
+        assert answering_port(kept) == new.port
+        # Back to `old` (now empty of scripts) unseen by the pool: a NOSCRIPT lets it go.
+        sentinel.port = old.port
+        command(old.client(), "SCRIPT", "FLUSH")
+        with pytest.raises(redis.exceptions.NoScriptError):
+            kept.call(("EVALSHA", "0" * 40, 0))
+        assert answering_port(kept) == old.port  # the next call asked Sentinel again
+    finally:
+        kept.close()
+        old.stop()
+        new.stop()

@@ -5,6 +5,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from duetime import validation
 from duetime.errors import (
@@ -60,6 +62,37 @@ def test_run_at_is_never_before_the_time_written_and_at_most_a_microsecond_after
     assert exact <= stored
     # A microsecond of rounding, plus a double's spacing far in the future.
     assert stored - exact <= Fraction(1, 1000) + Fraction(1, 16)
+
+
+def test_a_run_at_comes_back_as_the_microsecond_it_was_given_in() -> None:
+    # The double of ...241.094 ms lies a hair above it: ceil(x * 1000) made it ...095 µs.
+    assert validation.whole_microseconds(validation.timestamp_ms(1795638684.2410932)) == (
+        1795638684241094
+    )
+
+
+#: Up to here (the year 2248) a double in ms tells every µs apart; the delayed buckets
+#: keep run-ats to 2**53 µs (2255), later ones wait in ms.
+DISTINCT_MICROSECONDS = 2**43
+
+
+def stored_ms(micros: int) -> float:
+    """What ``timestamp_ms`` makes of a time given to the µs."""
+    return validation.timestamp_ms(
+        datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    )
+
+
+@given(st.integers(min_value=0, max_value=DISTINCT_MICROSECONDS * 1000))
+def test_whole_microseconds_undo_timestamp_ms(micros: int) -> None:
+    assert validation.whole_microseconds(stored_ms(micros)) == micros
+
+
+@given(st.floats(min_value=0, max_value=DISTINCT_MICROSECONDS, allow_nan=False))
+def test_whole_microseconds_are_the_first_whose_run_at_is_not_before(run_at_ms: float) -> None:
+    micros = validation.whole_microseconds(run_at_ms)
+    assert stored_ms(micros) >= run_at_ms
+    assert micros == 0 or stored_ms(micros - 1) < run_at_ms
 
 
 @pytest.mark.parametrize(

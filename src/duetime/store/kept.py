@@ -35,6 +35,28 @@ NOT_SENT: Any = object()
 _RESEND = (redis.ConnectionError, redis.TimeoutError)
 
 
+def _left_behind(pool: Any, connection: Any) -> bool:
+    """True when Sentinel has named another master since ``connection`` connected.
+
+    The pool drops such a connection when it is given back; a kept one is not given back
+    after each call, and a demoted master still answers (NOSCRIPT before READONLY for a
+    script it lost in a restart, stale data for a read-only one), so it is let go here."""
+    master = getattr(pool, "master_address", None)
+    return (
+        master is not None
+        and getattr(pool, "is_master", False)
+        and (connection.host, connection.port) != master
+    )
+
+
+# A connection that failed, was refused NOSCRIPT or was cut off midway is given back to
+# the pool disconnected, and the next call takes one from the pool, which connects it the
+# pool's way: a Sentinel pool asks for the master again, where the connection reconnecting
+# by itself would go back to the address it had (after a failover: a demoted master,
+# which still answers). NOSCRIPT lets it go as well because Sentinel may not yet have
+# named the new master when the old one comes back.
+
+
 class KeptConnection:
     """One connection of a synchronous client's pool, for one caller at a time."""
 
@@ -51,28 +73,37 @@ class KeptConnection:
         try:
             if self._pid != os.getpid():  # a forked child: the parent's socket is not ours
                 self._connection, self._pid = None, os.getpid()
+            if self._connection is not None and _left_behind(self._pool, self._connection):
+                self._let_go()
             if self._connection is None:
                 self._connection = self._pool.get_connection()
             connection = self._connection
             try:
                 connection.send_packed_command(connection.pack_command(*arguments))
                 return connection.read_response()
+            except redis.exceptions.NoScriptError:
+                self._let_go()
+                raise
             except redis.ResponseError:
                 raise  # a refusal: the reply was read whole, the connection is fine
             except _RESEND:
-                connection.disconnect()
+                self._let_go()
                 return NOT_SENT
             except BaseException:
-                connection.disconnect()  # a reply may be left unread
+                self._let_go()  # a reply may be left unread
                 raise
         finally:
             self._lock.release()
 
+    def _let_go(self) -> None:
+        connection, self._connection = self._connection, None
+        connection.disconnect()
+        self._pool.release(connection)
+
     def close(self) -> None:
         with self._lock:
             if self._connection is not None and self._pid == os.getpid():
-                self._connection.disconnect()
-                self._pool.release(self._connection)
+                self._let_go()
             self._connection = None
 
 
@@ -96,27 +127,38 @@ class AsyncKeptConnection:
                 # A connection belongs to the loop it was made in; one left by a loop
                 # that closed is let go (its transport went with that loop).
                 self._connection, self._loop = None, loop
+            if self._connection is not None and _left_behind(self._pool, self._connection):
+                await self._let_go()
             if self._connection is None:
                 self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
             connection = self._connection
             try:
                 await connection.send_packed_command(connection.pack_command(*arguments))
                 return await connection.read_response()
+            except redis.exceptions.NoScriptError:
+                await self._let_go()
+                raise
             except redis.ResponseError:
                 raise
             except _RESEND:
-                await connection.disconnect(nowait=True)
+                await self._let_go()
                 return NOT_SENT
             except BaseException:
-                self._connection = None  # a reply may be left unread: never reuse it
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(connection.disconnect(nowait=True))
+                await self._let_go()  # a reply may be left unread
                 raise
         finally:
             self._busy = False
 
-    async def close(self) -> None:
+    async def _let_go(self) -> None:
         connection, self._connection = self._connection, None
-        if connection is not None and self._loop is asyncio.get_running_loop():
-            await connection.disconnect()
-            await self._pool.release(connection)
+        with contextlib.suppress(Exception):  # shielded: a cancellation lets go too
+            await asyncio.shield(self._give_back(connection))
+
+    async def _give_back(self, connection: Any) -> None:
+        await connection.disconnect(nowait=True)
+        await self._pool.release(connection)
+
+    async def close(self) -> None:
+        if self._connection is not None and self._loop is asyncio.get_running_loop():
+            await self._let_go()
+        self._connection = None

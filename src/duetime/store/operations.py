@@ -38,6 +38,7 @@ from duetime.store.keys import (
     split_lease_member,
 )
 from duetime.store.scripts import Script
+from duetime.validation import whole_microseconds
 
 T = TypeVar("T")
 
@@ -413,9 +414,8 @@ def _packed(flat: list[Any]) -> bytes:
 
 def _microseconds(run_at_ms: float) -> str:
     """A run-at as the text of whole µs, as the delayed buckets keep it (scripts hand it
-    to the server as it is: a number given to a command from Lua is formatted slowly).
-    Rounded up: a task is never due before its run-at."""
-    return str(math.ceil(run_at_ms * 1000))
+    to the server as it is: a number given to a command from Lua is formatted slowly)."""
+    return str(whole_microseconds(run_at_ms))
 
 
 def store_tasks(
@@ -594,7 +594,9 @@ class QueueOperations:
             outcome = yield from self._looked_up(
                 task_id,
                 lambda generation, buckets, arguments=arguments: Eval(  # type: ignore[misc]
-                    scripts.RESCHEDULE_TASK, (*fixed, *buckets), (*arguments, generation)
+                    scripts.RESCHEDULE_TASK,
+                    (*fixed, *buckets),
+                    (*arguments, generation, _microseconds(run_at_ms)),
                 ),
             )
             if not outcome:

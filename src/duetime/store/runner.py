@@ -289,7 +289,7 @@ class SyncRunner:
                 self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                return self._script_call(arguments)
+                return self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
             replies = self._pipelined(request, request.calls)
             if missing := _missing_script(replies):
@@ -389,7 +389,7 @@ class AsyncRunner:
                 await self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                return await self._script_call(arguments)
+                return await self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
             replies = await self._pipelined(request, request.calls)
             if missing := _missing_script(replies):

@@ -15,6 +15,7 @@
 -- ARGV[4] the envelope the caller read
 -- ARGV[5] the new envelope
 -- ARGV[6] the current generation of delayed buckets, as the caller knows it
+-- ARGV[7] the new run-at as the text of whole µs (as the buckets keep it)
 -- Returns: 'ok'; 'changed' when the envelope changed since it was read (read again and
 -- retry); 'running' or 'dead' when the task is not waiting; false when there is no such
 -- task; or the current generation (an integer) when ARGV[6] is not it: call again with
@@ -52,13 +53,12 @@ else
   local bucket = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
   local earliest = math.min(tonumber(retry[2]) or math.huge,
     bucket[2] and tonumber(bucket[2]) / 1000 or math.huge)
-  local us = us_of(run_at)
-  if us >= MOST_US then
+  if tonumber(ARGV[7]) >= MOST_US then
     redis.call('ZADD', KEYS[2], run_at, id)
     forget_layout_if_empty(7, 8)
   else
-    redis.call('ZADD', KEYS[#KEYS], us, id)
-    redis.call('ZADD', KEYS[7], 'LT', us, string.sub(KEYS[#KEYS], #KEYS[7] + 2))
+    redis.call('ZADD', KEYS[#KEYS], ARGV[7], id)
+    redis.call('ZADD', KEYS[7], 'LT', ARGV[7], string.sub(KEYS[#KEYS], #KEYS[7] + 2))
     redis.pcall('HINCRBY', KEYS[8], 'tasks', 1)
   end
   if run_at < earliest and redis.call('LLEN', KEYS[5]) == 0 then

@@ -3,10 +3,6 @@
 -- with a fraction is kept as text (and parsed at every comparison). A run-at past
 -- MOST_US (the year 2255: a double holds no more whole µs) goes to `scheduled`, in ms.
 local MOST_US = 2 ^ 53
--- A run-at in ms (a number or its text) as whole µs, rounded up: never due before it.
-local function us_of(ms)
-  return math.ceil(tonumber(ms) * 1000)
-end
 -- Whole µs (a number or its text) as the exact text of ms, e.g. "1795631019642.908".
 local function ms_text(us)
   us = tonumber(us)
