@@ -140,12 +140,19 @@ def _milliseconds_not_below(micros: int) -> float:
     return milliseconds
 
 
+#: Below this many ms (the year 2109) doubles lie well under a µs apart, so the nearest
+#: double of a whole µs stands for no other.
+_MICROSECONDS_APART = 2.0**42
+
+
 def whole_microseconds(run_at_ms: float) -> int:
     """The whole µs a run-at in ms stands for: the first whose ms double (as
     ``timestamp_ms`` makes it) is not below it. A time given to the µs comes back exactly,
     where ``ceil(run_at_ms * 1000)`` can land a µs late (the double is a hair above), and
     none comes back early."""
     micros = round(run_at_ms * 1000)
+    if run_at_ms < _MICROSECONDS_APART and micros / 1000 == run_at_ms:
+        return micros  # the nearest double: the usual case, decided without exact sums
     if _milliseconds_not_below(micros) < run_at_ms:
         return micros + 1
     if _milliseconds_not_below(micros - 1) >= run_at_ms:
