@@ -383,10 +383,8 @@ def verify_stored(
             problems.append(f"at {spec.at!r} stored as run-at {envelope.run_at_ms} ms")
     score = scheduled_score(raw, keys, task_id)
     # Both to the microsecond: a delayed bucket keeps whole µs, the envelope a double.
-    same = score is not None and (
-        validation.whole_microseconds(score) == validation.whole_microseconds(envelope.run_at_ms)
-    )
-    if score is not None and not same:
+    whole = validation.whole_microseconds
+    if score is not None and whole(score) != whole(envelope.run_at_ms):
         problems.append(f"scheduled at {score} but the envelope says {envelope.run_at_ms}")
     due = score is None or score <= time.time() * 1000 + 1500
     runnable_handler = envelope.task in ("", *REGISTERED)

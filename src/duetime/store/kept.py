@@ -13,8 +13,13 @@ Behaviour is the client's: the connection is made by the pool with the same sett
 a send after being idle. On a connection error or timeout the call is sent again
 through the client, which reconnects and retries as it always does; a call cut off any
 other way (an interrupt, a cancellation) leaves the connection closed, never with a
-reply unread. A forked child and a new event loop take a connection of their own.
-Not used on a cluster, whose client routes every call itself.
+reply unread. Such a connection, and one refused NOSCRIPT, is given back to the pool and
+the next call takes one from it, which connects the pool's way: a Sentinel pool asks for
+the master again, where a connection reconnecting by itself goes back to the address it
+had (after a failover, a demoted master that still answers; NOSCRIPT too because
+Sentinel may not yet name the new master when the old one comes back). A forked child
+and a new event loop take a connection of their own. Not used on a cluster, whose client
+routes every call itself.
 """
 
 from __future__ import annotations
@@ -47,14 +52,6 @@ def _left_behind(pool: Any, connection: Any) -> bool:
         and getattr(pool, "is_master", False)
         and (connection.host, connection.port) != master
     )
-
-
-# A connection that failed, was refused NOSCRIPT or was cut off midway is given back to
-# the pool disconnected, and the next call takes one from the pool, which connects it the
-# pool's way: a Sentinel pool asks for the master again, where the connection reconnecting
-# by itself would go back to the address it had (after a failover: a demoted master,
-# which still answers). NOSCRIPT lets it go as well because Sentinel may not yet have
-# named the new master when the old one comes back.
 
 
 class KeptConnection:
