@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from duetime import App, Settings
+from duetime import App, Settings, validation
 from duetime.store.keys import QueueKeys
 
 #: Settings that make retries, heartbeats, leases and shutdown quick enough for tests.
@@ -119,16 +119,38 @@ def delayed_buckets(raw: redis.Redis, keys: QueueKeys) -> list[str]:
     ]
 
 
+def _waiting_score(
+    raw: redis.Redis, keys: QueueKeys, task_id: str | bytes
+) -> tuple[float, bool] | None:
+    """A waiting task's score and whether it is a delayed bucket's (µs; the retries'
+    sorted set keeps ms), or None."""
+    score = raw.zscore(keys.scheduled, task_id)
+    if score is not None:
+        return float(score), False
+    for bucket in delayed_buckets(raw, keys):
+        if (score := raw.zscore(bucket, task_id)) is not None:
+            return float(score), True
+    return None
+
+
 def scheduled_score(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes) -> float | None:
     """A waiting task's due time in ms wherever it waits (the retries' sorted set, or a
     delayed bucket, which keeps µs), or None."""
-    score = raw.zscore(keys.scheduled, task_id)
-    if score is not None:
-        return float(score)
-    for bucket in delayed_buckets(raw, keys):
-        if (score := raw.zscore(bucket, task_id)) is not None:
-            return float(score) / 1000
-    return None
+    found = _waiting_score(raw, keys, task_id)
+    if found is None:
+        return None
+    score, in_bucket = found
+    return score / 1000 if in_bucket else score
+
+
+def scheduled_microseconds(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes) -> int | None:
+    """A waiting task's due time in whole µs, as a delayed bucket keeps it (read from
+    the ms of the retries' sorted set as the buckets would keep it), or None."""
+    found = _waiting_score(raw, keys, task_id)
+    if found is None:
+        return None
+    score, in_bucket = found
+    return int(score) if in_bucket else validation.whole_microseconds(score)
 
 
 def scheduled_count(raw: redis.Redis, keys: QueueKeys) -> int:

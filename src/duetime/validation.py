@@ -146,18 +146,17 @@ _MICROSECONDS_APART = 2.0**42
 
 
 def whole_microseconds(run_at_ms: float) -> int:
-    """The whole µs a run-at in ms stands for: the first whose ms double (as
-    ``timestamp_ms`` makes it) is not below it. A time given to the µs comes back exactly,
-    where ``ceil(run_at_ms * 1000)`` can land a µs late (the double is a hair above), and
-    none comes back early."""
+    """The whole µs a run-at in ms stands for, never before it: the last µs whose ms
+    double (as ``timestamp_ms`` makes it) is this one, or else the first whose double is
+    above it. A time given to the µs comes back exactly (up to the year 2248, where a
+    double in ms tells every µs apart; later at most a double's spacing, 2 µs, late),
+    where ``ceil(run_at_ms * 1000)`` can land a µs late (the double is a hair above)."""
     micros = round(run_at_ms * 1000)
     if run_at_ms < _MICROSECONDS_APART and micros / 1000 == run_at_ms:
         return micros  # the nearest double: the usual case, decided without exact sums
-    if _milliseconds_not_below(micros) < run_at_ms:
-        return micros + 1
-    if _milliseconds_not_below(micros - 1) >= run_at_ms:
-        return micros - 1
-    return micros
+    numerator, denominator = run_at_ms.as_integer_ratio()
+    last = numerator * 1000 // denominator  # the last µs not after the exact run-at
+    return last if _milliseconds_not_below(last) == run_at_ms else last + 1
 
 
 #: Longest delay, timeout or result TTL accepted (100 years): keeps milliseconds exact

@@ -74,6 +74,7 @@ def test_a_run_at_comes_back_as_the_microsecond_it_was_given_in() -> None:
 #: Up to here (the year 2248) a double in ms tells every µs apart; the delayed buckets
 #: keep run-ats to 2**53 µs (2255), later ones wait in ms.
 DISTINCT_MICROSECONDS = 2**43
+MOST_MICROSECONDS = 2**53
 
 
 def stored_ms(micros: int) -> float:
@@ -88,11 +89,22 @@ def test_whole_microseconds_undo_timestamp_ms(micros: int) -> None:
     assert validation.whole_microseconds(stored_ms(micros)) == micros
 
 
-@given(st.floats(min_value=0, max_value=DISTINCT_MICROSECONDS, allow_nan=False))
-def test_whole_microseconds_are_the_first_whose_run_at_is_not_before(run_at_ms: float) -> None:
+@given(st.floats(min_value=0, max_value=MOST_MICROSECONDS / 1000, allow_nan=False))
+def test_whole_microseconds_are_never_before_the_run_at(run_at_ms: float) -> None:
     micros = validation.whole_microseconds(run_at_ms)
+    assert Fraction(micros, 1000) >= Fraction(run_at_ms) or stored_ms(micros) == run_at_ms
     assert stored_ms(micros) >= run_at_ms
-    assert micros == 0 or stored_ms(micros - 1) < run_at_ms
+    # The first µs whose double is not below, or the last whose double is this one.
+    assert micros == 0 or stored_ms(micros - 1) < run_at_ms or stored_ms(micros + 1) > run_at_ms
+
+
+@given(st.integers(min_value=DISTINCT_MICROSECONDS * 1000, max_value=MOST_MICROSECONDS))
+def test_past_2248_a_microsecond_given_comes_back_never_earlier(micros: int) -> None:
+    """Doubles in ms lie up to 2 µs apart there: several µs share one, and the last of
+    them is taken, so a task never runs before the time it was given."""
+    found = validation.whole_microseconds(stored_ms(micros))
+    assert micros <= found <= micros + 2
+    assert stored_ms(found) == stored_ms(micros)
 
 
 @pytest.mark.parametrize(
