@@ -99,10 +99,11 @@ def bare_schedule_arguments(keys: QueueKeys, generation: int, count: int) -> lis
     """EVALSHA arguments storing ``count`` delayed tasks in ``generation``, made ahead of
     timing (by duetime's own code, so the wire format is the script's)."""
     now = int(time.time() * 1000)
+    run_at = now + 3_600_000
     operations = QueueOperations(keys, ManualClock(now))
     operations.generation = generation
     calls = [
-        operations.schedule_call(now, task_id, now + 3_600_000, envelope_of(now + 3_600_000))
+        operations.schedule_call(now, task_id, run_at, envelope_of(run_at), run_at * 1000)
         for task_id in new_task_ids(count)
     ]
     return [[scripts.SCHEDULE_TASKS.sha, len(c.keys), *c.keys, *c.args] for c in calls]

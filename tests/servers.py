@@ -156,7 +156,8 @@ class Cluster(Group):
             command(client, "CLUSTER", "ADDSLOTSRANGE", index * share, last)
             client.close()
         deadline = time.monotonic() + timeout
-        while not all(self._ready(node) for node in self.nodes):
+        # Replicas too: one that has not yet heard of its master refuses REPLICATE.
+        while not all(self._ready(node) for node in [*self.nodes, *self.replica_nodes]):
             if time.monotonic() > deadline:
                 raise RuntimeError("the test cluster did not come up")
             time.sleep(0.05)

@@ -9,6 +9,8 @@ Pickle is never used; only msgpack types round-trip (tuples come back as lists).
 from __future__ import annotations
 
 import math
+import struct
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,12 +72,29 @@ class ResultRecord:
 def pack(value: Any) -> bytes:
     """Encode with msgpack, refusing anything msgpack cannot represent natively."""
     try:
-        return msgpack.packb(value, use_bin_type=True, datetime=False)  # type: ignore[no-any-return]
+        return packer().pack(value)  # type: ignore[no-any-return]
     except (TypeError, ValueError, OverflowError) as error:
         raise InvalidPayloadError(
             f"task data cannot be encoded with msgpack ({error}); use dicts, lists, str, "
             "bytes, int, float, bool and None only"
         ) from error
+
+
+_PER_THREAD = threading.local()
+
+
+def packer(use_bin_type: bool = True) -> msgpack.Packer:
+    """This thread's reusable msgpack Packer: making one costs far more than packing a
+    small value with it (0.3 µs against 0.05). A Packer is not shared between threads;
+    it empties its buffer after every pack, failed or not."""
+    try:
+        return _PER_THREAD.packers[use_bin_type]
+    except AttributeError:
+        _PER_THREAD.packers = {
+            bin_type: msgpack.Packer(use_bin_type=bin_type, datetime=False)
+            for bin_type in (True, False)
+        }
+        return _PER_THREAD.packers[use_bin_type]
 
 
 def unpack(blob: bytes) -> Any:
@@ -109,21 +128,28 @@ def envelope_from_packed_data(
     """The version 2 envelope around data already packed (when validated): msgpack
     elements concatenate, so the data is encoded once. The [1:] slices drop the headers
     of the two short lists packed around the data; 0x90 | n heads an n-element array."""
-    limits = [max_attempts, timeout_ms, result_ttl_ms]
-    # Only trailing defaults can go: an element in the middle has no position to skip.
-    while limits and limits[-1] == _V2_DEFAULT_LIMITS[len(limits) - 1]:
-        limits.pop()
+    if (max_attempts, timeout_ms, result_ttl_ms) == _V2_DEFAULT_LIMITS:
+        limits = []
+    else:
+        limits = [max_attempts, timeout_ms, result_ttl_ms]
+        # Only trailing defaults can go: an element in the middle has no position to skip.
+        while limits and limits[-1] == _V2_DEFAULT_LIMITS[len(limits) - 1]:
+            limits.pop()
     head = _ENVELOPE_HEADS.get(task)
     if head is None:
         head = msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)[1:]
         if len(_ENVELOPE_HEADS) < _MOST_HEADS:
             _ENVELOPE_HEADS[task] = head
     run_at = _run_at_number(run_at_ms)
-    if not limits and type(run_at) is int and _UINT32_END <= run_at < _UINT64_END:
-        # The usual tail: a run-at in epoch ms, which msgpack always writes as uint64.
+    tail: bytes
+    if limits:
+        tail = msgpack.packb([run_at, *limits])[1:]
+    elif type(run_at) is float:  # a run-at to the µs: msgpack writes a float64
+        tail = _FLOAT64 + _DOUBLE(run_at)
+    elif type(run_at) is int and _UINT32_END <= run_at < _UINT64_END:  # today's epoch ms
         tail = _UINT64 + run_at.to_bytes(8, "big")
     else:
-        tail = msgpack.packb([run_at, *limits])[1:]
+        tail = msgpack.packb([run_at])[1:]
     return _ARRAY_HEADS[_V2_REQUIRED + len(limits)] + head + packed_data + tail
 
 
@@ -132,9 +158,10 @@ def envelope_from_packed_data(
 #: make up names (each name must be registered by a worker anyway).
 _ENVELOPE_HEADS: dict[str, bytes] = {}
 _MOST_HEADS = 1024
-#: 0x90 | n heads an n-element array; 0xcf a uint64.
+#: 0x90 | n heads an n-element array; 0xcf a uint64, 0xcb a float64 (big-endian both).
 _ARRAY_HEADS = [bytes([0x90 | size]) for size in range(16)]
-_UINT64 = b"\xcf"
+_UINT64, _FLOAT64 = b"\xcf", b"\xcb"
+_DOUBLE = struct.Struct(">d").pack
 _UINT32_END, _UINT64_END = 2**32, 2**64
 
 

@@ -43,6 +43,7 @@ from duetime.store.operations import (
     CronTable,
     Durability,
     Listed,
+    NewTask,
     Plan,
     QueueOperations,
     RegisteredQueue,
@@ -207,7 +208,7 @@ class CronInfo:
 @dataclass(slots=True)  # not frozen: internal, and a frozen __init__ costs ~1 µs a task
 class _Prepared:
     id: str
-    at_ms: float | None  # ms, to the microsecond
+    at_us: int | None  # whole µs
     delay_ms: int
     task: str
     packed_data: bytes
@@ -215,6 +216,19 @@ class _Prepared:
     timeout_ms: int
     result_ttl_ms: int
     generated_id: bool  # made by duetime, so it may be replaced if it collides
+
+    def run_at(self, now_ms: int) -> tuple[float, int]:
+        """When it runs, in ms (to the µs, never before it) and in whole µs, given its
+        server's clock."""
+        if self.at_us is None:
+            return now_ms + self.delay_ms, (now_ms + self.delay_ms) * 1000
+        return validation.milliseconds_not_below(self.at_us), self.at_us
+
+    def envelope(self, run_at_ms: float) -> bytes:
+        return codec.envelope_from_packed_data(
+            self.task, self.packed_data, run_at_ms, self.max_attempts, self.timeout_ms,
+            self.result_ttl_ms,
+        )  # fmt: skip
 
 
 #: Random bytes per generated id; 9 bytes encode to exactly 12 base64 characters.
@@ -334,7 +348,7 @@ class QueueCore:
     ) -> _Prepared:
         if (at is None) == (delay is None):
             raise InvalidInputError("give exactly one of a run-at time or a delay")
-        at_ms = None if at is None else validation.timestamp_ms(at)
+        at_us = None if at is None else validation.timestamp_us(at)
         delay_ms = 0
         if delay is not None and delay != 0:
             delay_ms = validation.milliseconds(delay, "delay")
@@ -359,7 +373,7 @@ class QueueCore:
         packed_data = codec.pack(data)
         validation.payload(data, len(packed_data), self.settings.max_payload_bytes, packed_data)
         return _Prepared(
-            task_id, at_ms, delay_ms, "" if task is None else task_name_of(task), packed_data,
+            task_id, at_us, delay_ms, "" if task is None else task_name_of(task), packed_data,
             max_attempts, timeout_ms, result_ttl_ms, generated_id=generated,
         )  # fmt: skip
 
@@ -396,21 +410,24 @@ class QueueCore:
         a collision with another task: then this task is written again under a fresh id."""
         ids = [item.id for item in prepared]
         nows: dict[int, int] = {}  # shard -> its server's "now" for this call
-        items = []
+        items: list[NewTask] = []
         for item in prepared:
             shard = self.layout.of_task(item.id)
             if shard not in nows:
                 nows[shard] = yield from self.shards[shard].now()
-            run_at = item.at_ms if item.at_ms is not None else nows[shard] + item.delay_ms
-            envelope = codec.envelope_from_packed_data(
-                item.task, item.packed_data, run_at, item.max_attempts,
-                item.timeout_ms, item.result_ttl_ms,
-            )  # fmt: skip
-            items.append((item.id, run_at, envelope))
+            items.append((item.id, *item.run_at(nows[shard])))
+
+        def envelope(position: int) -> bytes:  # made as the calls are sent (see MadeOnDemand)
+            return prepared[position].envelope(items[position][1])
+
         pending = list(range(len(items)))  # positions still to write
         for _ in range(_MAX_ID_ROUNDS):
             try:
-                created = yield from self._store([items[i] for i in pending], nows)
+                created = yield from self._store(
+                    [items[i] for i in pending],
+                    nows,
+                    lambda i, pending=pending: envelope(pending[i]),  # type: ignore[misc]
+                )
             except NotDurableError as error:  # say which tasks: they are on the master
                 raise NotDurableError(
                     error.confirmed, error.wanted, error.shortfall, error.reply,
@@ -421,31 +438,31 @@ class QueueCore:
                 for position, stored in zip(pending, created, strict=True)
                 if not stored and prepared[position].generated_id
             ]
-            pending = yield from self._collided(refused, items)
+            pending = yield from self._collided(refused, items, envelope)
             if not pending:
                 if self.hooks:
                     self.hooks.on_schedule(self.name, [
-                        ScheduledTask(task_id, item.task, run_at / 1000)
-                        for task_id, item, (_, run_at, _) in zip(ids, prepared, items, strict=True)
+                        ScheduledTask(task_id, item.task, stored[1] / 1000)
+                        for task_id, item, stored in zip(ids, prepared, items, strict=True)
                     ])  # fmt: skip
                 return ids
             # A fresh id must not repeat one of this call, or it could take a given id's place.
             fresh = _fresh_ids(len(pending), set(ids))
             for position, task_id in zip(pending, fresh, strict=True):
                 ids[position] = task_id
-                _, run_at, envelope = items[position]
-                items[position] = (task_id, run_at, envelope)
+                items[position] = (task_id, *items[position][1:])
         raise DuetimeError(
             f"{len(pending)} generated task id(s) collided with live ids "
             f"{_MAX_ID_ROUNDS} times in a row; the random source looks broken"
         )
 
     def _store(
-        self, items: Sequence[tuple[str, float, bytes]], nows: dict[int, int]
+        self, items: Sequence[NewTask], nows: dict[int, int], envelope: Callable[[int], bytes]
     ) -> Plan[list[bool]]:
-        """Store items, each in its shard, in one round trip; True where created."""
+        """Store items (``envelope`` makes the envelope of each position), each in its
+        shard, in one round trip; True where created."""
         by_shard: dict[int, list[int]] = {}
-        for position, (task_id, _, _) in enumerate(items):
+        for position, (task_id, *_) in enumerate(items):
             by_shard.setdefault(self.layout.of_task(task_id), []).append(position)
         calls = []
         order: list[int] = []
@@ -458,9 +475,11 @@ class QueueCore:
                 self._fsync_checked.add(shard)
             yield from operations.learn_generation()
             shard_calls, written = operations.schedule_calls(
-                nows[shard], [items[p] for p in positions]
+                nows[shard],
+                [items[p] for p in positions],
+                lambda i, positions=positions: envelope(positions[i]),  # type: ignore[misc]
             )
-            calls += [(operations, call) for call in shard_calls]
+            calls.append((operations, shard_calls))
             order += [positions[i] for i in written]
         flags = yield from store_tasks(calls, self.durability)
         created = [False] * len(items)
@@ -469,7 +488,7 @@ class QueueCore:
         return created
 
     def _collided(
-        self, positions: list[int], items: Sequence[tuple[str, float, bytes]]
+        self, positions: list[int], items: Sequence[NewTask], envelope: Callable[[int], bytes]
     ) -> Plan[list[int]]:
         """The positions whose id is live with an envelope other than the one written.
         An envelope gone meanwhile counts as a collision: writing the task again can at
@@ -480,7 +499,7 @@ class QueueCore:
         collided = []
         for shard, group in by_shard.items():
             stored = yield from self.shards[shard].envelopes([items[p][0] for p in group])
-            collided += [p for p, blob in zip(group, stored, strict=True) if blob != items[p][2]]
+            collided += [p for p, blob in zip(group, stored, strict=True) if blob != envelope(p)]
         return sorted(collided)
 
     def _home(self, task_id: str) -> QueueOperations:
@@ -524,14 +543,13 @@ class QueueCore:
         now = shard.clock.now_ms()
         if now is None:
             now = yield from shard.now()
-        run_at = item.at_ms if item.at_ms is not None else now + item.delay_ms
-        envelope = codec.envelope_from_packed_data(
-            item.task, item.packed_data, run_at, item.max_attempts,
-            item.timeout_ms, item.result_ttl_ms,
-        )  # fmt: skip
+        run_at, run_at_us = item.run_at(now)
+        envelope = item.envelope(run_at)
         if shard.generation is None:
             yield from shard.learn_generation()
-        created = shard.created((yield shard.schedule_call(now, item.id, run_at, envelope)))
+        created = shard.created(
+            (yield shard.schedule_call(now, item.id, run_at, envelope, run_at_us))
+        )
         if not created[0] and item.generated_id:
             # Our own write resent after a dropped reply, or a collision: sorted out there.
             return (yield from self.schedule_plan([item]))[0]

@@ -80,8 +80,30 @@ def worker_id(value: object) -> str:
 def timestamp_ms(value: object) -> float:
     """Epoch seconds (int/float) or an aware datetime, as milliseconds to the microsecond,
     rounded up so the result is never before the time given."""
+    return milliseconds_not_below(timestamp_us(value))
+
+
+#: Below this many epoch seconds (the year 2106) a float times 1e6 is within a µs of the
+#: exact product, and no two whole µs share a double: the fast path of timestamp_us.
+_FAST_SECONDS = 2.0**32
+
+
+def timestamp_us(value: object) -> int:
+    """Epoch seconds (int/float) or an aware datetime, as whole microseconds, rounded up
+    so the result is never before the time given: a float is read as the shortest decimal
+    that stands for it (its repr), which is what was written: 12.003 is 12,003,000 µs,
+    although the nearest double lies a hair above."""
+    if type(value) is float and 0 <= value < _FAST_SECONDS:
+        # round() is within a µs of the exact product; the quotients below are exact
+        # enough to tell which side of the time each candidate lies (see the unit tests).
+        micros = round(value * 1_000_000)
+        if micros / 1_000_000 < value:
+            return micros + 1
+        if (micros - 1) / 1_000_000 == value:  # that µs is what was written
+            return micros - 1
+        return micros
     if isinstance(value, datetime):
-        return _milliseconds_not_below(_datetime_micros(value))
+        return _datetime_micros(value)
     seconds = as_float(value)
     if seconds is None:
         raise InvalidTimestampError(
@@ -96,16 +118,14 @@ def timestamp_ms(value: object) -> float:
         raise InvalidTimestampError(
             f"run-at {shown(value)} is after the year 9999; is it in milliseconds?"
         )
-    # The float read as the shortest decimal that stands for it (its repr), which is
-    # what was written: 12.003 is 12,003,000 µs, although the nearest double lies a
-    # hair above. Exact arithmetic, where a product of floats could round below the
-    # time given: integers on the float's exact value first (cheap), and the decimal
-    # only when a whole microsecond just below also stands for this float.
+    # Exact arithmetic, where a product of floats could round below the time given:
+    # integers on the float's exact value first (cheap), and the decimal only when a
+    # whole microsecond just below also stands for this float.
     numerator, denominator = seconds.as_integer_ratio()
     micros = -((-numerator * 1_000_000) // denominator)
     if (micros - 1) / 1_000_000 == seconds:
         micros = int((Decimal(repr(seconds)) * 1_000_000).to_integral_value(ROUND_CEILING))
-    return _milliseconds_not_below(micros)
+    return micros
 
 
 def _datetime_micros(value: datetime) -> int:
@@ -130,7 +150,7 @@ def _datetime_micros(value: datetime) -> int:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _milliseconds_not_below(micros: int) -> float:
+def milliseconds_not_below(micros: int) -> float:
     """``micros`` / 1000 as a float (a sorted-set score), never below the exact value:
     far in the future a double has no exact microseconds, so the next one up is taken."""
     milliseconds = micros / 1000
@@ -156,7 +176,7 @@ def whole_microseconds(run_at_ms: float) -> int:
         return micros  # the nearest double: the usual case, decided without exact sums
     numerator, denominator = run_at_ms.as_integer_ratio()
     last = numerator * 1000 // denominator  # the last µs not after the exact run-at
-    return last if _milliseconds_not_below(last) == run_at_ms else last + 1
+    return last if milliseconds_not_below(last) == run_at_ms else last + 1
 
 
 #: Longest delay, timeout or result TTL accepted (100 years): keeps milliseconds exact
@@ -230,6 +250,10 @@ def attempts(value: object) -> int:
     return value
 
 
+#: Data that decodes again whenever it encoded: no keys, no nesting.
+_SCALARS = frozenset({bytes, str, int, float, bool})
+
+
 def payload(data: Any, encoded_size: int, limit: int, packed: bytes | None = None) -> None:
     if data is None or (isinstance(data, str | bytes) and not data):
         raise InvalidPayloadError(
@@ -241,7 +265,7 @@ def payload(data: Any, encoded_size: int, limit: int, packed: bytes | None = Non
             f"task data is {encoded_size} bytes encoded, over the limit of {limit}; store large "
             "data elsewhere and pass a reference, or raise Settings.max_payload_bytes"
         )
-    if packed is not None:
+    if packed is not None and type(data) not in _SCALARS:
         # msgpack encodes some things it cannot decode (a tuple as a dict key, nesting
         # past its depth limit): refuse them here rather than dead-letter the task later.
         # Decoded inside a one-element array, as the envelope holds it: the data's depth

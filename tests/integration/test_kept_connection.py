@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -70,6 +71,70 @@ def test_a_call_cut_off_midway_leaves_no_reply_for_the_next(
         status = queue.status(task_id)  # read its own reply, not the one left behind
         assert status is not None and status.data == {"n": 1}
         assert queue.status("first") is None
+
+
+def lose_the_connection_at_send(
+    number: int, connection_type: Any
+) -> tuple[dict[str, int], Callable[..., Any]]:
+    """A send_packed_command for ``connection_type`` whose send number ``number`` (from
+    1) finds the connection lost, and the dict it counts in: sends, and the most script
+    calls one send held up to the lost one."""
+    real_send = connection_type.send_packed_command
+    sent = {"sends": 0, "most_calls": 0}
+
+    def send(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        sent["sends"] += 1
+        packed = command if isinstance(command, bytes) else b"".join(command)
+        if sent["sends"] <= number:
+            calls = packed.count(b"\r\nEVALSHA\r\n")
+            sent["most_calls"] = max(sent["most_calls"], calls)
+        if sent["sends"] == number:
+            raise redis.ConnectionError("lost (test)")
+        return real_send(self, command, *args, **kwargs)
+
+    return sent, send
+
+
+LARGE = 5_000  # five script calls of 1,000
+FUTURE = 4_000_000_000  # epoch seconds in 2096
+
+
+def test_a_large_schedule_goes_out_call_by_call_and_again_after_a_drop_midway(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each call is sent as it is made (so the server runs one while the next is made);
+    a connection lost after some ran sends them all again through the client: the tasks
+    that ran are found as ours, none is stored twice, every id returned is stored."""
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(60, {"n": -1})  # the kept connection is made
+        sent, send = lose_the_connection_at_send(3, redis.connection.Connection)
+        monkeypatch.setattr(redis.connection.Connection, "send_packed_command", send)
+        ids = queue.schedule_many([(FUTURE + n, {"n": n}) for n in range(LARGE)])
+        monkeypatch.undo()
+        assert sent["most_calls"] == 1  # one send a call: a pipeline sends them together
+        assert len(set(ids)) == LARGE
+        assert scheduled_count(raw, QueueKeys(queue_name)) == LARGE + 1
+        assert [queue.status(task_id) is not None for task_id in ids[::97]] == [True] * 52
+        assert queue.check() == []
+
+
+def test_an_async_large_schedule_goes_out_call_by_call_and_again_after_a_drop_midway(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def scenario() -> list[str]:
+        async with AsyncQueue(queue_name, redis_url) as queue:
+            await queue.schedule_in(60, {"n": -1})
+            sent, send = lose_the_connection_at_send(3, redis.asyncio.connection.Connection)
+            monkeypatch.setattr(redis.asyncio.connection.Connection, "send_packed_command", send)
+            ids = await queue.schedule_many([(FUTURE + n, {"n": n}) for n in range(LARGE)])
+            monkeypatch.undo()
+            assert sent["most_calls"] == 1
+            assert await queue.check() == []
+            return ids
+
+    ids = asyncio.run(scenario())
+    assert len(set(ids)) == LARGE
+    assert scheduled_count(raw, QueueKeys(queue_name)) == LARGE + 1
 
 
 def test_a_busy_kept_connection_sends_nothing(redis_url: str) -> None:

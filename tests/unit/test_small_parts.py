@@ -12,7 +12,7 @@ from duetime import App, ManualClock, ServerClock, Settings
 from duetime.backoff import Backoff, Outage, retry_delay
 from duetime.clock import wait_until
 from duetime.errors import ConfigurationError, RedisCommandError, UnknownHandlerError
-from duetime.store.operations import Durability
+from duetime.store.operations import Durability, MadeOnDemand
 from duetime.supervisor import cancel_and_wait
 
 
@@ -281,3 +281,20 @@ def test_a_loop_that_does_not_end_is_left_after_the_timeout() -> None:
     ended, cancellations = asyncio.run(scenario())
     assert not ended
     assert cancellations >= 3  # cancelled again and again while it was waited for
+
+
+def test_calls_made_on_demand_are_made_once_each_in_order() -> None:
+    made: list[int] = []
+
+    def make(number: int) -> str:
+        made.append(number)
+        return f"call {number}"
+
+    calls = MadeOnDemand(4, make)
+    assert len(calls) == 4 and made == []
+    assert calls[2] == "call 2" and made == [0, 1, 2]  # each may depend on the one before
+    assert list(calls) == ["call 0", "call 1", "call 2", "call 3"]
+    assert calls[-1] == "call 3" and calls[1:3] == ["call 1", "call 2"]
+    assert made == [0, 1, 2, 3]
+    with pytest.raises(IndexError):
+        calls[4]

@@ -64,6 +64,14 @@ def test_run_at_is_never_before_the_time_written_and_at_most_a_microsecond_after
     assert stored - exact <= Fraction(1, 1000) + Fraction(1, 16)
 
 
+@given(st.floats(min_value=0, max_value=2**33, allow_nan=False))
+def test_epoch_seconds_become_the_first_microsecond_not_before_the_decimal_written(
+    seconds: float,
+) -> None:
+    """Up to the year 2242 (through the fast path below 2**32 s and the exact one above)."""
+    assert validation.timestamp_us(seconds) == math.ceil(Fraction(repr(seconds)) * 10**6)
+
+
 def test_a_run_at_comes_back_as_the_microsecond_it_was_given_in() -> None:
     # The double of ...241.094 ms lies a hair above it: ceil(x * 1000) made it ...095 µs.
     assert validation.whole_microseconds(validation.timestamp_ms(1795638684.2410932)) == (

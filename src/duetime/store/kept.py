@@ -6,7 +6,10 @@ connection of its own): most of it goes into taking a connection from the pool a
 giving it back (a liveness check with a system call each time) and into the client's
 wrapping (retries, events, observability). The runners send script calls on this one
 connection when it is free, and through the client otherwise, so callers in other
-threads or coroutines never wait for it.
+threads or coroutines never wait for it. Several calls of one request (a large
+``schedule_many``) go out one by one as they are made, their replies read after the
+last: the server runs one while the caller makes the next, where a pipeline is sent
+only once it is whole.
 
 Behaviour is the client's: the connection is made by the pool with the same settings
 (timeouts, TLS, Sentinel's resolution of the master), and checks its own health before
@@ -28,7 +31,7 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
@@ -54,6 +57,29 @@ def _left_behind(pool: Any, connection: Any) -> bool:
     )
 
 
+def _reply_or_refusal(read: Any) -> Any:
+    """The next reply; a refusal (read whole: the connection is fine) as its exception."""
+    try:
+        return read()
+    except redis.ResponseError as refusal:
+        return refusal
+
+
+def _refused_script(replies: list[Any]) -> bool:
+    """A NOSCRIPT refusal among the replies: the connection is let go, as it may be on a
+    master Sentinel no longer names (see above)."""
+    return any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies)
+
+
+def _checked(replies: list[Any], raise_on_error: bool) -> list[Any]:
+    """``replies``, or the first refusal among them raised with ``raise_on_error``."""
+    if raise_on_error:
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+    return replies
+
+
 class KeptConnection:
     """One connection of a synchronous client's pool, for one caller at a time."""
 
@@ -65,6 +91,13 @@ class KeptConnection:
 
     def call(self, arguments: Sequence[Any]) -> Any:
         """The reply to one command, or NOT_SENT when the connection is busy or failed."""
+        replies = self.call_many((arguments,), raise_on_error=True)
+        return replies if replies is NOT_SENT else replies[0]
+
+    def call_many(self, commands: Iterable[Sequence[Any]], raise_on_error: bool = False) -> Any:
+        """The replies to commands sent as ``commands`` makes them (a refusal as its
+        exception, or raised with ``raise_on_error``), or NOT_SENT when the connection is
+        busy or failed: then send them otherwise (some may have run)."""
         if not self._lock.acquire(blocking=False):
             return NOT_SENT
         try:
@@ -76,19 +109,20 @@ class KeptConnection:
                 self._connection = self._pool.get_connection()
             connection = self._connection
             try:
-                connection.send_packed_command(connection.pack_command(*arguments))
-                return connection.read_response()
-            except redis.exceptions.NoScriptError:
-                self._let_go()
-                raise
-            except redis.ResponseError:
-                raise  # a refusal: the reply was read whole, the connection is fine
+                sent = 0
+                for arguments in commands:
+                    connection.send_packed_command(connection.pack_command(*arguments))
+                    sent += 1
+                replies = [_reply_or_refusal(connection.read_response) for _ in range(sent)]
             except _RESEND:
                 self._let_go()
                 return NOT_SENT
             except BaseException:
                 self._let_go()  # a reply may be left unread
                 raise
+            if _refused_script(replies):
+                self._let_go()
+            return _checked(replies, raise_on_error)
         finally:
             self._lock.release()
 
@@ -115,6 +149,13 @@ class AsyncKeptConnection:
 
     async def call(self, arguments: Sequence[Any]) -> Any:
         """The reply to one command, or NOT_SENT when the connection is busy or failed."""
+        replies = await self.call_many((arguments,), raise_on_error=True)
+        return replies if replies is NOT_SENT else replies[0]
+
+    async def call_many(
+        self, commands: Iterable[Sequence[Any]], raise_on_error: bool = False
+    ) -> Any:
+        """As ``KeptConnection.call_many``."""
         if self._busy:
             return NOT_SENT
         self._busy = True
@@ -130,19 +171,25 @@ class AsyncKeptConnection:
                 self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
             connection = self._connection
             try:
-                await connection.send_packed_command(connection.pack_command(*arguments))
-                return await connection.read_response()
-            except redis.exceptions.NoScriptError:
-                await self._let_go()
-                raise
-            except redis.ResponseError:
-                raise
+                sent = 0
+                for arguments in commands:
+                    await connection.send_packed_command(connection.pack_command(*arguments))
+                    sent += 1
+                replies = []
+                for _ in range(sent):
+                    try:
+                        replies.append(await connection.read_response())
+                    except redis.ResponseError as refusal:
+                        replies.append(refusal)
             except _RESEND:
                 await self._let_go()
                 return NOT_SENT
             except BaseException:
                 await self._let_go()  # a reply may be left unread
                 raise
+            if _refused_script(replies):
+                await self._let_go()
+            return _checked(replies, raise_on_error)
         finally:
             self._busy = False
 

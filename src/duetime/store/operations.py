@@ -13,10 +13,9 @@ import re
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
-import msgpack
-
+from duetime import codec
 from duetime.clock import Clock, ServerClock
 from duetime.errors import (
     ConfigurationError,
@@ -80,6 +79,38 @@ class Eval:
 
 #: One script call's keys and arguments.
 ScriptCall = tuple[Sequence[str], Sequence[Any]]
+
+
+class MadeOnDemand(Sequence[T]):
+    """Items made when first asked for, then kept: the script calls of a large schedule,
+    which a runner sends each as it is made, so the server runs one while the next is
+    made."""
+
+    def __init__(self, count: int, make: Callable[[int], T]) -> None:
+        self._made: list[T] = []
+        self._count, self._make = count, make
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[T]: ...
+    def __getitem__(self, index: int | slice) -> T | Sequence[T]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self._count))]
+        if not -self._count <= index < self._count:
+            raise IndexError(index)
+        index %= self._count
+        while len(self._made) <= index:  # in order: each may depend on the one before
+            self._made.append(self._make(len(self._made)))
+        return self._made[index]
+
+
+#: A task to store: its id, run-at in ms (to the µs, never before it; the envelope's)
+#: and run-at in whole µs (the delayed buckets').
+NewTask = tuple[str, float, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,7 +440,7 @@ def _packed(flat: list[Any]) -> bytes:
     """Many script arguments as one msgpack array, which Lua reads with cmsgpack.unpack.
     Without bin types: the cmsgpack of Redis's Lua predates them (it refuses bin 8), and
     text and bytes alike arrive in Lua as strings."""
-    return msgpack.packb(flat, use_bin_type=False)  # type: ignore[no-any-return]
+    return codec.packer(use_bin_type=False).pack(flat)  # type: ignore[no-any-return]
 
 
 def _microseconds(run_at_ms: float) -> str:
@@ -419,13 +450,15 @@ def _microseconds(run_at_ms: float) -> str:
 
 
 def store_tasks(
-    calls: Sequence[tuple[QueueOperations, ScriptCall]], durability: Durability | None = None
+    groups: Sequence[tuple[QueueOperations, Sequence[ScriptCall]]],
+    durability: Durability | None = None,
 ) -> Plan[list[bool]]:
-    """Run schedule_tasks calls (of one queue or of several shards, each with the
+    """Run schedule_tasks calls (of one queue or of several shards, each group with the
     operations that made it) in one round trip (with ``durability``, the replicas'
     confirmation is waited for in the same round trip); one flag per task, in order,
-    True where created."""
-    script_calls = [call for _, call in calls]
+    True where created. Calls made on demand are made as they are sent."""
+    calls = [(owner, made, index) for owner, made in groups for index in range(len(made))]
+    script_calls = MadeOnDemand(len(calls), lambda n: calls[n][1][calls[n][2]])
     if durability is not None:
         try:
             replies = yield from _durably(
@@ -433,7 +466,7 @@ def store_tasks(
             )
         except NotDurableError as error:
             if isinstance(error.reply, list):  # written: note the generations all the same
-                for (owner, _), reply in zip(calls, error.reply, strict=True):
+                for (owner, _, _), reply in zip(calls, error.reply, strict=True):
                     owner.created(reply)
             raise
     elif len(calls) == 1:  # a plain call costs less than a pipeline of one
@@ -442,7 +475,7 @@ def store_tasks(
         replies = yield EvalMany(scripts.SCHEDULE_TASKS, script_calls)
     return [
         flag
-        for (owner, _), reply in zip(calls, replies, strict=True)
+        for (owner, _, _), reply in zip(calls, replies, strict=True)
         for flag in owner.created(reply)
     ]
 
@@ -484,9 +517,9 @@ class QueueOperations:
             self.generation = 0 if stored is None else number if in_range else MAX_GENERATION
 
     def schedule_calls(
-        self, now: int, items: Sequence[tuple[str, float, bytes]]
-    ) -> tuple[list[ScriptCall], list[int]]:
-        """The schedule_tasks calls storing (id, run-at ms, envelope) triples, one per
+        self, now: int, items: Sequence[NewTask], envelope: Callable[[int], bytes]
+    ) -> tuple[Sequence[ScriptCall], list[int]]:
+        """The schedule_tasks calls storing tasks (made on demand), one per
         SCHEDULE_BATCH items, and the positions of the items in the order they are
         written. ``now`` must come from this queue's own server clock, and the generation
         must be known (``learn_generation``). A large call opens a generation with room
@@ -501,28 +534,32 @@ class QueueOperations:
         order = list(range(len(items)))
         if len(items) > SCHEDULE_BATCH:  # stable: a repeated id keeps its first place
             order.sort(key=buckets.__getitem__)
-        calls: list[ScriptCall] = []
-        for start in range(0, len(order), SCHEDULE_BATCH):
+
+        def call(number: int) -> ScriptCall:
             keys = list(self._schedule_keys)
             where: dict[int, int] = {}  # bucket -> its index in KEYS (from 1)
             flat: list[Any] = []
+            start = number * SCHEDULE_BATCH
             for position in order[start : start + SCHEDULE_BATCH]:
-                task_id, run_at_ms, envelope = items[position]
+                task_id, run_at_ms, run_at_us = items[position]
                 if (index := where.get(bucket := buckets[position])) is None:
                     keys.append(self.keys.delayed_bucket(f"{generation}:{bucket}"))
                     index = where[bucket] = len(keys)
-                flat += (_wire_id(task_id), run_at_ms, envelope, index, _microseconds(run_at_ms))
-            calls.append((keys, [now, _packed(flat), generation]))
-        return calls, order
+                flat += (_wire_id(task_id), run_at_ms, envelope(position), index, str(run_at_us))
+            return keys, [now, _packed(flat), generation]
 
-    def schedule_call(self, now: int, task_id: str, run_at_ms: float, envelope: bytes) -> Eval:
+        return MadeOnDemand(-(-len(order) // SCHEDULE_BATCH), call), order
+
+    def schedule_call(
+        self, now: int, task_id: str, run_at_ms: float, envelope: bytes, run_at_us: int
+    ) -> Eval:
         """The schedule_tasks call storing one task, in the generation known (see
         ``created`` for its reply, ``store_tasks`` for many, durable or in several
         shards)."""
         assert self.generation is not None
         name = bucket_name(task_id, self.generation)
         keys = (*self._schedule_keys, self.keys.delayed_bucket(name))
-        task = [_wire_id(task_id), run_at_ms, envelope, 8, _microseconds(run_at_ms)]
+        task = [_wire_id(task_id), run_at_ms, envelope, 8, str(run_at_us)]
         arguments = (now, _packed(task), self.generation)
         return Eval(scripts.SCHEDULE_TASKS, keys, arguments)
 

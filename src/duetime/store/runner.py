@@ -12,7 +12,7 @@ password masked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import redis
@@ -162,6 +162,12 @@ def _eval_args(script: Script, keys: Sequence[str], args: Sequence[Any]) -> list
     return [script.sha, len(keys), *_wire(keys), *_wire(args)]
 
 
+def _evalsha_commands(request: EvalMany) -> Iterator[tuple[Any, ...]]:
+    """The EVALSHA commands of a request, each made when it is asked for."""
+    for keys, args in request.calls:
+        yield ("EVALSHA", *_eval_args(request.script, keys, args))
+
+
 def _missing_script(replies: list[Any]) -> list[int]:
     """Positions of pipelined script calls the server answered with NOSCRIPT."""
     return [
@@ -291,7 +297,7 @@ class SyncRunner:
                 )
                 return self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
-            replies = self._pipelined(request, request.calls)
+            replies = self._script_calls(request)
             if missing := _missing_script(replies):
                 self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
@@ -322,6 +328,15 @@ class SyncRunner:
         if self._kept is not None and (reply := self._kept.call(arguments)) is not NOT_SENT:
             return reply
         return self.client.execute_command(*arguments)
+
+    def _script_calls(self, request: EvalMany) -> list[Any]:
+        """Each sent as it is made on the kept connection when it is free (see ``kept``),
+        else in a pipeline through the client; refusals as their exceptions."""
+        if self._kept is not None:
+            replies = self._kept.call_many(_evalsha_commands(request))
+            if replies is not NOT_SENT:
+                return replies  # type: ignore[no-any-return]
+        return self._pipelined(request, request.calls)
 
     def _batch(self, request: Batch, transaction: bool) -> list[Any]:
         return list(_batch_pipeline(self.client, request, transaction).execute())
@@ -391,7 +406,7 @@ class AsyncRunner:
                 )
                 return await self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
-            replies = await self._pipelined(request, request.calls)
+            replies = await self._script_calls(request)
             if missing := _missing_script(replies):
                 await self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
@@ -426,6 +441,14 @@ class AsyncRunner:
             if reply is not NOT_SENT:
                 return reply
         return await self.client.execute_command(*arguments)
+
+    async def _script_calls(self, request: EvalMany) -> list[Any]:
+        """As ``SyncRunner._script_calls``."""
+        if self._kept is not None:
+            replies = await self._kept.call_many(_evalsha_commands(request))
+            if replies is not NOT_SENT:
+                return replies  # type: ignore[no-any-return]
+        return await self._pipelined(request, request.calls)
 
     async def _batch(self, request: Batch, transaction: bool) -> list[Any]:
         return list(await _batch_pipeline(self.client, request, transaction).execute())
