@@ -217,12 +217,9 @@ class _Prepared:
     result_ttl_ms: int
     generated_id: bool  # made by duetime, so it may be replaced if it collides
 
-    def run_at(self, now_ms: int) -> tuple[float, int]:
-        """When it runs, in ms (to the µs, never before it) and in whole µs, given its
-        server's clock."""
-        if self.at_us is None:
-            return now_ms + self.delay_ms, (now_ms + self.delay_ms) * 1000
-        return validation.milliseconds_not_below(self.at_us), self.at_us
+    def run_at_us(self, now_ms: int) -> int:
+        """When it runs, in whole µs, given its server's clock."""
+        return (now_ms + self.delay_ms) * 1000 if self.at_us is None else self.at_us
 
     def envelope(self, run_at_ms: float) -> bytes:
         return codec.envelope_from_packed_data(
@@ -415,19 +412,11 @@ class QueueCore:
             shard = self.layout.of_task(item.id)
             if shard not in nows:
                 nows[shard] = yield from self.shards[shard].now()
-            items.append((item.id, *item.run_at(nows[shard])))
-
-        def envelope(position: int) -> bytes:  # made as the calls are sent (see MadeOnDemand)
-            return prepared[position].envelope(items[position][1])
-
+            items.append((item.id, item.run_at_us(nows[shard]), item))
         pending = list(range(len(items)))  # positions still to write
         for _ in range(_MAX_ID_ROUNDS):
             try:
-                created = yield from self._store(
-                    [items[i] for i in pending],
-                    nows,
-                    lambda i, pending=pending: envelope(pending[i]),  # type: ignore[misc]
-                )
+                created = yield from self._store([items[i] for i in pending], nows)
             except NotDurableError as error:  # say which tasks: they are on the master
                 raise NotDurableError(
                     error.confirmed, error.wanted, error.shortfall, error.reply,
@@ -438,11 +427,11 @@ class QueueCore:
                 for position, stored in zip(pending, created, strict=True)
                 if not stored and prepared[position].generated_id
             ]
-            pending = yield from self._collided(refused, items, envelope)
+            pending = yield from self._collided(refused, items)
             if not pending:
                 if self.hooks:
                     self.hooks.on_schedule(self.name, [
-                        ScheduledTask(task_id, item.task, stored[1] / 1000)
+                        ScheduledTask(task_id, item.task, stored[1] / 1_000_000)
                         for task_id, item, stored in zip(ids, prepared, items, strict=True)
                     ])  # fmt: skip
                 return ids
@@ -456,14 +445,14 @@ class QueueCore:
             f"{_MAX_ID_ROUNDS} times in a row; the random source looks broken"
         )
 
-    def _store(
-        self, items: Sequence[NewTask], nows: dict[int, int], envelope: Callable[[int], bytes]
-    ) -> Plan[list[bool]]:
-        """Store items (``envelope`` makes the envelope of each position), each in its
-        shard, in one round trip; True where created."""
+    def _store(self, items: Sequence[NewTask], nows: dict[int, int]) -> Plan[list[bool]]:
+        """Store items, each in its shard, in one round trip; True where created."""
         by_shard: dict[int, list[int]] = {}
-        for position, (task_id, *_) in enumerate(items):
-            by_shard.setdefault(self.layout.of_task(task_id), []).append(position)
+        if self.layout.count == 1:
+            by_shard[0] = list(range(len(items)))
+        else:
+            for position, (task_id, *_) in enumerate(items):
+                by_shard.setdefault(self.layout.of_task(task_id), []).append(position)
         calls = []
         order: list[int] = []
         for shard, positions in by_shard.items():
@@ -475,9 +464,7 @@ class QueueCore:
                 self._fsync_checked.add(shard)
             yield from operations.learn_generation()
             shard_calls, written = operations.schedule_calls(
-                nows[shard],
-                [items[p] for p in positions],
-                lambda i, positions=positions: envelope(positions[i]),  # type: ignore[misc]
+                nows[shard], [items[p] for p in positions], _Prepared.envelope
             )
             calls.append((operations, shard_calls))
             order += [positions[i] for i in written]
@@ -487,9 +474,7 @@ class QueueCore:
             created[position] = flag
         return created
 
-    def _collided(
-        self, positions: list[int], items: Sequence[NewTask], envelope: Callable[[int], bytes]
-    ) -> Plan[list[int]]:
+    def _collided(self, positions: list[int], items: Sequence[NewTask]) -> Plan[list[int]]:
         """The positions whose id is live with an envelope other than the one written.
         An envelope gone meanwhile counts as a collision: writing the task again can at
         worst run it twice (at-least-once allows that), never lose it. One read per shard."""
@@ -499,7 +484,11 @@ class QueueCore:
         collided = []
         for shard, group in by_shard.items():
             stored = yield from self.shards[shard].envelopes([items[p][0] for p in group])
-            collided += [p for p, blob in zip(group, stored, strict=True) if blob != envelope(p)]
+            collided += [
+                p
+                for p, blob in zip(group, stored, strict=True)
+                if blob != items[p][2].envelope(validation.milliseconds_not_below(items[p][1]))
+            ]
         return sorted(collided)
 
     def _home(self, task_id: str) -> QueueOperations:
@@ -543,7 +532,8 @@ class QueueCore:
         now = shard.clock.now_ms()
         if now is None:
             now = yield from shard.now()
-        run_at, run_at_us = item.run_at(now)
+        run_at_us = item.run_at_us(now)
+        run_at = validation.milliseconds_not_below(run_at_us)
         envelope = item.envelope(run_at)
         if shard.generation is None:
             yield from shard.learn_generation()

@@ -152,7 +152,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def milliseconds_not_below(micros: int) -> float:
     """``micros`` / 1000 as a float (a sorted-set score), never below the exact value:
-    far in the future a double has no exact microseconds, so the next one up is taken."""
+    far in the future a double has no exact microseconds, so the next one up is taken.
+    A whole millisecond comes back as an int."""
+    if micros % 1000 == 0:
+        return micros // 1000
     milliseconds = micros / 1000
     numerator, denominator = milliseconds.as_integer_ratio()
     if numerator * 1000 < micros * denominator:

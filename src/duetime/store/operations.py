@@ -37,7 +37,7 @@ from duetime.store.keys import (
     split_lease_member,
 )
 from duetime.store.scripts import Script
-from duetime.validation import whole_microseconds
+from duetime.validation import milliseconds_not_below, whole_microseconds
 
 T = TypeVar("T")
 
@@ -108,9 +108,9 @@ class MadeOnDemand(Sequence[T]):
         return self._made[index]
 
 
-#: A task to store: its id, run-at in ms (to the µs, never before it; the envelope's)
-#: and run-at in whole µs (the delayed buckets').
-NewTask = tuple[str, float, int]
+#: A task to store: its id, run-at in whole µs, and what its envelope is made from (see
+#: ``schedule_calls``).
+NewTask = tuple[str, int, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,16 +517,19 @@ class QueueOperations:
             self.generation = 0 if stored is None else number if in_range else MAX_GENERATION
 
     def schedule_calls(
-        self, now: int, items: Sequence[NewTask], envelope: Callable[[int], bytes]
+        self, now: int, items: Sequence[NewTask], envelope: Callable[[Any, float], bytes]
     ) -> tuple[Sequence[ScriptCall], list[int]]:
-        """The schedule_tasks calls storing tasks (made on demand), one per
-        SCHEDULE_BATCH items, and the positions of the items in the order they are
-        written. ``now`` must come from this queue's own server clock, and the generation
-        must be known (``learn_generation``). A large call opens a generation with room
-        for all its tasks (BUCKET_FILL a bucket), and writes them bucket by bucket: each
-        script call then writes a few buckets, not one per task."""
+        """The schedule_tasks calls storing tasks, one per SCHEDULE_BATCH items, and the
+        positions of the items in the order they are written. The calls are made on
+        demand, each task's envelope with them: ``envelope(source, run_at_ms)``, from
+        the last element of its item. ``now`` must come from this queue's own server
+        clock, and the generation must be known (``learn_generation``). A large call
+        opens a generation with room for all its tasks (BUCKET_FILL a bucket), and writes
+        them bucket by bucket: each script call then writes a few buckets, not one per
+        task."""
         assert self.generation is not None
-        delayed = sum(1 for _, run_at, _ in items if run_at > now)
+        now_us = now * 1000
+        delayed = sum(1 for _, run_at_us, _ in items if run_at_us > now_us)
         wanted = math.ceil(math.log2(delayed / BUCKET_FILL)) if delayed > BUCKET_FILL else 0
         generation = min(MAX_GENERATION, max(self.generation, wanted))
         mask = (1 << generation) - 1
@@ -541,11 +544,13 @@ class QueueOperations:
             flat: list[Any] = []
             start = number * SCHEDULE_BATCH
             for position in order[start : start + SCHEDULE_BATCH]:
-                task_id, run_at_ms, run_at_us = items[position]
+                task_id, run_at_us, source = items[position]
+                run_at_ms = milliseconds_not_below(run_at_us)  # the envelope's, to the µs
                 if (index := where.get(bucket := buckets[position])) is None:
                     keys.append(self.keys.delayed_bucket(f"{generation}:{bucket}"))
                     index = where[bucket] = len(keys)
-                flat += (_wire_id(task_id), run_at_ms, envelope(position), index, str(run_at_us))
+                flat += (_wire_id(task_id), run_at_ms, envelope(source, run_at_ms), index,
+                         str(run_at_us))  # fmt: skip
             return keys, [now, _packed(flat), generation]
 
         return MadeOnDemand(-(-len(order) // SCHEDULE_BATCH), call), order
