@@ -68,7 +68,8 @@ SCENARIOS = ("punctuality", "throughput", "concurrency", "enqueue", "cron")
 READY_KEY = "bench:ready:"  # + a per-process token; a role pushes to it when it is up
 
 # Targets (informational).
-P99_LATENESS_MS = 5.0
+P99_LATENESS_MS = 1.5  # the targets of issue 14: p99 and max lateness, 2,000 tasks over 5 s
+MAX_LATENESS_MS = 5.0
 THROUGHPUT_PER_S = {"async": 50_000.0, "sync": 25_000.0}  # one worker process, no-op handler
 BULK_ENQUEUE_PER_S = 50_000.0
 CRON_LATENESS_MS = 10.0
@@ -385,7 +386,8 @@ def bench_punctuality(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
         Row("punctuality", "p50 lateness", p50, "ms"),
         Row("punctuality", "p99 lateness", p99, "ms", f"<= {P99_LATENESS_MS:g}",
             p99 <= P99_LATENESS_MS),
-        Row("punctuality", "max lateness", worst, "ms"),
+        Row("punctuality", "max lateness", worst, "ms", f"<= {MAX_LATENESS_MS:g}",
+            worst <= MAX_LATENESS_MS),
         Row("punctuality", "early (lateness < 0)", early, "tasks", "0", early == 0),
         Row("punctuality", "lost (never ran)", lost, "tasks", "0", lost == 0),
         Row("punctuality", "duplicate runs", runs - len(first_start), "runs"),

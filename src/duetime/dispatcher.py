@@ -31,7 +31,7 @@ from duetime.clock import Clock, ServerClock, sleep_precisely
 from duetime.codec import Envelope, encode_envelope
 from duetime.errors import ConfigurationError, DecodeError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.startup import register, warn_if_beyond, warn_if_evicting
+from duetime.startup import freeze_startup_objects, register, warn_if_beyond, warn_if_evicting
 from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.keys import QueueLayout, shard_tag
@@ -384,6 +384,7 @@ class Dispatcher:
             for layout in layouts:
                 await warn_if_beyond(runner, layout)
             await register(runner, layouts)
+            freeze_startup_objects(self.settings)
             loops = [
                 asyncio.create_task(
                     self.supervisor.keep_running(f"queue {d.queue}", d.loop(self._stop))

@@ -92,6 +92,7 @@ _RANGES: dict[str, _Range | _Switch] = {
     "durable_fsync": _Switch(),
     "metrics_port": _Range(True, 0, 65535, least_allowed=True),
     "coalesce_schedules": _Switch(),
+    "freeze_startup_objects": _Switch(),
 }
 
 
@@ -161,6 +162,13 @@ class Settings:
     #: coroutines) that arrive while one is on its way to Redis go together in the next
     #: round trip, each still getting its own id or error. False: one round trip per call.
     coalesce_schedules: bool = True
+    #: Once a dispatcher or worker has started, the garbage collector stops walking the
+    #: objects its process holds then (one collection, then ``gc.freeze()``; once per
+    #: process): modules, clients and scripts, tens of thousands of objects whose full
+    #: collections otherwise stop the event loop for 10 to 20 ms, and tasks due meanwhile
+    #: run that late. False: leave the collector as it is (an application that embeds a
+    #: daemon and later drops cycles of objects it made before, which would then stay).
+    freeze_startup_objects: bool = True
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):

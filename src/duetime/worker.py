@@ -63,7 +63,12 @@ from duetime.hooks import (
     LogHooks,
 )
 from duetime.settings import DEFAULT_SETTINGS, MOST_PROMOTE_AHEAD, Settings
-from duetime.startup import check_durability, warn_if_beyond, warn_if_evicting
+from duetime.startup import (
+    check_durability,
+    freeze_startup_objects,
+    warn_if_beyond,
+    warn_if_evicting,
+)
 from duetime.store import AsyncRunner
 from duetime.store.keys import QueueLayout
 from duetime.store.operations import (
@@ -492,6 +497,7 @@ class Worker:
             shard_operations = [shard.operations for shard in self.shards]
             await check_durability(runner, shard_operations, self._durable)
             await self._register()
+            freeze_startup_objects(self.settings)
             keep = self.supervisor.keep_running
             claimers = [
                 asyncio.create_task(

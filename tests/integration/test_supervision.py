@@ -137,6 +137,41 @@ def test_a_worker_process_that_cannot_work_exits_6_and_deregisters(
     assert raw.zcard(QueueKeys(queue_name).workers) == 0
 
 
+FROZEN_AFTER_START = """
+import asyncio, gc, sys, time
+import duetime
+
+async def main(url, queue, freeze):
+    settings = duetime.Settings(freeze_startup_objects=freeze)
+    worker = duetime.Worker(duetime.App(), queue, url, settings=settings)
+    running = asyncio.create_task(worker.run())
+    async with duetime.AsyncQueue(queue, url) as client:
+        while not (await client.stats()).workers:  # registered: started
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    print(gc.get_freeze_count())
+    worker.stop()
+    await running
+
+asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3] == "freeze"))
+"""
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+def test_a_started_daemon_freezes_the_objects_it_started_with_unless_told_not_to(
+    redis_url: str, queue_name: str, freeze: bool
+) -> None:
+    """Their full collections stopped the event loop 10-20 ms (bench_core punctuality)."""
+    process = subprocess.run(
+        [sys.executable, "-c", FROZEN_AFTER_START, redis_url, queue_name,
+         "freeze" if freeze else "leave"],
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    assert process.returncode == 0, process.stderr.decode()
+    frozen = int(process.stdout.split()[-1])
+    assert (frozen > 10_000) if freeze else (frozen == 0)
+
+
 # --- poison cron records ---------------------------------------------------------------
 
 
