@@ -571,9 +571,12 @@ class QueueOperations:
     def created(self, reply: list[Any]) -> list[bool]:
         """A schedule_tasks reply: one flag per task, True where created; notes the
         generation of delayed buckets it names."""
-        generation, flags = reply
+        generation, count, refused = reply
         self.generation = int(generation)
-        return [bool(flag) for flag in flags]
+        flags = [True] * int(count)
+        for position in refused:
+            flags[int(position) - 1] = False
+        return flags
 
     def _bucket_keys(self, task_id: str, generation: int) -> list[str]:
         """A task's delayed bucket in every generation up to ``generation``."""
