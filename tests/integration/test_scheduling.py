@@ -151,7 +151,7 @@ def test_resent_schedule_of_a_generated_id_is_not_mistaken_for_a_collision(
         prepared = [queue.core.prepare(Job({"v": i}, at=time.time() + 60)) for i in range(3)]
         first = queue.runner.run(queue.core.schedule_plan(prepared))
         again = queue.runner.run(queue.core.schedule_plan(prepared))
-        assert again == first == [item.id for item in prepared]
+        assert again == first == [item[0] for item in prepared]
         assert raw.hlen(keys.tasks) == scheduled_count(raw, keys) == 3
 
 
