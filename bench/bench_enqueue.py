@@ -121,7 +121,13 @@ def single_calls(server: Server, sizes: Sizes) -> list[Figure]:
     keys = QueueKeys("bare")
     bare.script_load(scripts.SCHEDULE_TASKS.source)
     ours_cpu, bare_cpu, ratios, ours_wall, bare_wall = [], [], [], [], []
+    push_wall = []  # one LPUSH a call: all a Huey producer sends for a task
+    envelope = envelope_of(int(time.time() * 1000))
     for _ in range(sizes.single_blocks):
+        wall = time.perf_counter()
+        for _ in range(sizes.block):
+            bare.lpush("bare:pushed", envelope)
+        push_wall.append((time.perf_counter() - wall) / sizes.block)
         arguments = bare_schedule_arguments(keys, generation_of(queue), sizes.block)
         began, wall = time.process_time(), time.perf_counter()
         for call in arguments:
@@ -143,6 +149,9 @@ def single_calls(server: Server, sizes: Sizes) -> list[Figure]:
                f"median of {len(ratios)} per-block ratios: {ratio:.2f}x"),
         Figure("single schedule_in: calls/s, one caller", 1 / statistics.median(ours_wall),
                1 / statistics.median(bare_wall), "calls/s"),
+        Figure("single schedule_in against one bare LPUSH a call", 1 / statistics.median(ours_wall),
+               1 / statistics.median(push_wall), "calls/s", note="ceiling: redis-py LPUSH of "
+               "the envelope, one caller, a round trip each (what a Huey producer sends)"),
     ]  # fmt: skip
 
 
