@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pickle
 from datetime import datetime
+from typing import Any
 
 import msgpack
 import pytest
@@ -170,3 +171,18 @@ def test_unstorable_result_does_not_fail_the_task() -> None:
     stored = codec.decode_result(codec.encode_result(ResultRecord(True, object())))
     assert stored.ok is True
     assert "result not storable" in stored.value
+
+
+def test_a_pack_inside_a_pack_does_not_share_the_packer() -> None:
+    """Packers are kept per thread; one in use is never lent to a pack made inside it
+    (here by a mapping whose items() packs), which would empty the outer one's buffer."""
+    inner: list[bytes] = []
+
+    class Packing(dict[str, int]):
+        def items(self) -> Any:
+            inner.append(codec.pack(["inside", 1]))
+            return super().items()
+
+    outer = codec.pack(["outside", Packing(a=1)])
+    assert codec.unpack(outer) == ["outside", {"a": 1}]
+    assert codec.unpack(inner[0]) == ["inside", 1]

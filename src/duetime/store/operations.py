@@ -440,7 +440,7 @@ def _packed(flat: list[Any]) -> bytes:
     """Many script arguments as one msgpack array, which Lua reads with cmsgpack.unpack.
     Without bin types: the cmsgpack of Redis's Lua predates them (it refuses bin 8), and
     text and bytes alike arrive in Lua as strings."""
-    return codec.packer(use_bin_type=False).pack(flat)  # type: ignore[no-any-return]
+    return codec.packed(flat, use_bin_type=False)
 
 
 def _microseconds(run_at_ms: float) -> str:
