@@ -132,7 +132,7 @@ def envelope_from_packed_data(
     elements concatenate, so the data is encoded once. The [1:] slices drop the headers
     of the two short lists packed around the data; 0x90 | n heads an n-element array."""
     if (max_attempts, timeout_ms, result_ttl_ms) == _V2_DEFAULT_LIMITS:
-        limits = []
+        limits = []  # the usual case, a third of the time of the loop below
     else:
         limits = [max_attempts, timeout_ms, result_ttl_ms]
         # Only trailing defaults can go: an element in the middle has no position to skip.

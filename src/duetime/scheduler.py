@@ -452,12 +452,7 @@ class QueueCore:
 
     def _store(self, items: Sequence[NewTask], nows: dict[int, int]) -> Plan[list[bool]]:
         """Store items, each in its shard, in one round trip; True where created."""
-        by_shard: dict[int, list[int]] = {}
-        if self.layout.count == 1:
-            by_shard[0] = list(range(len(items)))
-        else:
-            for position, (task_id, *_) in enumerate(items):
-                by_shard.setdefault(self.layout.of_task(task_id), []).append(position)
+        by_shard = self.layout.by_shard([task_id for task_id, _, _ in items])
         calls = []
         order: list[int] = []
         for shard, positions in by_shard.items():
@@ -483,11 +478,10 @@ class QueueCore:
         """The positions whose id is live with an envelope other than the one written.
         An envelope gone meanwhile counts as a collision: writing the task again can at
         worst run it twice (at-least-once allows that), never lose it. One read per shard."""
-        by_shard: dict[int, list[int]] = {}
-        for position in positions:
-            by_shard.setdefault(self.layout.of_task(items[position][0]), []).append(position)
+        by_shard = self.layout.by_shard([items[p][0] for p in positions])
         collided = []
-        for shard, group in by_shard.items():
+        for shard, indexes in by_shard.items():
+            group = [positions[i] for i in indexes]
             stored = yield from self.shards[shard].envelopes([items[p][0] for p in group])
             collided += [
                 p
@@ -534,7 +528,7 @@ class QueueCore:
         if self.durability is not None:
             return (yield from self.schedule_plan([item]))[0]
         task_id = item[_ID]
-        shard = self.shards[self.layout.of_task(task_id) if self.layout.count > 1 else 0]
+        shard = self._home(task_id)
         now = shard.clock.now_ms()
         if now is None:
             now = yield from shard.now()
