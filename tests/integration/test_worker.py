@@ -16,7 +16,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.errors import ResultTimeoutError, TaskFailedError, TaskStateError
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import Outcome, QueueOperations
-from tests.helpers import FAST, running, take_waiting, wait_until
+from tests.helpers import FAST, decoded, running, take_waiting, wait_until
 
 
 def run(coroutine: Any) -> Any:
@@ -308,6 +308,64 @@ def test_graceful_shutdown_hands_back_what_did_not_finish(
 
 
 # --- a worker killed at each step: the Redis state a kill -9 leaves, then recovery ---
+
+
+def test_a_claim_of_thousands_moves_leases_and_acks_every_id_in_order(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """A claim larger than one variadic command's share (1,000 ids) takes every id from
+    the head of ready in order, with its envelope and first attempt; a claim of 0 takes
+    none; acks of 500 at a time finish them all."""
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        ids = queue.schedule_many([duetime.Job({"i": i}, delay=0) for i in range(2_600)])
+    ready = decoded(raw.lrange(keys.ready, 0, -1))
+    assert sorted(ready) == sorted(ids)
+
+    async def scenario() -> None:
+        runner = AsyncRunner(redis_url, Settings())
+        operations = QueueOperations(keys, duetime.ServerClock())
+        try:
+            assert await runner.run(operations.claim("w", 60_000, 0)) == []
+            assert raw.llen(keys.ready) == 2_600
+            claimed = await runner.run(operations.claim("w", 60_000, 2_500)) or []
+            assert [c.task_id for c in claimed] == ready[:2_500]
+            assert {c.attempt for c in claimed} == {1}
+            assert all(c.envelope and c.problem is None for c in claimed)
+            assert decoded(raw.lrange(keys.ready, 0, -1)) == ready[2_500:]
+            assert decoded(raw.lrange(keys.active("w"), 0, -1)) == ready[:2_500]
+            assert raw.zcard(keys.leases) == 2_500
+            for first in range(0, 2_500, 500):
+                outcomes = [Outcome(c.task_id, c.attempt) for c in claimed[first : first + 500]]
+                assert await runner.run(operations.ack("w", outcomes)) == [True] * 500
+            assert raw.llen(keys.active("w")) == 0 and raw.zcard(keys.leases) == 0
+            assert raw.hlen(keys.tasks) == 100
+        finally:
+            await runner.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_claim_into_a_list_of_the_wrong_type_leaves_ready_whole(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_many([duetime.Job({"i": i}, delay=0) for i in range(5)])
+    before = raw.lrange(keys.ready, 0, -1)
+    raw.set(keys.active("w"), "not a list")
+
+    async def scenario() -> None:
+        runner = AsyncRunner(redis_url, Settings())
+        try:
+            with pytest.raises(duetime.errors.DuetimeError, match="WRONGTYPE"):
+                await runner.run(QueueOperations(keys, duetime.ServerClock()).claim("w", 60_000, 5))
+        finally:
+            await runner.close()
+
+    asyncio.run(scenario())
+    assert raw.lrange(keys.ready, 0, -1) == before
+    assert raw.zcard(keys.leases) == 0 and not raw.exists(keys.attempts)
 
 
 def _dead_worker_leaves(redis_url: str, queue_name: str, step: str) -> str:

@@ -18,8 +18,9 @@ SCRIPTS = sorted(LUA.glob("*.lua"))
 KEY_ARGUMENTS = {
     "DEL": 1, "EXISTS": 1, "HDEL": 1, "HEXISTS": 1, "HGET": 1, "HINCRBY": 1, "HMGET": 1, "HSET": 1,
     "HSETNX": 1,
-    "LINDEX": 1, "LLEN": 1, "LMOVE": 2, "LPOS": 1, "LPUSH": 1, "LRANGE": 1, "LREM": 1,
-    "PEXPIRE": 1, "RPUSH": 1, "ZADD": 1, "ZCARD": 1, "ZRANGE": 1, "ZREM": 1, "ZSCORE": 1,
+    "LINDEX": 1, "LLEN": 1, "LMOVE": 2, "LPOS": 1, "LPUSH": 1, "LRANGE": 1, "LREM": 1, "LTRIM": 1,
+    "PEXPIRE": 1, "RPUSH": 1, "ZADD": 1, "ZCARD": 1, "ZMSCORE": 1, "ZRANGE": 1, "ZREM": 1,
+    "ZSCORE": 1,
 }  # fmt: skip
 CALL = re.compile(r"redis\.p?call\(")
 KEY = re.compile(r"KEYS\[(.+)\]")

@@ -16,10 +16,10 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 --
--- The acked tasks' records are deleted with one variadic command per step for the
--- whole batch (ZREM, HDEL): a script's commands cost the server more than their work.
--- A worker acks at most 500 tasks per call, well within what unpack() can spread on
--- Lua's stack. Checks and LREM go id by id.
+-- The acked tasks' leases and attempts are read, and their records deleted, with one
+-- variadic command per step for the whole batch (ZMSCORE, HMGET, ZREM, HDEL): a script's
+-- commands cost the server more than their work. A worker acks at most 500 tasks per
+-- call, well within what unpack() can spread on Lua's stack. LREM goes id by id.
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -30,12 +30,21 @@ local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
 local result_key = 8
 local quints = cmsgpack.unpack(ARGV[3])
+if #quints == 0 then
+  return out
+end
+local ids, members = {}, {}
 for i = 1, #quints, 5 do
-  local id, ttl = quints[i], quints[i + 2]
-  local member = worker .. '|' .. id
-  local deadline = not finished[id] and redis.call('ZSCORE', KEYS[2], member)
-  if deadline and tonumber(deadline) > now
-      and tonumber(redis.call('HGET', KEYS[3], id)) == quints[i + 1] then
+  ids[#ids + 1] = quints[i]
+  members[#members + 1] = worker .. '|' .. quints[i]
+end
+local deadlines = redis.call('ZMSCORE', KEYS[2], unpack(members))
+local attempts = redis.call('HMGET', KEYS[3], unpack(ids))
+for n = 1, #ids do
+  local i = 5 * n - 4
+  local id, ttl, member = ids[n], quints[i + 2], members[n]
+  local deadline = not finished[id] and deadlines[n]
+  if deadline and tonumber(deadline) > now and tonumber(attempts[n]) == quints[i + 1] then
     finished[id] = true
     redis.call('LREM', KEYS[1], 1, id)
     done[#done + 1] = id
