@@ -23,9 +23,10 @@
 -- of ready (in their order) and returns 'paused'.
 --
 -- Each step of the whole batch is one variadic command (LRANGE, HMGET, HSET, ZADD...),
--- never one per id: a script's command costs the server more than its work (about 2 µs
--- each on Redis 7.0, where a claim of a burst is a few ids and of a backlog a hundred).
--- The early-note lookup is skipped while no note exists.
+-- never one per id: a script's command costs the server more than its work, a write
+-- most (it is also recorded for replication). Measured on Redis 7.0, this takes 10 to 20%
+-- off a claim's server time per task. The early-note lookup is skipped while no note
+-- exists.
 -- @include chunks
 
 local worker = ARGV[3]
