@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from contextlib import closing
 from typing import Any
 
 import msgpack
@@ -14,7 +15,7 @@ import redis
 import duetime
 from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.errors import ResultTimeoutError, TaskFailedError, TaskStateError
-from duetime.store import AsyncRunner, QueueKeys
+from duetime.store import AsyncRunner, QueueKeys, SyncRunner
 from duetime.store.operations import Outcome, QueueOperations
 from tests.helpers import FAST, decoded, running, take_waiting, wait_until
 
@@ -322,28 +323,22 @@ def test_a_claim_of_thousands_moves_leases_and_acks_every_id_in_order(
     ready = decoded(raw.lrange(keys.ready, 0, -1))
     assert sorted(ready) == sorted(ids)
 
-    async def scenario() -> None:
-        runner = AsyncRunner(redis_url, Settings())
-        operations = QueueOperations(keys, duetime.ServerClock())
-        try:
-            assert await runner.run(operations.claim("w", 60_000, 0)) == []
-            assert raw.llen(keys.ready) == 2_600
-            claimed = await runner.run(operations.claim("w", 60_000, 2_500)) or []
-            assert [c.task_id for c in claimed] == ready[:2_500]
-            assert {c.attempt for c in claimed} == {1}
-            assert all(c.envelope and c.problem is None for c in claimed)
-            assert decoded(raw.lrange(keys.ready, 0, -1)) == ready[2_500:]
-            assert decoded(raw.lrange(keys.active("w"), 0, -1)) == ready[:2_500]
-            assert raw.zcard(keys.leases) == 2_500
-            for first in range(0, 2_500, 500):
-                outcomes = [Outcome(c.task_id, c.attempt) for c in claimed[first : first + 500]]
-                assert await runner.run(operations.ack("w", outcomes)) == [True] * 500
-            assert raw.llen(keys.active("w")) == 0 and raw.zcard(keys.leases) == 0
-            assert raw.hlen(keys.tasks) == 100
-        finally:
-            await runner.close()
-
-    asyncio.run(scenario())
+    operations = QueueOperations(keys, duetime.ServerClock())
+    with closing(SyncRunner(redis_url, Settings())) as runner:
+        assert runner.run(operations.claim("w", 60_000, 0)) == []
+        assert raw.llen(keys.ready) == 2_600
+        claimed = runner.run(operations.claim("w", 60_000, 2_500)) or []
+        assert [c.task_id for c in claimed] == ready[:2_500]
+        assert {c.attempt for c in claimed} == {1}
+        assert all(c.envelope and c.problem is None for c in claimed)
+        assert decoded(raw.lrange(keys.ready, 0, -1)) == ready[2_500:]
+        assert decoded(raw.lrange(keys.active("w"), 0, -1)) == ready[:2_500]
+        assert raw.zcard(keys.leases) == 2_500
+        for first in range(0, 2_500, 500):
+            outcomes = [Outcome(c.task_id, c.attempt) for c in claimed[first : first + 500]]
+            assert runner.run(operations.ack("w", outcomes)) == [True] * 500
+    assert raw.llen(keys.active("w")) == 0 and raw.zcard(keys.leases) == 0
+    assert raw.hlen(keys.tasks) == 100
 
 
 def test_a_claim_into_a_list_of_the_wrong_type_leaves_ready_whole(
@@ -355,15 +350,11 @@ def test_a_claim_into_a_list_of_the_wrong_type_leaves_ready_whole(
     before = raw.lrange(keys.ready, 0, -1)
     raw.set(keys.active("w"), "not a list")
 
-    async def scenario() -> None:
-        runner = AsyncRunner(redis_url, Settings())
-        try:
-            with pytest.raises(duetime.errors.DuetimeError, match="WRONGTYPE"):
-                await runner.run(QueueOperations(keys, duetime.ServerClock()).claim("w", 60_000, 5))
-        finally:
-            await runner.close()
-
-    asyncio.run(scenario())
+    with (
+        closing(SyncRunner(redis_url, Settings())) as runner,
+        pytest.raises(duetime.errors.DuetimeError, match="WRONGTYPE"),
+    ):
+        runner.run(QueueOperations(keys, duetime.ServerClock()).claim("w", 60_000, 5))
     assert raw.lrange(keys.ready, 0, -1) == before
     assert raw.zcard(keys.leases) == 0 and not raw.exists(keys.attempts)
 
