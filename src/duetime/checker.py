@@ -1,7 +1,7 @@
 """The invariant checker: reads one consistent snapshot of a queue and reports every
 place where the data model is broken.
 
-Checked: a live task id is in exactly one place (scheduled: a retry or re-entered task,
+Checked: a live task id is in exactly one place (scheduled: a staged, retried or re-entered task,
 or a delayed bucket; ready, one processing list, dead) and every id in a place has its
 envelope (invariant 1); each delayed bucket is where lookups and dispatchers find it
 (its tasks' ids hash to it, the index holds its earliest run-at, the layout counts its

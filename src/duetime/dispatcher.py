@@ -94,6 +94,7 @@ class QueueDispatcher:
         self.operations = QueueOperations(QueueKeys(self.queue), clock)
         self._batch = settings.promote_batch
         self._ahead_ms = round(settings.promote_ahead * 1000)
+        self._stage_ms = round(settings.stage_ahead * 1000)
         self._worker_ttl_ms = round(settings.worker_ttl * 1000)
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
         self._next_maintenance_ms = 0
@@ -108,9 +109,11 @@ class QueueDispatcher:
         may next be due, or None when more is waiting right now."""
         run = self.runner.run
         await self._fire_prepared()
-        promotion = await run(self.operations.promote_due(self._batch, self._ahead_ms))
+        promotion = await run(
+            self.operations.promote_due(self._batch, self._ahead_ms, self._stage_ms)
+        )
         now = promotion.now_ms
-        busy = promotion.moved == self._batch
+        busy = promotion.moved + promotion.staged >= self._batch
         if promotion.next_lease_deadline_ms is not None and promotion.next_lease_deadline_ms <= now:
             reaped = await run(self.operations.reap_expired_leases(REAP_BATCH))
             if reaped:
@@ -158,6 +161,10 @@ class QueueDispatcher:
         if promotion.next_due_ms is not None:
             # Promotion reaches _ahead_ms past the whole-ms "now": wake when that covers it.
             wake_at.append(math.ceil(promotion.next_due_ms) - self._ahead_ms)
+        if promotion.next_bucket_ms is not None and self._stage_ms > self._ahead_ms:
+            # Stage once the earliest bucket is within half of stage_ahead, so that a
+            # pass stages about half of stage_ahead's tasks at once, not one at a time.
+            wake_at.append(math.ceil(promotion.next_bucket_ms) - self._stage_ms // 2)
         if promotion.next_lease_deadline_ms is not None:
             wake_at.append(promotion.next_lease_deadline_ms)
         if promotion.oldest_heartbeat_ms is not None:

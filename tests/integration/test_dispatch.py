@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections import Counter
 
+import pytest
 import redis
 
 from duetime import App, Dispatcher, Job, ManualClock, Queue, Settings, Worker, validation
@@ -108,34 +109,145 @@ def test_promotion_is_batched_and_reports_more_work(
     asyncio.run(scenario())
 
 
+@pytest.mark.parametrize("stage_ms", [0, 10_000])
 def test_racing_dispatchers_never_promote_a_task_twice(
-    redis_url: str, raw: redis.Redis, queue_name: str
+    redis_url: str, raw: redis.Redis, queue_name: str, stage_ms: int
 ) -> None:
     clock = ManualClock(T0)
     with Queue(queue_name, redis_url, clock=clock) as queue:
         ids = queue.schedule_many([Job({"i": i}, at=(T0 + 1 + i) / 1000) for i in range(5000)])
-    clock.set(T0 + 10_000)
+    # With staging, the first pass finds half due and stages the other half; the second
+    # pass, later, promotes those from scheduled.
+    passes = (T0 + 2500, T0 + 10_000) if stage_ms else (T0 + 10_000,)
+    keys = QueueKeys(queue_name)
 
-    async def one_dispatcher() -> int:
+    async def one_dispatcher() -> tuple[int, int]:
         runner = AsyncRunner(redis_url, Settings())
-        operations = QueueOperations(QueueKeys(queue_name), clock)
-        moved = 0
+        operations = QueueOperations(keys, clock)
+        moved = staged = 0
         try:
-            while (promotion := await runner.run(operations.promote_due(37))).moved:
+            while (promotion := await runner.run(operations.promote_due(37, 0, stage_ms))).moved \
+                    or promotion.staged:  # fmt: skip
                 moved += promotion.moved
+                staged += promotion.staged
         finally:
             await runner.close()
-        return moved
+        return moved, staged
 
-    async def race() -> list[int]:
+    async def race() -> list[tuple[int, int]]:
         return list(await asyncio.gather(*(one_dispatcher() for _ in range(6))))
 
-    moved = asyncio.run(race())
+    results = []
+    for at in passes:
+        clock.set(at)
+        results += asyncio.run(race())
+        if stage_ms and at == passes[0]:
+            assert raw.zcard(keys.scheduled) == sum(s for _, s in results) == 2500
+            assert raw.exists(keys.delayed, keys.delayed_layout) == 0  # every bucket gone
     promoted = ready_ids(raw, queue_name)
-    assert sum(moved) == 5000
+    assert sum(m for m, _ in results) == 5000
     assert sorted(promoted) == sorted(ids)
     assert max(Counter(promoted).values()) == 1
-    assert sum(1 for m in moved if m) > 1  # they really raced
+    assert sum(1 for m, s in results if m or s) > 1  # they really raced
+    assert raw.zcard(keys.scheduled) == 0
+
+
+def test_stages_a_delayed_task_ahead_and_promotes_it_at_its_run_at(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0)
+    settings = Settings(promote_ahead=0, stage_ahead=2.0)
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        soon = queue.schedule_task((T0 + 10_000.25) / 1000, {"n": 1})  # sub-ms run-at
+        later = queue.schedule_task((T0 + 3_600_000) / 1000, {"n": 2})
+
+        async def scenario() -> None:
+            runner = AsyncRunner(redis_url, settings)
+            dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
+            try:
+                # Wakes to stage once the earliest bucket is within half of stage_ahead.
+                assert await dispatcher.step() == T0 + 10_001 - 1000
+                assert raw.zcard(keys.scheduled) == 0
+                clock.set(T0 + 9_001)
+                # Staged, not promoted: it waits in scheduled at its exact run-at.
+                assert await dispatcher.step() == T0 + 10_001
+                assert raw.zscore(keys.scheduled, soon) == T0 + 10_000.25
+                assert raw.zcard(keys.delayed) == 1  # only the later task's bucket is left
+                assert raw.hget(keys.delayed_layout, "tasks") == b"1"
+                assert ready_ids(raw, queue_name) == []
+                status = queue.status(soon)
+                assert status is not None and status.state.value == "scheduled"
+                assert status.run_at == (T0 + 10_000.25) / 1000
+                clock.set(T0 + 10_000)
+                await dispatcher.step()
+                assert ready_ids(raw, queue_name) == []  # never before its run-at
+                clock.set(T0 + 10_001)
+                await dispatcher.step()
+                assert ready_ids(raw, queue_name) == [soon]
+                assert raw.zcard(keys.scheduled) == 0
+                later_status = queue.status(later)
+                assert later_status is not None and later_status.run_at == (T0 + 3_600_000) / 1000
+            finally:
+                await runner.close()
+
+        asyncio.run(scenario())
+
+
+def test_a_staged_task_is_cancelled_or_rescheduled_like_any_other(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0)
+    settings = Settings(promote_ahead=0, stage_ahead=10.0)
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        cancelled = queue.schedule_task((T0 + 5000) / 1000, {"n": 1})
+        moved = queue.schedule_task((T0 + 6000) / 1000, {"n": 2})
+
+        async def step() -> int | None:
+            runner = AsyncRunner(redis_url, settings)
+            try:
+                return await QueueDispatcher(queue_name, runner, settings, clock).step()
+            finally:
+                await runner.close()
+
+        assert asyncio.run(step()) == T0 + 5000
+        assert raw.zcard(keys.scheduled) == 2  # both staged
+        assert queue.cancel(cancelled) is True
+        queue.reschedule(moved, (T0 + 3_600_000) / 1000)
+        assert raw.zcard(keys.scheduled) == 0
+        status = queue.status(moved)
+        assert status is not None and status.run_at == (T0 + 3_600_000) / 1000
+        clock.set(T0 + 10_000)
+        asyncio.run(step())
+        assert ready_ids(raw, queue_name) == []  # neither at the old run-ats
+        assert queue.status(cancelled) is None
+
+
+def test_stage_ahead_zero_promotes_straight_from_the_buckets(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0)
+    settings = Settings(promote_ahead=0, stage_ahead=0)
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        task = queue.schedule_task((T0 + 1500) / 1000, {"n": 1})
+
+    async def scenario() -> None:
+        runner = AsyncRunner(redis_url, settings)
+        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
+        try:
+            assert await dispatcher.step() == T0 + 1500
+            clock.set(T0 + 1499)
+            await dispatcher.step()
+            assert raw.zcard(keys.scheduled) == 0 and raw.zcard(keys.delayed) == 1
+            clock.set(T0 + 1500)
+            await dispatcher.step()
+            assert ready_ids(raw, queue_name) == [task]
+        finally:
+            await runner.close()
+
+    asyncio.run(scenario())
 
 
 def test_earlier_task_wakes_a_dispatcher_sleeping_for_an_hour(

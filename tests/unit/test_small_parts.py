@@ -33,6 +33,14 @@ def test_promote_ahead_may_be_zero_but_not_negative_or_long() -> None:
     assert Settings.from_env({"DUETIME_PROMOTE_AHEAD": "0"}).promote_ahead == 0
 
 
+def test_stage_ahead_may_be_zero_but_not_negative_or_past_an_hour() -> None:
+    assert Settings(stage_ahead=0).stage_ahead == 0
+    for wrong in (-0.5, 3601.0, float("nan")):
+        with pytest.raises(ConfigurationError, match="stage_ahead"):
+            Settings(stage_ahead=wrong)
+    assert Settings.from_env({"DUETIME_STAGE_AHEAD": "10"}).stage_ahead == 10
+
+
 def test_durable_fsync_is_a_switch_read_from_words_in_the_environment() -> None:
     for word, value in (("1", True), ("yes", True), ("On", True), ("false", False), ("0", False)):
         assert Settings.from_env({"DUETIME_DURABLE_FSYNC": word}).durable_fsync is value

@@ -218,6 +218,8 @@ class Promotion:
     oldest_heartbeat_ms: int | None
     next_cron_tick_ms: int | None
     next_reaped_look_ms: int | None = None  # when a reaped worker's list is looked at again
+    staged: int = 0  # delayed tasks moved from their buckets into scheduled
+    next_bucket_ms: float | None = None  # the earliest run-at left in a delayed bucket
 
 
 @dataclass(frozen=True, slots=True)
@@ -675,38 +677,42 @@ class QueueOperations:
 
     # --- dispatching -----------------------------------------------------------------
 
-    def promote_due(self, limit: int, ahead_ms: int = 0) -> Plan[Promotion]:
+    def promote_due(self, limit: int, ahead_ms: int = 0, stage_ms: int = 0) -> Plan[Promotion]:
         """Move tasks due by now + ``ahead_ms`` to ready (those not yet due are waited
-        for by the worker that claims them)."""
+        for by the worker that claims them), and stage delayed tasks due by now +
+        ``stage_ms`` from their buckets into scheduled; ``limit`` bounds both together."""
         now = yield from self.now()
         k = self.keys
         upto = now + ahead_ms
+        stage_upto = max(upto, now + stage_ms)
         fixed = (k.scheduled, k.ready, k.leases, k.stats, k.workers, k.cron_next, k.early,
                  k.reaped, k.delayed, k.delayed_layout)  # fmt: skip
-        moved, passed = 0, set[str]()
+        moved, staged, passed = 0, 0, set[str]()
         # A script touches only the keys it is given: the buckets passed are those the
         # last promotion named due by now. One that became due since (a task scheduled
         # earlier than any, or a dispatcher just started) is named in the reply, and
         # promoted by a second call at once.
         for call in range(2):
-            due = [name for name, earliest in self._earliest_buckets if earliest <= upto]
-            if call and (moved >= limit or set(due) <= passed):
+            due = [name for name, earliest in self._earliest_buckets if earliest <= stage_upto]
+            if call and (moved + staged >= limit or set(due) <= passed):
                 break
             passed.update(due)
             reply = yield Eval(
                 scripts.PROMOTE_DUE,
                 (*fixed, *(k.delayed_bucket(name) for name in due)),
-                (now, upto, limit - moved),
+                (now, upto, limit - moved - staged, stage_upto),
             )
-            count, next_due, next_lease, oldest_beat, next_tick, next_look, earliest = reply
+            count, next_due, next_lease, oldest_beat, next_tick, next_look, earliest = reply[:7]
             moved += int(count)
+            staged += int(reply[7])
             self._earliest_buckets = [
                 (_text(earliest[i]), float(earliest[i + 1]) / 1000)
                 for i in range(0, len(earliest), 2)
             ]
         return Promotion(
             moved, now, _score(next_due), _whole_score(next_lease), _whole_score(oldest_beat),
-            _whole_score(next_tick), _whole_score(next_look),
+            _whole_score(next_tick), _whole_score(next_look), staged,
+            min((earliest for _, earliest in self._earliest_buckets), default=None),
         )  # fmt: skip
 
     def check_fsync(self) -> Plan[None]:

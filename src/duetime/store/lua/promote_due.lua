@@ -1,5 +1,6 @@
--- promote_due: move due task ids from scheduled and the delayed buckets to ready, at most
--- ARGV[3] per call.
+-- promote_due: move due task ids from scheduled and the delayed buckets to ready, and stage
+-- delayed tasks due soon (by ARGV[4]) from their buckets into scheduled, at most ARGV[3]
+-- tasks in all per call.
 -- KEYS[1] scheduled       ZSET  task id -> run-at (ms): retries and re-entered tasks
 -- KEYS[2] ready           LIST
 -- KEYS[3] leases          ZSET  "<worker>|<task id>" -> lease deadline (ms)
@@ -16,10 +17,16 @@
 -- ARGV[2] promote ids due up to this time (ms, >= now): moving a task a few ms ahead
 --         takes the hand-over to a worker off its critical path; the run-at goes along
 --         in `early`, and the claiming worker waits for it, so no task starts early.
--- ARGV[3] most ids to move
--- Returns: {moved count, next run-at or -1, earliest lease deadline or -1, oldest worker
+-- ARGV[3] most ids to move (promoted and staged together)
+-- ARGV[4] stage delayed tasks due up to this time (ms, >= ARGV[2]; ARGV[2] when absent):
+--         each one not promoted moves from its bucket into scheduled, at its run-at, so
+--         that when it comes due it is promoted from one sorted set rather than from a
+--         bucket of its own (one bucket per task of a burst behind a large backlog, each a
+--         cache miss on the server when it is due)
+-- Returns: {promoted count, next run-at or -1, earliest lease deadline or -1, oldest worker
 -- heartbeat or -1, next cron tick or -1, next look at a reaped worker's list or -1,
--- {name, earliest run-at (µs), ...} of the buckets still due, or of the next few to be},
+-- {name, earliest run-at (µs), ...} of the buckets still due for promotion or staging, or
+-- of the next few to be, staged count},
 -- so the caller knows how long it may sleep without another round trip, and which
 -- buckets to pass next time (a script touches only the keys it is given).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
@@ -28,19 +35,28 @@
 -- @include microseconds
 local NEXT_BUCKETS = 16
 local now, upto, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local stage_upto = math.max(upto, tonumber(ARGV[4]) or upto)
 local ids, ahead = {}, {}
+local staged, staged_count = {}, 0  -- run-at (ms text), id, ... for scheduled
 local upto_us = upto * 1000
--- Take entries {id, score, ...} due by upto; scores in µs when ``us``, else ms. One
--- promoted before its run-at leaves that run-at (ms) in `early`.
+-- Take entries {id, score, ...}: those due by upto are promoted, the rest (only from a
+-- bucket, read up to stage_upto) staged. Scores in µs when ``us``, else ms. One promoted
+-- before its run-at leaves that run-at (ms) in `early`.
 local function take(entries, us)
   local taken = {}
   for i = 1, #entries, 2 do
-    ids[#ids + 1] = entries[i]
-    taken[#taken + 1] = entries[i]
     local score = tonumber(entries[i + 1])
-    if (us and score > now * 1000) or (not us and score > now) then
-      ahead[#ahead + 1] = entries[i]
-      ahead[#ahead + 1] = us and ms_text(score) or entries[i + 1]
+    taken[#taken + 1] = entries[i]
+    if us and score > upto_us then
+      staged[2 * staged_count + 1] = ms_text(score)
+      staged[2 * staged_count + 2] = entries[i]
+      staged_count = staged_count + 1
+    else
+      ids[#ids + 1] = entries[i]
+      if (us and score > now * 1000) or (not us and score > now) then
+        ahead[#ahead + 1] = entries[i]
+        ahead[#ahead + 1] = us and ms_text(score) or entries[i + 1]
+      end
     end
   end
   return taken
@@ -50,15 +66,16 @@ local from_scheduled = take(redis.call('ZRANGE', KEYS[1], '-inf', upto, 'BYSCORE
 -- From each bucket given, its due entries; every bucket given is indexed again at its
 -- true earliest afterwards (reindex): one that another dispatcher emptied meanwhile, or
 -- whose score was left too early, cannot keep a caller coming back.
-local upto_text = string.format('%d', upto_us)  -- a number given to a command is formatted slowly
+-- A number given to a command is formatted slowly: the bound goes as text.
+local stage_text = string.format('%d', stage_upto * 1000)
 local from_buckets = {}  -- KEYS index -> ids taken from that bucket
 local bucketed = 0
 for key = 11, #KEYS do
-  local room = most - #ids
+  local room = most - #ids - staged_count
   if room <= 0 then
     break
   end
-  from_buckets[key] = take(redis.call('ZRANGE', KEYS[key], '-inf', upto_text, 'BYSCORE',
+  from_buckets[key] = take(redis.call('ZRANGE', KEYS[key], '-inf', stage_text, 'BYSCORE',
     'LIMIT', 0, room, 'WITHSCORES'), true)
   bucketed = bucketed + #from_buckets[key]
 end
@@ -73,6 +90,10 @@ if #ids > 0 then
   end
   redis.pcall('HINCRBY', KEYS[4], 'promoted', #ids)
 end
+if staged_count > 0 then
+  -- Before the buckets lose them (scheduled was read above, so it is a sorted set).
+  redis.call('ZADD', KEYS[1], unpack(staged))
+end
 for key, taken in pairs(from_buckets) do
   if #taken > 0 then
     redis.call('ZREM', KEYS[key], unpack(taken))
@@ -84,9 +105,9 @@ if bucketed > 0 then
   forget_layout_if_empty(9, 10)
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '-1'
--- The buckets still due (more than one call could take), or else the next few to be: a
--- caller that wakes for them passes every one due by then in one call.
-local earliest = redis.call('ZRANGE', KEYS[9], '-inf', upto_text, 'BYSCORE', 'LIMIT', 0, most,
+-- The buckets still due for promotion or staging (more than one call could take), or else
+-- the next few to be: a caller that wakes for them passes every one due by then in one call.
+local earliest = redis.call('ZRANGE', KEYS[9], '-inf', stage_text, 'BYSCORE', 'LIMIT', 0, most,
   'WITHSCORES')
 if #earliest == 0 then
   earliest = redis.call('ZRANGE', KEYS[9], 0, NEXT_BUCKETS - 1, 'WITHSCORES')
@@ -99,4 +120,4 @@ local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
 local next_tick = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 return {#ids, next_due, next_lease[2] or '-1', oldest_beat[2] or '-1', next_tick[2] or '-1',
-  next_look[2] or '-1', earliest}
+  next_look[2] or '-1', earliest, staged_count}
