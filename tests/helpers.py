@@ -122,19 +122,21 @@ def delayed_buckets(raw: redis.Redis, keys: QueueKeys) -> list[str]:
 def _waiting_score(
     raw: redis.Redis, keys: QueueKeys, task_id: str | bytes
 ) -> tuple[float, bool] | None:
-    """A waiting task's score and whether it is a delayed bucket's (µs; the retries'
-    sorted set keeps ms), or None."""
-    score = raw.zscore(keys.scheduled, task_id)
-    if score is not None:
-        return float(score), False
+    """A waiting task's score and whether it is a delayed bucket's (µs; `scheduled` keeps
+    ms), or None. The buckets are read first: a running dispatcher stages tasks from
+    them into `scheduled`, never the other way, so a task that moves meanwhile is
+    still found."""
     for bucket in delayed_buckets(raw, keys):
         if (score := raw.zscore(bucket, task_id)) is not None:
             return float(score), True
+    score = raw.zscore(keys.scheduled, task_id)
+    if score is not None:
+        return float(score), False
     return None
 
 
 def scheduled_score(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes) -> float | None:
-    """A waiting task's due time in ms wherever it waits (the retries' sorted set, or a
+    """A waiting task's due time in ms wherever it waits (`scheduled`, or a
     delayed bucket, which keeps µs), or None."""
     found = _waiting_score(raw, keys, task_id)
     if found is None:
@@ -145,7 +147,7 @@ def scheduled_score(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes) -> 
 
 def scheduled_microseconds(raw: redis.Redis, keys: QueueKeys, task_id: str | bytes) -> int | None:
     """A waiting task's due time in whole µs, as a delayed bucket keeps it (read from
-    the ms of the retries' sorted set as the buckets would keep it), or None."""
+    the ms of `scheduled` as the buckets would keep it), or None."""
     found = _waiting_score(raw, keys, task_id)
     if found is None:
         return None
@@ -154,14 +156,14 @@ def scheduled_microseconds(raw: redis.Redis, keys: QueueKeys, task_id: str | byt
 
 
 def scheduled_count(raw: redis.Redis, keys: QueueKeys) -> int:
-    """How many tasks wait in the retries' sorted set and the delayed buckets."""
+    """How many tasks wait in `scheduled` and the delayed buckets."""
     buckets = delayed_buckets(raw, keys)
     return int(raw.zcard(keys.scheduled)) + sum(int(raw.zcard(bucket)) for bucket in buckets)
 
 
 def take_waiting(raw: redis.Redis, keys: QueueKeys, task_id: str) -> None:
     """Take a waiting task out of where it waits, as a fault or a test would find it gone
-    from there: from the retries' sorted set, or from its delayed bucket, keeping the
+    from there: from `scheduled`, or from its delayed bucket, keeping the
     bucket index and the layout as the scripts keep them. Tests then put the id where
     they want it (a processing list, dead)."""
     if raw.zrem(keys.scheduled, task_id):

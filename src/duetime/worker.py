@@ -765,9 +765,8 @@ class Worker:
             attempt.timeout = envelope.timeout_ms / 1000
             clock = attempt.shard.operations.clock
             try:
-                if item.early_run_at_ms is not None:
-                    # Promoted ahead of its run-at (promote_ahead): wait for it here.
-                    await wait_until(clock, item.early_run_at_ms)
+                if (not_before := self._not_before(clock, item, envelope)) is not None:
+                    await wait_until(clock, not_before)
                 stale = time.monotonic() - attempt.leased_at >= self._renew_before_start
                 if stale and not await self._still_leased(attempt):
                     return
@@ -937,6 +936,23 @@ class Worker:
             assert attempt.envelope is not None
             self._tally.ended_tasks.append(attempt.envelope.task)
             self._tally.ended.append((outcome, duration))
+
+    @staticmethod
+    def _not_before(clock: Clock, item: Claimed, envelope: codec.Envelope) -> float | None:
+        """The server time (ms) the attempt waits for before it starts, if any: its early
+        note (promoted ahead, promote_ahead), else its envelope's run-at while that is at
+        most as far ahead as a note could be. The first claim takes the note, so a task a
+        stopping worker handed back, or a claim made again after its reply was lost,
+        comes with none, yet may still be short of its run-at. (The envelope's run-at is
+        the latest one given, by scheduling or rescheduling; a retry's is later still.)"""
+        if item.early_run_at_ms is not None:
+            return item.early_run_at_ms
+        now = clock.now_ms()
+        if now is None or envelope.run_at_ms <= now:
+            return None
+        if envelope.run_at_ms - now > (MOST_PROMOTE_AHEAD + EARLY_NOTE_SLACK) * 1000:
+            return None  # not written by this task's scheduling: do not hold a slot for it
+        return envelope.run_at_ms
 
     def _implausible_early(self, shard: _Shard, item: Claimed) -> str | None:
         """A dispatcher notes a run-at at most MOST_PROMOTE_AHEAD ahead of its clock; a

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -22,6 +24,34 @@ def ready_ids(raw: redis.Redis, queue_name: str) -> list[str]:
     return decoded(raw.lrange(QueueKeys(queue_name).ready, 0, -1))
 
 
+@contextmanager
+def dispatcher_steps(
+    redis_url: str, queue_name: str, settings: Settings, clock: ManualClock
+) -> Iterator[Callable[[], int | None]]:
+    """One dispatcher of the queue, kept across passes: each call of what this yields is
+    one pass (``step``), returning when it would wake next (None: at once)."""
+    with asyncio.Runner() as loop:
+        runner = AsyncRunner(redis_url, settings)
+        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
+        try:
+            yield lambda: loop.run(dispatcher.step())
+        finally:
+            loop.run(runner.close())
+
+
+@contextmanager
+def queue_and_dispatcher(
+    redis_url: str, queue_name: str, settings: Settings
+) -> Iterator[tuple[ManualClock, Queue, Callable[[], int | None]]]:
+    """A clock at T0, a client and a dispatcher's passes (as ``dispatcher_steps``) on it."""
+    clock = ManualClock(T0)
+    with (
+        Queue(queue_name, redis_url, clock=clock) as queue,
+        dispatcher_steps(redis_url, queue_name, settings, clock) as step,
+    ):
+        yield clock, queue, step
+
+
 def test_never_promotes_before_run_at_and_sleeps_until_it(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
@@ -31,24 +61,17 @@ def test_never_promotes_before_run_at_and_sleeps_until_it(
         first = queue.schedule_task((T0 + 1000) / 1000, {"n": 1})
         second = queue.schedule_task((T0 + 1001) / 1000, {"n": 2})
 
-    async def scenario() -> None:
-        runner = AsyncRunner(redis_url, settings)
-        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
-        try:
-            clock.set(T0 + 999)
-            assert await dispatcher.step() == T0 + 1000  # sleeps exactly until the first is due
-            assert ready_ids(raw, queue_name) == []
-            clock.set(T0 + 1000)
-            await dispatcher.step()
-            assert ready_ids(raw, queue_name) == [first]
-            clock.set(T0 + 5000)
-            await dispatcher.step()
-            assert ready_ids(raw, queue_name) == [first, second]
-            assert raw.hlen(QueueKeys(queue_name).early) == 0  # none went ahead
-        finally:
-            await runner.close()
-
-    asyncio.run(scenario())
+    with dispatcher_steps(redis_url, queue_name, settings, clock) as step:
+        clock.set(T0 + 999)
+        assert step() == T0 + 1000  # sleeps exactly until the first is due
+        assert ready_ids(raw, queue_name) == []
+        clock.set(T0 + 1000)
+        step()
+        assert ready_ids(raw, queue_name) == [first]
+        clock.set(T0 + 5000)
+        step()
+        assert ready_ids(raw, queue_name) == [first, second]
+        assert raw.hlen(QueueKeys(queue_name).early) == 0  # none went ahead
 
 
 def test_promotes_ahead_by_promote_ahead_and_notes_the_run_at(
@@ -61,28 +84,19 @@ def test_promotes_ahead_by_promote_ahead_and_notes_the_run_at(
         first = queue.schedule_task((T0 + 1000.25) / 1000, {"n": 1})  # sub-ms run-at
         second = queue.schedule_task((T0 + 1003) / 1000, {"n": 2})
 
-    async def scenario() -> None:
-        runner = AsyncRunner(redis_url, settings)
-        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
-        try:
-            clock.set(T0 + 990)
-            # Wakes 5 ms before the (rounded up) run-at of the first.
-            assert await dispatcher.step() == T0 + 1001 - 5
-            assert ready_ids(raw, queue_name) == []
-            clock.set(T0 + 996)
-            await dispatcher.step()
-            assert ready_ids(raw, queue_name) == [first]
-            assert float(raw.hget(early, first) or 0) == validation.timestamp_ms(
-                (T0 + 1000.25) / 1000
-            )
-            clock.set(T0 + 1000)
-            await dispatcher.step()
-            assert ready_ids(raw, queue_name) == [first, second]
-            assert float(raw.hget(early, second) or 0) == T0 + 1003
-        finally:
-            await runner.close()
-
-    asyncio.run(scenario())
+    with dispatcher_steps(redis_url, queue_name, settings, clock) as step:
+        clock.set(T0 + 990)
+        # Wakes 5 ms before the (rounded up) run-at of the first.
+        assert step() == T0 + 1001 - 5
+        assert ready_ids(raw, queue_name) == []
+        clock.set(T0 + 996)
+        step()
+        assert ready_ids(raw, queue_name) == [first]
+        assert float(raw.hget(early, first) or 0) == validation.timestamp_ms((T0 + 1000.25) / 1000)
+        clock.set(T0 + 1000)
+        step()
+        assert ready_ids(raw, queue_name) == [first, second]
+        assert float(raw.hget(early, second) or 0) == T0 + 1003
 
 
 def test_promotion_is_batched_and_reports_more_work(
@@ -93,20 +107,13 @@ def test_promotion_is_batched_and_reports_more_work(
         queue.schedule_many([Job({"i": i}, at=(T0 + 10 + i) / 1000) for i in range(25)])
     settings = Settings(promote_batch=10)
 
-    async def scenario() -> None:
-        runner = AsyncRunner(redis_url, settings)
-        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
+    with dispatcher_steps(redis_url, queue_name, settings, clock) as step:
         clock.set(T0 + 1000)
-        try:
-            assert await dispatcher.step() is None  # a full batch: more is waiting
-            assert len(ready_ids(raw, queue_name)) == 10
-            await dispatcher.step()
-            await dispatcher.step()
-            assert len(ready_ids(raw, queue_name)) == 25
-        finally:
-            await runner.close()
-
-    asyncio.run(scenario())
+        assert step() is None  # a full batch: more is waiting
+        assert len(ready_ids(raw, queue_name)) == 10
+        step()
+        step()
+        assert len(ready_ids(raw, queue_name)) == 25
 
 
 @pytest.mark.parametrize("stage_ms", [0, 10_000])
@@ -155,63 +162,44 @@ def test_racing_dispatchers_never_promote_a_task_twice(
 def test_stages_a_delayed_task_ahead_and_promotes_it_at_its_run_at(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
-    clock = ManualClock(T0)
-    settings = Settings(promote_ahead=0, stage_ahead=2.0)
     keys = QueueKeys(queue_name)
-    with Queue(queue_name, redis_url, clock=clock) as queue:
+    settings = Settings(promote_ahead=0, stage_ahead=2.0)
+    with queue_and_dispatcher(redis_url, queue_name, settings) as (clock, queue, step):
         soon = queue.schedule_task((T0 + 10_000.25) / 1000, {"n": 1})  # sub-ms run-at
         later = queue.schedule_task((T0 + 3_600_000) / 1000, {"n": 2})
-
-        async def scenario() -> None:
-            runner = AsyncRunner(redis_url, settings)
-            dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
-            try:
-                # Wakes to stage once the earliest bucket is within half of stage_ahead.
-                assert await dispatcher.step() == T0 + 10_001 - 1000
-                assert raw.zcard(keys.scheduled) == 0
-                clock.set(T0 + 9_001)
-                # Staged, not promoted: it waits in scheduled at its exact run-at.
-                assert await dispatcher.step() == T0 + 10_001
-                assert raw.zscore(keys.scheduled, soon) == T0 + 10_000.25
-                assert raw.zcard(keys.delayed) == 1  # only the later task's bucket is left
-                assert raw.hget(keys.delayed_layout, "tasks") == b"1"
-                assert ready_ids(raw, queue_name) == []
-                status = queue.status(soon)
-                assert status is not None and status.state.value == "scheduled"
-                assert status.run_at == (T0 + 10_000.25) / 1000
-                clock.set(T0 + 10_000)
-                await dispatcher.step()
-                assert ready_ids(raw, queue_name) == []  # never before its run-at
-                clock.set(T0 + 10_001)
-                await dispatcher.step()
-                assert ready_ids(raw, queue_name) == [soon]
-                assert raw.zcard(keys.scheduled) == 0
-                later_status = queue.status(later)
-                assert later_status is not None and later_status.run_at == (T0 + 3_600_000) / 1000
-            finally:
-                await runner.close()
-
-        asyncio.run(scenario())
+        # Wakes to stage once the earliest bucket is within half of stage_ahead.
+        assert step() == T0 + 10_001 - 1000
+        assert raw.zcard(keys.scheduled) == 0
+        clock.set(T0 + 9_001)
+        # Staged, not promoted: it waits in scheduled at its exact run-at.
+        assert step() == T0 + 10_001
+        assert raw.zscore(keys.scheduled, soon) == T0 + 10_000.25
+        assert raw.zcard(keys.delayed) == 1  # only the later task's bucket is left
+        assert raw.hget(keys.delayed_layout, "tasks") == b"1"
+        assert ready_ids(raw, queue_name) == []
+        status = queue.status(soon)
+        assert status is not None and status.state.value == "scheduled"
+        assert status.run_at == (T0 + 10_000.25) / 1000
+        clock.set(T0 + 10_000)
+        step()
+        assert ready_ids(raw, queue_name) == []  # never before its run-at
+        clock.set(T0 + 10_001)
+        step()
+        assert ready_ids(raw, queue_name) == [soon]
+        assert raw.zcard(keys.scheduled) == 0
+        later_status = queue.status(later)
+        assert later_status is not None and later_status.run_at == (T0 + 3_600_000) / 1000
 
 
 def test_a_staged_task_is_cancelled_or_rescheduled_like_any_other(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
-    clock = ManualClock(T0)
-    settings = Settings(promote_ahead=0, stage_ahead=10.0)
     keys = QueueKeys(queue_name)
-    with Queue(queue_name, redis_url, clock=clock) as queue:
+    settings = Settings(promote_ahead=0, stage_ahead=10.0)
+    with queue_and_dispatcher(redis_url, queue_name, settings) as (clock, queue, step):
         cancelled = queue.schedule_task((T0 + 5000) / 1000, {"n": 1})
         moved = queue.schedule_task((T0 + 6000) / 1000, {"n": 2})
-
-        async def step() -> int | None:
-            runner = AsyncRunner(redis_url, settings)
-            try:
-                return await QueueDispatcher(queue_name, runner, settings, clock).step()
-            finally:
-                await runner.close()
-
-        assert asyncio.run(step()) == T0 + 5000
+        assert step() == T0 + 5000
         assert raw.zcard(keys.scheduled) == 2  # both staged
         assert queue.cancel(cancelled) is True
         queue.reschedule(moved, (T0 + 3_600_000) / 1000)
@@ -219,7 +207,7 @@ def test_a_staged_task_is_cancelled_or_rescheduled_like_any_other(
         status = queue.status(moved)
         assert status is not None and status.run_at == (T0 + 3_600_000) / 1000
         clock.set(T0 + 10_000)
-        asyncio.run(step())
+        step()
         assert ready_ids(raw, queue_name) == []  # neither at the old run-ats
         assert queue.status(cancelled) is None
 
@@ -227,27 +215,17 @@ def test_a_staged_task_is_cancelled_or_rescheduled_like_any_other(
 def test_stage_ahead_zero_promotes_straight_from_the_buckets(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
-    clock = ManualClock(T0)
-    settings = Settings(promote_ahead=0, stage_ahead=0)
     keys = QueueKeys(queue_name)
-    with Queue(queue_name, redis_url, clock=clock) as queue:
+    settings = Settings(promote_ahead=0, stage_ahead=0)
+    with queue_and_dispatcher(redis_url, queue_name, settings) as (clock, queue, step):
         task = queue.schedule_task((T0 + 1500) / 1000, {"n": 1})
-
-    async def scenario() -> None:
-        runner = AsyncRunner(redis_url, settings)
-        dispatcher = QueueDispatcher(queue_name, runner, settings, clock)
-        try:
-            assert await dispatcher.step() == T0 + 1500
-            clock.set(T0 + 1499)
-            await dispatcher.step()
-            assert raw.zcard(keys.scheduled) == 0 and raw.zcard(keys.delayed) == 1
-            clock.set(T0 + 1500)
-            await dispatcher.step()
-            assert ready_ids(raw, queue_name) == [task]
-        finally:
-            await runner.close()
-
-    asyncio.run(scenario())
+        assert step() == T0 + 1500
+        clock.set(T0 + 1499)
+        step()
+        assert raw.zcard(keys.scheduled) == 0 and raw.zcard(keys.delayed) == 1
+        clock.set(T0 + 1500)
+        step()
+        assert ready_ids(raw, queue_name) == [task]
 
 
 def test_earlier_task_wakes_a_dispatcher_sleeping_for_an_hour(

@@ -508,6 +508,53 @@ def test_a_task_promoted_ahead_waits_for_its_run_at_on_the_worker(
     assert started == [t0 + 501]
 
 
+def test_a_task_handed_back_before_its_run_at_still_waits_for_it(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """The first claim takes the early note. A worker that stops while it holds the task
+    hands it back, and a claim whose reply was lost is made again: either way the next
+    claim finds no note, and the task must still wait for its run-at (the envelope's)."""
+    t0 = 1_800_000_000_000
+    clock = ManualClock(t0)
+    keys = QueueKeys(queue_name)
+    started: list[int | None] = []
+
+    async def handler(data: object) -> None:
+        started.append(clock.now_ms())
+
+    settings = FAST.replace(promote_ahead=1.0, shutdown_grace=0.2)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        task_id = queue.schedule_task((t0 + 500.5) / 1000, {"a": 1})
+
+        def workers() -> Worker:
+            return Worker(App(default=handler), queue_name, redis_url, settings=settings,
+                          clock=clock)  # fmt: skip
+
+        async def leased_by(worker: Worker) -> None:
+            lease = f"{worker.worker_id}|{task_id}"
+            await wait_until(lambda: bool(started) or raw.zscore(keys.leases, lease) is not None,
+                             what="the claim")  # fmt: skip
+
+        async def scenario() -> None:
+            dispatcher = Dispatcher([queue_name], redis_url, settings=settings, clock=clock)
+            async with running(dispatcher):
+                first = workers()
+                async with running(first):
+                    await leased_by(first)
+                assert raw.hlen(keys.early) == 0  # the first claim took the note
+                assert started == []
+                second = workers()
+                async with running(second):
+                    await leased_by(second)  # (or, were it not held, already run)
+                    await asyncio.sleep(0.3)  # real time passes; the driven clock does not
+                    assert started == []
+                    clock.set(t0 + 501)
+                    await wait_until(lambda: started != [], what="the start")
+
+        run(scenario())
+    assert started == [t0 + 501]
+
+
 def test_cancelling_a_task_promoted_ahead_leaves_no_note_behind(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:

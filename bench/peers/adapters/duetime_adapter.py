@@ -68,9 +68,10 @@ class DuetimeAdapter:
             "processes": "1 `duetime dispatcher` + N `duetime worker` (N = worker processes)",
             "concurrency": str(profile.concurrency or "25 (default)") + " async tasks per worker",
             "handler": "async def",
-            "scheduling": f"dispatcher sleeps until {s.promote_ahead * 1000:g} ms before the next "
-            "run-at (promote_ahead, default) and promotes; the worker waits for the run-at on "
-            "a precise timer; no polling interval",
+            "scheduling": f"dispatcher stages delayed tasks {s.stage_ahead:g} s ahead "
+            f"(stage_ahead), sleeps until {s.promote_ahead * 1000:g} ms before the next run-at "
+            "(promote_ahead, default) and promotes; the worker waits for the run-at on a "
+            "precise timer; no polling interval",
             "recovery settings": f"lease {s.lease_duration:g} s, worker_ttl {s.worker_ttl:g} s, "
             f"heartbeat {s.heartbeat_interval:g} s (defaults)",
             "log level": "warning",
