@@ -1,16 +1,16 @@
 """The invariant checker: reads one consistent snapshot of a queue and reports every
 place where the data model is broken.
 
-Checked: a live task id is in exactly one place (scheduled: a staged, retried or re-entered task,
-or a delayed bucket; ready, one processing list, dead) and every id in a place has its
-envelope (invariant 1); each delayed bucket is where lookups and dispatchers find it
-(its tasks' ids hash to it, the index holds its earliest run-at, the layout counts its
-tasks and covers its generation); nothing is left
-behind that would grow without bound: per-task hashes of tasks that are gone,
-leases without their task, processing lists of unregistered workers, results
-without a TTL, unknown keys (invariant 7). Also reported: garbage where duetime keeps
-numbers (attempt counters, early run-at notes, counters, held cron ticks) and cron
-definitions this host cannot use (poison records the dispatcher pauses).
+Checked: a live task id is in exactly one place (scheduled: a staged, retried or
+re-entered task, or a delayed bucket; ready, one processing list, dead) and every id in
+a place has its envelope (invariant 1); each delayed bucket is where lookups and
+dispatchers find it (its tasks' ids hash to it, the index holds its earliest run-at, the
+layout counts its tasks and covers its generation); nothing is left behind that would
+grow without bound: per-task hashes of tasks that are gone, leases without their task,
+processing lists of unregistered workers, results without a TTL, unknown keys
+(invariant 7). Also reported: garbage where duetime keeps numbers (attempt counters,
+early run-at notes, counters, held cron ticks) and cron definitions this host cannot use
+(poison records the dispatcher pauses).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 -- promote_due: move due task ids from scheduled and the delayed buckets to ready, and stage
 -- delayed tasks due soon (by ARGV[4]) from their buckets into scheduled, at most ARGV[3]
 -- tasks in all per call.
--- KEYS[1] scheduled       ZSET  task id -> run-at (ms): retries and re-entered tasks
+-- KEYS[1] scheduled       ZSET  task id -> run-at (ms): staged, retried and re-entered tasks
 -- KEYS[2] ready           LIST
 -- KEYS[3] leases          ZSET  "<worker>|<task id>" -> lease deadline (ms)
 -- KEYS[4] stats           HASH
