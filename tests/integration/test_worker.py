@@ -470,12 +470,15 @@ def test_a_handlers_own_timeout_error_is_an_ordinary_failure(
         assert worker.counters.timed_out == 0
 
 
-def test_a_task_promoted_ahead_waits_for_its_run_at_on_the_worker(
+def test_a_task_promoted_ahead_waits_for_its_run_at_even_when_handed_back(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
     """promote_ahead moves a task to ready before it is due; the claiming worker holds it
     until its clock reads the run-at. Driven clock: the task must not start until the
-    test moves the clock, however long the test waits in real time."""
+    test moves the clock, however long the test waits in real time. The claim takes the
+    early note, so when that worker stops and hands the task back (as when a claim whose
+    reply was lost is made again), the next claim finds none: the task must still wait,
+    for its envelope's run-at."""
     t0 = 1_800_000_000_000
     clock = ManualClock(t0)
     keys = QueueKeys(queue_name)
@@ -484,70 +487,34 @@ def test_a_task_promoted_ahead_waits_for_its_run_at_on_the_worker(
     async def handler(data: object) -> None:
         started.append(clock.now_ms())
 
-    settings = FAST.replace(promote_ahead=1.0)  # ahead by up to a second
+    settings = FAST.replace(promote_ahead=1.0, shutdown_grace=0.2)  # ahead by up to 1 s
     with Queue(queue_name, redis_url, clock=clock) as queue:
         task_id = queue.schedule_task((t0 + 500.5) / 1000, {"a": 1})
 
-        async def scenario() -> None:
-            worker = Worker(App(default=handler), queue_name, redis_url, settings=settings,
-                            clock=clock)  # fmt: skip
-            dispatcher = Dispatcher([queue_name], redis_url, settings=settings, clock=clock)
-            async with running(dispatcher, worker):
-                await wait_until(lambda: raw.zscore(keys.leases, f"{worker.worker_id}|{task_id}")
-                                 is not None, what="the claim")  # fmt: skip
-                assert raw.hlen(keys.early) == 0  # the worker took the noted run-at
-                await asyncio.sleep(0.3)  # real time passes; the driven clock does not
-                assert started == []
-                clock.set(t0 + 500)
-                await asyncio.sleep(0.15)
-                assert started == []  # still half a millisecond early
-                clock.set(t0 + 501)
-                await wait_until(lambda: started != [], what="the start")
-
-        run(scenario())
-    assert started == [t0 + 501]
-
-
-def test_a_task_handed_back_before_its_run_at_still_waits_for_it(
-    redis_url: str, raw: redis.Redis, queue_name: str
-) -> None:
-    """The first claim takes the early note. A worker that stops while it holds the task
-    hands it back, and a claim whose reply was lost is made again: either way the next
-    claim finds no note, and the task must still wait for its run-at (the envelope's)."""
-    t0 = 1_800_000_000_000
-    clock = ManualClock(t0)
-    keys = QueueKeys(queue_name)
-    started: list[int | None] = []
-
-    async def handler(data: object) -> None:
-        started.append(clock.now_ms())
-
-    settings = FAST.replace(promote_ahead=1.0, shutdown_grace=0.2)
-    with Queue(queue_name, redis_url, clock=clock) as queue:
-        task_id = queue.schedule_task((t0 + 500.5) / 1000, {"a": 1})
-
-        def workers() -> Worker:
+        def new_worker() -> Worker:
             return Worker(App(default=handler), queue_name, redis_url, settings=settings,
                           clock=clock)  # fmt: skip
 
-        async def leased_by(worker: Worker) -> None:
+        async def held_by(worker: Worker) -> None:
             lease = f"{worker.worker_id}|{task_id}"
             await wait_until(lambda: bool(started) or raw.zscore(keys.leases, lease) is not None,
                              what="the claim")  # fmt: skip
+            await asyncio.sleep(0.3)  # real time passes; the driven clock does not
+            assert started == []
 
         async def scenario() -> None:
             dispatcher = Dispatcher([queue_name], redis_url, settings=settings, clock=clock)
             async with running(dispatcher):
-                first = workers()
+                first = new_worker()
                 async with running(first):
-                    await leased_by(first)
-                assert raw.hlen(keys.early) == 0  # the first claim took the note
-                assert started == []
-                second = workers()
+                    await held_by(first)
+                    assert raw.hlen(keys.early) == 0  # the worker took the noted run-at
+                second = new_worker()  # the first stopped and handed the task back
                 async with running(second):
-                    await leased_by(second)  # (or, were it not held, already run)
-                    await asyncio.sleep(0.3)  # real time passes; the driven clock does not
-                    assert started == []
+                    await held_by(second)
+                    clock.set(t0 + 500)
+                    await asyncio.sleep(0.15)
+                    assert started == []  # still half a millisecond early
                     clock.set(t0 + 501)
                     await wait_until(lambda: started != [], what="the start")
 
