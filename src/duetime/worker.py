@@ -104,6 +104,8 @@ MAX_TRACEBACK_CHARS = 16_000
 #: Seconds by which an early run-at note may exceed the furthest promote_ahead (the
 #: dispatcher's and this worker's clock estimates may differ by a few milliseconds).
 EARLY_NOTE_SLACK = 1.0
+#: How far ahead of a worker's clock (ms) a run-at can be when duetime hands it a task.
+FURTHEST_NOTE_MS = (MOST_PROMOTE_AHEAD + EARLY_NOTE_SLACK) * 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -950,7 +952,7 @@ class Worker:
         now = clock.now_ms()
         if now is None or envelope.run_at_ms <= now:
             return None
-        if envelope.run_at_ms - now > (MOST_PROMOTE_AHEAD + EARLY_NOTE_SLACK) * 1000:
+        if envelope.run_at_ms - now > FURTHEST_NOTE_MS:
             return None  # not written by this task's scheduling: do not hold a slot for it
         return envelope.run_at_ms
 
@@ -961,7 +963,7 @@ class Worker:
         now = shard.operations.clock.now_ms()
         if item.early_run_at_ms is None or now is None:
             return None
-        if item.early_run_at_ms - now > (MOST_PROMOTE_AHEAD + EARLY_NOTE_SLACK) * 1000:
+        if item.early_run_at_ms - now > FURTHEST_NOTE_MS:
             return f"its early run-at note is {item.early_run_at_ms:.0f}, far past now ({now})"
         return None
 

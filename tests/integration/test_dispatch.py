@@ -133,8 +133,10 @@ def test_racing_dispatchers_never_promote_a_task_twice(
         operations = QueueOperations(keys, clock)
         moved = staged = 0
         try:
-            while (promotion := await runner.run(operations.promote_due(37, 0, stage_ms))).moved \
-                    or promotion.staged:  # fmt: skip
+            while True:
+                promotion = await runner.run(operations.promote_due(37, 0, stage_ms))
+                if not promotion.moved + promotion.staged:
+                    break
                 moved += promotion.moved
                 staged += promotion.staged
         finally:
