@@ -93,16 +93,20 @@ class ThreadCoalescer(Generic[Item, Result]):
         self._waiting: list[_Call[Item, Result]] = []
 
     def submit(self, item: Item) -> Result:
-        call: _Call[Item, Result] = _Call(item)
         with self._lock:
-            if self._in_flight:
-                call.woken = threading.Event()
-                self._waiting.append(call)
-            else:
+            alone = not self._in_flight
+            if alone:
                 self._in_flight = True
-                call.batch = [call]
-        if call.woken is not None:
-            call.woken.wait()  # until its outcome is in, or it is handed a batch to lead
+            else:
+                call: _Call[Item, Result] = _Call(item)
+                call.woken = woken = threading.Event()
+                self._waiting.append(call)
+        if alone:  # the usual case, kept to a plain call: its errors are its own
+            try:
+                return self._send_one(item)
+            finally:
+                self._hand_over()
+        woken.wait()  # until its outcome is in, or it is handed a batch to lead
         if call.batch is not None:
             try:
                 self._send(call.batch)

@@ -169,6 +169,28 @@ def test_a_forked_child_uses_its_own_connection(
         assert scheduled_count(raw, QueueKeys(queue_name)) == 2
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_child_forked_mid_call_has_the_kept_connection_to_itself(redis_url: str) -> None:
+    """A parent thread's call in flight at the fork does not exist in the child: the
+    child neither waits for it nor reads that call's socket."""
+    client = redis.Redis.from_url(redis_url)
+    kept = KeptConnection(client)
+    assert kept.call(("PING",)) == b"PONG"
+    with kept._lock:  # another thread's call in flight
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through its exit status
+            code = 1
+            try:
+                code = 0 if kept.call(("ECHO", "child")) == b"child" else 2
+            finally:
+                os._exit(code)
+        _, wait_status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(wait_status) == 0
+    assert kept.call(("ECHO", "parent")) == b"parent"  # its socket was not the child's
+    kept.close()
+    client.close()
+
+
 def test_an_async_call_cancelled_midway_leaves_no_reply_for_the_next(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:

@@ -31,11 +31,18 @@ import asyncio
 import contextlib
 import os
 import threading
-from collections.abc import Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import redis
 import redis.asyncio
+
+_pack_in_c: Callable[[tuple[Any, ...]], bytes] | None
+try:
+    from hiredis import pack_command as _pack_in_c
+except ImportError:  # an optional extra: redis-py's own packer then
+    _pack_in_c = None
 
 #: What a kept connection answers when it could not send the call: send it otherwise.
 NOT_SENT: Any = object()
@@ -55,6 +62,17 @@ def _left_behind(pool: Any, connection: Any) -> bool:
         and getattr(pool, "is_master", False)
         and (connection.host, connection.port) != master
     )
+
+
+def _packed(connection: Any, arguments: Sequence[Any]) -> Any:
+    """A command in the protocol. With hiredis, packed by it directly: redis-py would
+    pack it with hiredis too, but first looks over every argument in Python, which costs
+    a single call more than the packing (its asyncio client packs in Python alone; the
+    bytes are the same, checked for text, bytes, integers and floats)."""
+    if _pack_in_c is not None:
+        with contextlib.suppress(TypeError):  # a type hiredis does not take: redis-py's way
+            return (_pack_in_c(tuple(arguments)),)
+    return connection.pack_command(*arguments)
 
 
 def _reply_or_refusal(read: Any) -> Any:
@@ -85,33 +103,52 @@ class KeptConnection:
 
     def __init__(self, client: redis.Redis) -> None:
         self._pool = client.connection_pool
+        self._forget_the_connection()
+        _kept_in_this_process.add(self)
+
+    def _forget_the_connection(self) -> None:
+        """No connection and no caller: at the start, and in a forked child, where the
+        parent's socket is not ours and a thread holding the lock does not exist."""
         self._lock = threading.Lock()
         self._connection: Any = None
-        self._pid = os.getpid()
 
     def call(self, arguments: Sequence[Any]) -> Any:
-        """The reply to one command, or NOT_SENT when the connection is busy or failed."""
-        replies = self.call_many((arguments,), raise_on_error=True)
-        return replies if replies is NOT_SENT else replies[0]
-
-    def call_many(self, commands: Iterable[Sequence[Any]], raise_on_error: bool = False) -> Any:
-        """The replies to commands sent as ``commands`` makes them (a refusal as its
-        exception, or raised with ``raise_on_error``), or NOT_SENT when the connection is
-        busy or failed: then send them otherwise (some may have run)."""
+        """The reply to one command (a refusal raised), or NOT_SENT when the connection is
+        busy or failed. One command alone is the hot path of single schedule calls, so it
+        is not put through ``call_many``'s lists."""
         if not self._lock.acquire(blocking=False):
             return NOT_SENT
         try:
-            if self._pid != os.getpid():  # a forked child: the parent's socket is not ours
-                self._connection, self._pid = None, os.getpid()
-            if self._connection is not None and _left_behind(self._pool, self._connection):
+            connection = self._ready()
+            try:
+                connection.send_packed_command(_packed(connection, arguments))
+                return connection.read_response()
+            except redis.exceptions.NoScriptError:
                 self._let_go()
-            if self._connection is None:
-                self._connection = self._pool.get_connection()
-            connection = self._connection
+                raise
+            except _RESEND:
+                self._let_go()
+                return NOT_SENT
+            except redis.ResponseError:
+                raise  # read whole: the connection is fine
+            except BaseException:
+                self._let_go()  # a reply may be left unread
+                raise
+        finally:
+            self._lock.release()
+
+    def call_many(self, commands: Iterable[Sequence[Any]]) -> Any:
+        """The replies to commands sent as ``commands`` makes them (a refusal as its
+        exception), or NOT_SENT when the connection is busy or failed: then send them
+        otherwise (some may have run)."""
+        if not self._lock.acquire(blocking=False):
+            return NOT_SENT
+        try:
+            connection = self._ready()
             try:
                 sent = 0
                 for arguments in commands:
-                    connection.send_packed_command(connection.pack_command(*arguments))
+                    connection.send_packed_command(_packed(connection, arguments))
                     sent += 1
                 replies = [_reply_or_refusal(connection.read_response) for _ in range(sent)]
             except _RESEND:
@@ -122,9 +159,18 @@ class KeptConnection:
                 raise
             if _refused_script(replies):
                 self._let_go()
-            return _checked(replies, raise_on_error)
+            return replies
         finally:
             self._lock.release()
+
+    def _ready(self) -> Any:
+        """The kept connection; taken from the pool when there is none, or when the one
+        kept was left behind by a failover."""
+        if self._connection is not None and _left_behind(self._pool, self._connection):
+            self._let_go()
+        if self._connection is None:
+            self._connection = self._pool.get_connection()
+        return self._connection
 
     def _let_go(self) -> None:
         connection, self._connection = self._connection, None
@@ -133,9 +179,21 @@ class KeptConnection:
 
     def close(self) -> None:
         with self._lock:
-            if self._connection is not None and self._pid == os.getpid():
+            if self._connection is not None:
                 self._let_go()
-            self._connection = None
+
+
+_kept_in_this_process: weakref.WeakSet[KeptConnection] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # A hook, not a pid check per call: os.getpid() is a system call, and costs a
+    # single schedule call about as much as the rest of this module does.
+    for kept in list(_kept_in_this_process):
+        kept._forget_the_connection()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class AsyncKeptConnection:
@@ -173,7 +231,7 @@ class AsyncKeptConnection:
             try:
                 sent = 0
                 for arguments in commands:
-                    await connection.send_packed_command(connection.pack_command(*arguments))
+                    await connection.send_packed_command(_packed(connection, arguments))
                     sent += 1
                 replies = []
                 for _ in range(sent):
