@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import redis
@@ -124,7 +125,7 @@ def single_calls(server: Server, sizes: Sizes) -> list[Figure]:
     keys = QueueKeys("bare")
     bare.script_load(scripts.SCHEDULE_TASKS.source)
     # The cheapest redis-py has: one connection of its own, the command packed ahead.
-    connection = bare.connection_pool.get_connection()
+    connection: Any = bare.connection_pool.get_connection()  # untyped in redis-py
     ours_cpu, bare_cpu, ratios, ours_wall, bare_wall = [], [], [], [], []
     push_wall = []  # one LPUSH a call: all a Huey producer sends for a task
     connection_wall = []
