@@ -187,8 +187,7 @@ _kept_in_this_process: weakref.WeakSet[KeptConnection] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    # A hook, not a pid check per call: os.getpid() is a system call, and costs a
-    # single schedule call about as much as the rest of this module does.
+    # A hook, not a pid check per call: os.getpid() is a system call on every call.
     for kept in list(_kept_in_this_process):
         kept._forget_the_connection()
 
