@@ -70,8 +70,10 @@ def _packed(connection: Any, arguments: Sequence[Any]) -> Any:
     a single call more than the packing (its asyncio client packs in Python alone; the
     bytes are the same, checked for text, bytes, integers and floats)."""
     if _pack_in_c is not None:
-        with contextlib.suppress(TypeError):  # a type hiredis does not take: redis-py's way
+        try:
             return (_pack_in_c(tuple(arguments)),)
+        except TypeError:  # a type hiredis does not take: redis-py's way
+            pass
     return connection.pack_command(*arguments)
 
 
@@ -87,15 +89,6 @@ def _refused_script(replies: list[Any]) -> bool:
     """A NOSCRIPT refusal among the replies: the connection is let go, as it may be on a
     master Sentinel no longer names (see above)."""
     return any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies)
-
-
-def _checked(replies: list[Any], raise_on_error: bool) -> list[Any]:
-    """``replies``, or the first refusal among them raised with ``raise_on_error``."""
-    if raise_on_error:
-        for reply in replies:
-            if isinstance(reply, redis.ResponseError):
-                raise reply
-    return replies
 
 
 class KeptConnection:
@@ -206,12 +199,14 @@ class AsyncKeptConnection:
 
     async def call(self, arguments: Sequence[Any]) -> Any:
         """The reply to one command, or NOT_SENT when the connection is busy or failed."""
-        replies = await self.call_many((arguments,), raise_on_error=True)
-        return replies if replies is NOT_SENT else replies[0]
+        replies = await self.call_many((arguments,))
+        if replies is NOT_SENT:
+            return NOT_SENT
+        if isinstance(reply := replies[0], redis.ResponseError):
+            raise reply
+        return reply
 
-    async def call_many(
-        self, commands: Iterable[Sequence[Any]], raise_on_error: bool = False
-    ) -> Any:
+    async def call_many(self, commands: Iterable[Sequence[Any]]) -> Any:
         """As ``KeptConnection.call_many``."""
         if self._busy:
             return NOT_SENT
@@ -246,7 +241,7 @@ class AsyncKeptConnection:
                 raise
             if _refused_script(replies):
                 await self._let_go()
-            return _checked(replies, raise_on_error)
+            return replies
         finally:
             self._busy = False
 
