@@ -16,7 +16,7 @@ import redis.sentinel
 
 from duetime import AsyncQueue, Queue
 from duetime.store import QueueKeys
-from duetime.store.kept import NOT_SENT, KeptConnection
+from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from tests.helpers import scheduled_count
 from tests.servers import Server, command
 
@@ -209,6 +209,37 @@ def test_an_async_call_cancelled_midway_leaves_no_reply_for_the_next(
 
     asyncio.run(scenario())
     assert scheduled_count(raw, QueueKeys(queue_name)) == 1
+
+
+def test_an_async_kept_connection_holds_the_socket_timeout_and_hands_it_back(
+    redis_url: str, raw: redis.Redis
+) -> None:
+    """The kept asyncio connection puts the client's socket_timeout on each send and read
+    itself (it sets the connection's own aside, see kept.py): a server that stops
+    answering fails the call over to the client, and the connection goes back to the
+    pool with its timeout, so calls through the client time out too."""
+
+    async def scenario() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=0.2)
+        kept = AsyncKeptConnection(client)
+        try:
+            assert await kept.call(("SET", "k", "1")) == b"OK"
+            raw.client_pause(10_000, all=False)  # writes wait; CLIENT UNPAUSE still runs
+            try:
+                assert await kept.call(("SET", "k", "2")) is NOT_SENT
+                # The pool's one connection is the one the kept call gave back: without
+                # its timeout this would wait for the pause to end.
+                with pytest.raises(redis.TimeoutError):
+                    await client.set("k", "3")
+            finally:
+                raw.client_unpause()
+            assert await kept.call(("SET", "k", "4")) == b"OK"
+            assert raw.get("k") == b"4"
+        finally:
+            await kept.close()
+            await client.aclose()
+
+    asyncio.run(scenario())
 
 
 class NamedMaster:

@@ -189,11 +189,18 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class AsyncKeptConnection:
-    """One connection of an asyncio client's pool, for one coroutine at a time."""
+    """One connection of an asyncio client's pool, for one coroutine at a time.
+
+    While kept, the connection's own ``socket_timeout`` is set aside and the same limit
+    is put on each send and each read here, with one ``asyncio.timeout`` per call: with
+    a timeout set, redis-py's asyncio connection puts every send through
+    ``asyncio.wait_for``, which on Python 3.11 makes a task and costs event-loop turns
+    on every call. The limit is the pool's, restored when the connection goes back."""
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self._pool = client.connection_pool
         self._connection: Any = None
+        self._timeout: float | None = None  # the connection's socket_timeout, set aside
         self._loop: asyncio.AbstractEventLoop | None = None
         self._busy = False
 
@@ -220,20 +227,27 @@ class AsyncKeptConnection:
             if self._connection is not None and _left_behind(self._pool, self._connection):
                 await self._let_go()
             if self._connection is None:
-                self._connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-            connection = self._connection
+                connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
+                self._timeout, connection.socket_timeout = connection.socket_timeout, None
+                self._connection = connection
+            connection, limit = self._connection, self._timeout
             try:
-                sent = 0
-                for arguments in commands:
-                    await connection.send_packed_command(_packed(connection, arguments))
-                    sent += 1
-                replies = []
-                for _ in range(sent):
-                    try:
-                        replies.append(await connection.read_response())
-                    except redis.ResponseError as refusal:
-                        replies.append(refusal)
-            except _RESEND:
+                async with asyncio.timeout(None) as deadline:
+                    sent = 0
+                    for arguments in commands:
+                        if limit:  # each send and each read within the limit, as before
+                            deadline.reschedule(loop.time() + limit)
+                        await connection.send_packed_command(_packed(connection, arguments))
+                        sent += 1
+                    replies = []
+                    for _ in range(sent):
+                        if limit:
+                            deadline.reschedule(loop.time() + limit)
+                        try:
+                            replies.append(await connection.read_response())
+                        except redis.ResponseError as refusal:
+                            replies.append(refusal)
+            except (*_RESEND, TimeoutError):
                 await self._let_go()
                 return NOT_SENT
             except BaseException:
@@ -247,6 +261,7 @@ class AsyncKeptConnection:
 
     async def _let_go(self) -> None:
         connection, self._connection = self._connection, None
+        connection.socket_timeout = self._timeout  # the pool's connection again
         with contextlib.suppress(Exception):  # shielded: a cancellation lets go too
             await asyncio.shield(self._give_back(connection))
 
