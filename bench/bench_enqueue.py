@@ -110,7 +110,7 @@ def bare_schedule_arguments(keys: QueueKeys, generation: int, count: int) -> lis
         operations.schedule_call(now, task_id, run_at, envelope_of(run_at), run_at * 1000)
         for task_id in new_task_ids(count)
     ]
-    return [[scripts.SCHEDULE_TASKS.sha, len(c.keys), *c.keys, *c.args] for c in calls]
+    return [[c.script.sha, len(c.keys), *c.keys, *c.args] for c in calls]
 
 
 def generation_of(queue: duetime.Queue) -> int:
@@ -123,7 +123,7 @@ def single_calls(server: Server, sizes: Sizes) -> list[Figure]:
     queue.schedule_in(3600, PAYLOAD)  # connects, loads the script, samples the clock
     bare = redis.Redis.from_url(server.url)
     keys = QueueKeys("bare")
-    bare.script_load(scripts.SCHEDULE_TASKS.source)
+    bare.script_load(scripts.SCHEDULE_TASK.source)
     # The cheapest redis-py has: one connection of its own, the command packed ahead.
     connection: Any = bare.connection_pool.get_connection()  # untyped in redis-py
     ours_cpu, bare_cpu, ratios, ours_wall, bare_wall = [], [], [], [], []
@@ -209,7 +209,7 @@ def coroutine_calls(server: Server, sizes: Sizes) -> list[Figure]:
             rates[coalesce] = (rate, latencies)
         bare = redis.asyncio.Redis.from_url(server.url, max_connections=100)
         arguments = bare_schedule_arguments(QueueKeys("bare-async"), 0, sizes.coroutine_calls)
-        await bare.script_load(scripts.SCHEDULE_TASKS.source)
+        await bare.script_load(scripts.SCHEDULE_TASK.source)
 
         async def bare_schedule(n: int) -> object:
             return await bare.evalsha(*arguments[n])  # type: ignore[arg-type]

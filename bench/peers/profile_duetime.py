@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 import redis
+from bench_enqueue import bare_schedule_arguments
 from benchlib import Server, percentile
 
 import duetime
@@ -65,9 +66,9 @@ def profile_enqueue(server: Server, calls: int) -> None:
     at = time.time() + 3600
     queue.schedule_task(at, payload(0))  # warm: connection, script load, clock sample
     core, raw = queue.core, redis.Redis(host="127.0.0.1", port=server.port, protocol=2)
-    k = QueueKeys(QUEUE)
-    keys = (k.tasks, k.scheduled, k.ready, k.wake, k.stats)
-    envelope = b"\x97\x01\xa0" + b"x" * 44  # the size of a real one (47 B)
+    # The script calls duetime would make, made ahead by its own code.
+    made = iter(bare_schedule_arguments(QueueKeys("probe"), 0, 7 * 1000 + calls))
+    raw.script_load(scripts.SCHEDULE_TASK.source)
 
     def client_only(i: int) -> object:
         plan = core.schedule_plan([core.prepare(duetime.Job(payload(i), at=at))])
@@ -79,15 +80,14 @@ def profile_enqueue(server: Server, calls: int) -> None:
             lambda i: queue.schedule_task(at + i / 1e6, payload(i)),
         "  of which client-side Python: validate, encode, plan":
             client_only,
-        "raw redis-py EVALSHA schedule_tasks, same arguments":
-            lambda i: raw.evalsha(scripts.SCHEDULE_TASKS.sha, 5, *keys, 0, f"r{i:015d}",
-                                  int(at * 1000) + i, envelope),
+        "raw redis-py EVALSHA schedule_task, arguments made ahead":
+            lambda i: raw.evalsha(*next(made)),  # type: ignore[arg-type]
         "raw redis-py RPUSH of a 200 B message (a list-based queue)":
             lambda i: raw.rpush("probe:list", b"m" * 200),
     })  # fmt: skip
     server.redis.config_resetstat()
-    for i in range(calls):
-        raw.evalsha(scripts.SCHEDULE_TASKS.sha, 5, *keys, 0, f"s{i:015d}", int(at * 1000), envelope)
+    for _ in range(calls):
+        raw.evalsha(*next(made))  # type: ignore[arg-type]
         raw.rpush("probe:list2", b"m" * 200)
     print("server time per command (INFO commandstats; a script's inner commands also "
           "appear on their own):")  # fmt: skip

@@ -560,15 +560,14 @@ class QueueOperations:
     def schedule_call(
         self, now: int, task_id: str, run_at_ms: float, envelope: bytes, run_at_us: int
     ) -> Eval:
-        """The schedule_tasks call storing one task, in the generation known (see
+        """The schedule_task call storing one task, in the generation known (see
         ``created`` for its reply, ``store_tasks`` for many, durable or in several
         shards)."""
         assert self.generation is not None
         name = bucket_name(task_id, self.generation)
         keys = (*self._schedule_keys, self.keys.delayed_bucket(name))
-        task = [_wire_id(task_id), run_at_ms, envelope, 8, str(run_at_us)]
-        arguments = (now, _packed(task), self.generation)
-        return Eval(scripts.SCHEDULE_TASKS, keys, arguments)
+        arguments = (now, task_id, run_at_ms, envelope, str(run_at_us), self.generation)
+        return Eval(scripts.SCHEDULE_TASK, keys, arguments)
 
     def created(self, reply: list[Any]) -> list[bool]:
         """A schedule_tasks reply: one flag per task, True where created; notes the

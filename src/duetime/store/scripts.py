@@ -36,6 +36,7 @@ def _load(name: str) -> Script:
 
 
 SCHEDULE_TASKS = _load("schedule_tasks")
+SCHEDULE_TASK = _load("schedule_task")
 PROMOTE_DUE = _load("promote_due")
 CLAIM_TASKS = _load("claim_tasks")
 HEARTBEAT = _load("heartbeat")

@@ -22,25 +22,17 @@
 -- reply of 1,000 integers cost the server a quarter of a µs a task.)
 -- A task due later goes into a small bucket (compact on the server) picked by a hash of
 -- its id; a bucket's earliest run-at is its score in `delayed`, which dispatchers follow.
--- Once the buckets in use hold more than GROW_AT tasks each on average, the next
--- generation (twice as many buckets) opens; older buckets drain as tasks come due.
--- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
--- hand) is left alone and never fails the step.
+-- How the buckets grow, and when a dispatcher is woken: scheduling.lua.
+-- schedule_task.lua stores the one task of a single call in fewer steps.
 -- One HMGET finds the live ids, then one HSET, one ZADD per bucket and one RPUSH write
 -- the rest. Clients send at most 1,000 tasks per call, so the unpack()ed lists stay
 -- within Lua's stack.
 -- @include generation
 -- @include microseconds
-local GROW_AT = 16
+-- @include scheduling
 local now = tonumber(ARGV[1])
 local tasks = cmsgpack.unpack(ARGV[2])
 local asked = tonumber(ARGV[3])
-local layout = redis.call('HMGET', KEYS[7], 'generation', 'tasks')
-local generation = generation_of(layout[1])
-local opened = asked > generation
-if opened then
-  generation = asked
-end
 local ids = {}
 for i = 1, #tasks, 5 do
   ids[#ids + 1] = tasks[i]
@@ -92,16 +84,7 @@ for n = 1, #ids do
     end
   end
 end
--- Only a new earliest task changes how long a dispatcher should sleep: wake one if this
--- batch brings one (the retries' head is read only when it could).
-local wake = false
-if soonest < math.huge then
-  local head = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
-  if not head[2] or soonest * 1000 < tonumber(head[2]) then
-    head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-    wake = not head[2] or soonest < tonumber(head[2])
-  end
-end
+local wake = soonest < math.huge and comes_first(soonest)
 if written > 0 then
   redis.call('HSET', KEYS[1], unpack(fields))
 end
@@ -122,30 +105,9 @@ end
 if #due > 0 then
   redis.call('RPUSH', KEYS[3], unpack(due))
 end
-if delayed > 0 then
-  -- A count that is not a number (edited by hand) starts again from this batch.
-  local held = (tonumber(layout[2]) or 0) + delayed
-  -- Growth follows how full the buckets in use are on average (looked at each time the
-  -- count passes a multiple of GROW_AT): a queue that keeps its size keeps its
-  -- generation however many tasks pass through it.
-  if asked == generation and generation < MOST_GENERATION
-      and math.floor(held / GROW_AT) > math.floor((held - delayed) / GROW_AT)
-      and held > GROW_AT * redis.call('ZCARD', KEYS[6]) then
-    generation = generation + 1
-    opened = true
-  end
-  if opened then
-    redis.call('HSET', KEYS[7], 'tasks', held, 'generation', generation)
-  else
-    redis.call('HSET', KEYS[7], 'tasks', held)
-  end
-elseif opened then
-  redis.call('HSET', KEYS[7], 'generation', generation)
+local generation = count_delayed(asked, delayed)
+if wake then
+  wake_dispatcher()
 end
-if wake and redis.call('LLEN', KEYS[4]) == 0 then
-  redis.call('RPUSH', KEYS[4], 1)
-end
-if written > 0 then
-  redis.pcall('HINCRBY', KEYS[5], 'scheduled', written)
-end
+count_scheduled(written)
 return {generation, #ids, refused}

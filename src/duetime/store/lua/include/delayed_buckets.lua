@@ -4,6 +4,12 @@
 -- positions of the index (ZSET bucket name -> earliest run-at) and the layout hash.
 -- Scores in buckets and in the index are whole µs (see microseconds.lua).
 
+-- The generation of delayed buckets, read from the layout hash at KEYS[layout] (needs
+-- generation.lua).
+local function current_generation(layout)
+  return generation_of(redis.call('HGET', KEYS[layout], 'generation'))
+end
+
 -- The score of ``id`` in its bucket, or false, and the KEYS index of that bucket.
 local function delayed_score(id, first)
   for key = first, #KEYS do

@@ -1,7 +1,7 @@
 -- generation_of(stored): the generation of delayed buckets as stored in the layout hash
 -- (its "generation" field, or false): 0 when none is stored; garbage written by hand
 -- reads as the last generation, so that lookups try every one and nothing becomes
--- unfindable. current_generation(layout): the same, read from the hash at KEYS[layout].
+-- unfindable.
 local MOST_GENERATION = 24
 local function generation_of(stored)
   local number = tonumber(stored)
@@ -12,7 +12,4 @@ local function generation_of(stored)
     return MOST_GENERATION
   end
   return number
-end
-local function current_generation(layout)
-  return generation_of(redis.call('HGET', KEYS[layout], 'generation'))
 end

@@ -1,0 +1,46 @@
+-- schedule_task: store one new task unless its id is already live: schedule_tasks for
+-- the one task of a single call, in fewer steps (the arguments as they are, no msgpack;
+-- one HSETNX both finds a live id and writes the envelope).
+-- KEYS[1] tasks           HASH  task id -> envelope
+-- KEYS[2] scheduled       ZSET  task id -> run-at (ms)
+-- KEYS[3] ready           LIST  task ids due now
+-- KEYS[4] wake            LIST  one-element signal a sleeping dispatcher blocks on
+-- KEYS[5] stats           HASH  counters
+-- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
+-- KEYS[7] delayed_layout  HASH  generation, tasks (how many the buckets hold)
+-- KEYS[8] the task's delayed bucket in generation ARGV[6] (ZSET task id -> run-at in
+--         µs), named KEYS[6] .. ':' .. "<generation>:<bucket>"
+-- ARGV[1] now (ms, server clock)
+-- ARGV[2] task id
+-- ARGV[3] run-at (ms)
+-- ARGV[4] envelope
+-- ARGV[5] run-at as the text of whole µs, as the buckets keep it
+-- ARGV[6] the generation the bucket was picked in
+-- Returns as schedule_tasks does for one task: {generation, 1, {1}} when the id was
+-- already live (nothing changed), else {generation, 1, {}}.
+-- @include generation
+-- @include microseconds
+-- @include scheduling
+local now, id, run_at, asked = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
+if redis.call('HSETNX', KEYS[1], id, ARGV[4]) == 0 then
+  return {count_delayed(asked, 0), 1, {1}}
+end
+count_scheduled(1)
+if run_at <= now then
+  redis.call('RPUSH', KEYS[3], id)
+  return {count_delayed(asked, 0), 1, {}}
+end
+local wake = comes_first(run_at)
+local delayed = 0
+if run_at * 1000 >= MOST_US then
+  redis.call('ZADD', KEYS[2], run_at, id)
+else
+  redis.call('ZADD', KEYS[8], ARGV[5], id)
+  -- LT: a bucket's score only ever moves earlier here (a new bucket is added).
+  redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[8], #KEYS[6] + 2))
+  delayed = 1
+end
+if wake then
+  wake_dispatcher()
+end
+return {count_delayed(asked, delayed), 1, {}}
