@@ -17,6 +17,7 @@ from duetime.store import QueueKeys
 from duetime.store.operations import QueueOperations
 from duetime.store.scripts import SCHEDULE_TASK, SCHEDULE_TASKS
 from duetime.validation import milliseconds_not_below
+from tests.helpers import as_bytes
 
 NOW_MS = 1_800_000_000_000
 TASK_ID = "the-task-id"
@@ -59,8 +60,8 @@ def state(raw: redis.Redis, keys: QueueKeys) -> dict[str, Any]:
     found: dict[str, Any] = {}
     prefix = keys.tasks.removesuffix("tasks")
     for key in raw.scan_iter(match=f"{prefix}*"):
-        name = key.decode().removeprefix(prefix)
-        kind = raw.type(key).decode()
+        name = as_bytes(key).decode().removeprefix(prefix)
+        kind = as_bytes(raw.type(key)).decode()
         if kind == "hash":
             found[name] = raw.hgetall(key)
         elif kind == "zset":
