@@ -182,7 +182,7 @@ def test_a_subprocess_worker_runs_only_registered_handlers(
 # --- least-privilege ACL users --------------------------------------------------------
 
 ROLE_SCRIPTS: dict[str, set[str]] = {
-    "producer": {"schedule_tasks", "cancel_task", "reschedule_task", "task_status",
+    "producer": {"schedule_task", "schedule_tasks", "cancel_task", "reschedule_task", "task_status",
                  "declare_cron", "set_cron_next", "remove_cron"},
     "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker",
                "give_back_task"},

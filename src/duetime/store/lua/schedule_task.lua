@@ -1,6 +1,7 @@
 -- schedule_task: store one new task unless its id is already live: schedule_tasks for
--- the one task of a single call, in fewer steps (the arguments as they are, no msgpack;
--- one HSETNX both finds a live id and writes the envelope).
+-- the one task of a single call, in fewer steps (the arguments as they are, no msgpack,
+-- no lists). HEXISTS then HSET rather than HSETNX: the documented ACL lines of
+-- producers made before this script do not grant HSETNX.
 -- KEYS[1] tasks           HASH  task id -> envelope
 -- KEYS[2] scheduled       ZSET  task id -> run-at (ms)
 -- KEYS[3] ready           LIST  task ids due now
@@ -22,9 +23,10 @@
 -- @include microseconds
 -- @include scheduling
 local now, id, run_at, asked = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
-if redis.call('HSETNX', KEYS[1], id, ARGV[4]) == 0 then
+if redis.call('HEXISTS', KEYS[1], id) == 1 then
   return {count_delayed(asked, 0), 1, {1}}
 end
+redis.call('HSET', KEYS[1], id, ARGV[4])
 count_scheduled(1)
 if run_at <= now then
   redis.call('RPUSH', KEYS[3], id)
