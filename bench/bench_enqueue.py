@@ -367,8 +367,12 @@ def show(figure: Figure) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--scenario", action="append", choices=[s.__name__ for s in SCENARIOS],
-                        help="run only this scenario (repeatable); all by default")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=[s.__name__ for s in SCENARIOS],
+        help="run only this scenario (repeatable); all by default",
+    )
     parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
