@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 import redis
 import redis.sentinel
 
-from duetime import AsyncQueue, Queue
+from duetime import AsyncQueue, Queue, Settings
 from duetime.store import QueueKeys
 from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from tests.helpers import scheduled_count
@@ -240,6 +241,38 @@ def test_an_async_kept_connection_holds_the_socket_timeout_and_hands_it_back(
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+def test_an_async_large_schedule_longer_than_the_socket_timeout_goes_out_whole(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """The limit is on each send and each read, as redis-py puts it, not on a whole
+    request: a schedule_many that takes longer than socket_timeout in all goes out on the
+    kept connection to the end (cut off, it would be sent again on a new connection).
+    And when the server does not have the batch script yet (only single calls ran), the
+    calls it refused are sent again the same way once it is loaded: a pipeline, written
+    whole, would outlast the limit and fail."""
+    tasks = 100_000
+    at = time.time() + 60
+
+    async def scenario() -> list[float]:
+        took = []
+        settings = Settings(socket_timeout=0.25)
+        async with AsyncQueue(queue_name, redis_url, settings=settings) as queue:
+            await queue.schedule_in(60, {"n": 0})  # loads the single-task script only
+            for first in (1, 1 + tasks):
+                before = client_ids(raw)
+                began = asyncio.get_running_loop().time()
+                await queue.schedule_many(
+                    (at + n / 1000, b"0123456789abcdef") for n in range(first, first + tasks)
+                )
+                took.append(asyncio.get_running_loop().time() - began)
+            assert client_ids(raw) == before  # no new connection: nothing was sent again
+        return took
+
+    took = asyncio.run(scenario())
+    assert min(took) > 0.25, "each request must outlast the socket timeout to mean anything"
+    assert scheduled_count(raw, QueueKeys(queue_name)) == 1 + 2 * tasks
 
 
 class NamedMaster:

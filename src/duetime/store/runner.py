@@ -168,6 +168,13 @@ def _evalsha_commands(request: EvalMany) -> Iterator[tuple[Any, ...]]:
         yield ("EVALSHA", *_eval_args(request.script, keys, args))
 
 
+def _only(request: EvalMany, positions: list[int]) -> EvalMany:
+    """The calls of ``request`` at ``positions``: those refused NOSCRIPT, sent again once
+    the script is loaded the way the first went (on the kept connection, sent as made: a
+    pipeline is written whole, which may take longer than the socket timeout)."""
+    return EvalMany(request.script, [request.calls[i] for i in positions])
+
+
 def _missing_script(replies: list[Any]) -> list[int]:
     """Positions of pipelined script calls the server answered with NOSCRIPT."""
     return [
@@ -302,7 +309,7 @@ class SyncRunner:
                 self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                again = self._pipelined(request, [request.calls[i] for i in missing])
+                again = self._script_calls(_only(request, missing))
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return _raise_first_error(replies)
@@ -411,7 +418,7 @@ class AsyncRunner:
                 await self.client.execute_command(
                     "SCRIPT LOAD", request.script.source, **_script_load(self)
                 )
-                again = await self._pipelined(request, [request.calls[i] for i in missing])
+                again = await self._script_calls(_only(request, missing))
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return _raise_first_error(replies)
