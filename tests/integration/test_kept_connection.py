@@ -77,20 +77,22 @@ def test_a_call_cut_off_midway_leaves_no_reply_for_the_next(
 def lose_the_connection_at_send(
     number: int, connection_type: Any
 ) -> tuple[dict[str, int], Callable[..., Any]]:
-    """A send_packed_command for ``connection_type`` whose send number ``number`` (from
-    1) finds the connection lost, and the dict it counts in: sends, and the most script
-    calls one send held up to the lost one."""
+    """A send_packed_command for ``connection_type`` whose send of script calls number
+    ``number`` (from 1; other sends, such as a SCRIPT LOAD, are not counted) finds the
+    connection lost, and the dict it counts in: such sends, and the most script calls
+    one of them held up to the lost one."""
     real_send = connection_type.send_packed_command
     sent = {"sends": 0, "most_calls": 0}
 
     def send(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
-        sent["sends"] += 1
         packed = command if isinstance(command, bytes) else b"".join(command)
-        if sent["sends"] <= number:
-            calls = packed.count(b"\r\nEVALSHA\r\n")
-            sent["most_calls"] = max(sent["most_calls"], calls)
-        if sent["sends"] == number:
-            raise redis.ConnectionError("lost (test)")
+        calls = packed.count(b"\r\nEVALSHA\r\n")
+        if calls:
+            sent["sends"] += 1
+            if sent["sends"] <= number:
+                sent["most_calls"] = max(sent["most_calls"], calls)
+            if sent["sends"] == number:
+                raise redis.ConnectionError("lost (test)")
         return real_send(self, command, *args, **kwargs)
 
     return sent, send

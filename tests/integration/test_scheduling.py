@@ -285,7 +285,24 @@ def test_scripts_reload_after_the_server_forgets_them(
         queue.schedule_now({"a": 2})
         raw.script_flush()
         queue.schedule_many([Job({"n": n}, delay=0) for n in range(2500)])  # pipelined calls
-        assert queue.stats().ready == 2502
+        raw.script_flush()  # after the first request of several calls: refused, sent again
+        queue.schedule_many([Job({"n": n}, delay=0) for n in range(2500)])
+        assert queue.stats().ready == 5002
+
+
+def test_a_first_large_request_loads_its_script_before_sending_its_calls(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """A server that has run only single calls lacks the batch script: the first
+    schedule_many loads it first, rather than have every call refused and sent again."""
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(60, {"a": 0})
+        raw.script_flush()
+        raw.config_resetstat()
+        queue.schedule_many([Job({"n": n}, delay=60) for n in range(5000)])
+        calls = raw.info("commandstats")["cmdstat_evalsha"]
+        assert (calls["calls"], calls.get("failed_calls", 0)) == (5, 0)
+        assert scheduled_count(raw, QueueKeys(queue_name)) == 5001
 
 
 def test_unreachable_server_error_masks_the_password(queue_name: str) -> None:

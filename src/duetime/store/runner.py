@@ -146,6 +146,17 @@ def _script_load(runner: SyncRunner | AsyncRunner) -> dict[str, Any]:
     return {"target_nodes": "primaries"} if runner.clustered else {}
 
 
+def _load_first(runner: SyncRunner | AsyncRunner, request: EvalMany) -> bool:
+    """Whether to load a script before a request of several calls of it: before the
+    first such request of each script in this runner. A server without the script would
+    refuse every call, each made and sent for nothing (a large schedule_many on a server
+    that has so far run only single calls); a later refusal is handled as it comes."""
+    if len(request.calls) < 2 or request.script.sha in runner.loaded_scripts:
+        return False
+    runner.loaded_scripts.add(request.script.sha)
+    return True
+
+
 def _wire(args: Sequence[Any]) -> list[Any]:
     """Arguments as sent: non-ASCII text is encoded here, with surrogateescape, because
     hiredis packs str strictly; an id read back from Redis that is not UTF-8 (written
@@ -269,6 +280,7 @@ class SyncRunner:
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
         self._kept = None if self.clustered else KeptConnection(self.client)
+        self.loaded_scripts: set[str] = set()  # see _load_first
 
     def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -304,6 +316,10 @@ class SyncRunner:
                 )
                 return self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
+            if _load_first(self, request):
+                self.client.execute_command(
+                    "SCRIPT LOAD", request.script.source, **_script_load(self)
+                )
             replies = self._script_calls(request)
             if missing := _missing_script(replies):
                 self.client.execute_command(
@@ -376,6 +392,7 @@ class AsyncRunner:
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
         self._kept = None if self.clustered else AsyncKeptConnection(self.client)
+        self.loaded_scripts: set[str] = set()  # see _load_first
 
     async def run(self, plan: Plan[T]) -> T:
         reply: Any = None
@@ -413,6 +430,10 @@ class AsyncRunner:
                 )
                 return await self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
+            if _load_first(self, request):
+                await self.client.execute_command(
+                    "SCRIPT LOAD", request.script.source, **_script_load(self)
+                )
             replies = await self._script_calls(request)
             if missing := _missing_script(replies):
                 await self.client.execute_command(
