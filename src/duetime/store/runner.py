@@ -311,20 +311,14 @@ class SyncRunner:
             try:
                 return self._script_call(arguments)
             except redis.exceptions.NoScriptError:
-                self.client.execute_command(
-                    "SCRIPT LOAD", request.script.source, **_script_load(self)
-                )
+                self._load(request.script)
                 return self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
             if _load_first(self, request):
-                self.client.execute_command(
-                    "SCRIPT LOAD", request.script.source, **_script_load(self)
-                )
+                self._load(request.script)
             replies = self._script_calls(request)
             if missing := _missing_script(replies):
-                self.client.execute_command(
-                    "SCRIPT LOAD", request.script.source, **_script_load(self)
-                )
+                self._load(request.script)
                 again = self._script_calls(_only(request, missing))
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
@@ -334,9 +328,7 @@ class SyncRunner:
             targets = _wait_targets(self, calls.calls)
             replies = self._pipelined(calls, calls.calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
-                self.client.execute_command(
-                    "SCRIPT LOAD", calls.script.source, **_script_load(self)
-                )
+                self._load(calls.script)
                 replies = self._pipelined(calls, calls.calls, request.durability, targets)
             return _with_confirmations(self, calls.calls, request.durability, targets, replies)
         try:
@@ -345,6 +337,9 @@ class SyncRunner:
             if not _read_only_transaction_refused(error, request):
                 raise
             return self._batch(request, transaction=False)
+
+    def _load(self, script: Script) -> None:
+        self.client.execute_command("SCRIPT LOAD", script.source, **_script_load(self))
 
     def _script_call(self, arguments: Sequence[Any]) -> Any:
         """On the kept connection when it is free (see ``kept``), else through the client."""
@@ -425,20 +420,14 @@ class AsyncRunner:
             try:
                 return await self._script_call(arguments)
             except redis.exceptions.NoScriptError:
-                await self.client.execute_command(
-                    "SCRIPT LOAD", request.script.source, **_script_load(self)
-                )
+                await self._load(request.script)
                 return await self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
             if _load_first(self, request):
-                await self.client.execute_command(
-                    "SCRIPT LOAD", request.script.source, **_script_load(self)
-                )
+                await self._load(request.script)
             replies = await self._script_calls(request)
             if missing := _missing_script(replies):
-                await self.client.execute_command(
-                    "SCRIPT LOAD", request.script.source, **_script_load(self)
-                )
+                await self._load(request.script)
                 again = await self._script_calls(_only(request, missing))
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
@@ -450,9 +439,7 @@ class AsyncRunner:
             targets = _wait_targets(self, calls.calls)
             replies = await self._pipelined(calls, calls.calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
-                await self.client.execute_command(
-                    "SCRIPT LOAD", calls.script.source, **_script_load(self)
-                )
+                await self._load(calls.script)
                 replies = await self._pipelined(calls, calls.calls, request.durability, targets)
             return _with_confirmations(self, calls.calls, request.durability, targets, replies)
         try:
@@ -461,6 +448,9 @@ class AsyncRunner:
             if not _read_only_transaction_refused(error, request):
                 raise
             return await self._batch(request, transaction=False)
+
+    async def _load(self, script: Script) -> None:
+        await self.client.execute_command("SCRIPT LOAD", script.source, **_script_load(self))
 
     async def _script_call(self, arguments: Sequence[Any]) -> Any:
         """On the kept connection when it is free (see ``kept``), else through the client."""
