@@ -578,9 +578,10 @@ class QueueCollector(Collector):
     def _read(source: _Source) -> QueueStats | None:
         try:
             if source.queue is None:
-                source.queue = Queue(
-                    source.name, source.redis, settings=source.settings, shards=source.shards
-                )
+                source.queue = Queue(  # it only reads: never durable (see Durability)
+                    source.name, source.redis, settings=source.settings, shards=source.shards,
+                    durable=False,
+                )  # fmt: skip
             stats = source.queue.stats()
         except Exception as error:  # whatever it is, the scrape must answer
             level = logging.DEBUG if source.down else logging.WARNING

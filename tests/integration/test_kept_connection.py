@@ -16,6 +16,7 @@ import redis
 import redis.sentinel
 
 from duetime import AsyncQueue, Queue, Settings
+from duetime.errors import NotDurableError
 from duetime.store import QueueKeys
 from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from tests.helpers import scheduled_count
@@ -275,6 +276,68 @@ def test_an_async_large_schedule_longer_than_the_socket_timeout_goes_out_whole(
     took = asyncio.run(scenario())
     assert min(took) > 0.25, "each request must outlast the socket timeout to mean anything"
     assert scheduled_count(raw, QueueKeys(queue_name)) == 1 + 2 * tasks
+
+
+async def _schedule_many_timed(queue: AsyncQueue, first: int, tasks: int) -> float:
+    """Seconds ``queue.schedule_many`` took for ``tasks`` small tasks, ids from ``first``."""
+    at = time.time() + 60
+    began = asyncio.get_running_loop().time()
+    await queue.schedule_many(
+        (at + n / 1000, b"0123456789abcdef") for n in range(first, first + tasks)
+    )
+    return asyncio.get_running_loop().time() - began
+
+
+def test_an_async_large_schedule_while_the_kept_connection_is_busy_goes_out_whole(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """With the kept connection in use by another coroutine, a large schedule_many goes
+    out call by call on another connection of the pool, each send and read within the
+    socket timeout. Through the client it would be one pipeline, which redis-py writes
+    whole within one socket timeout: it failed part-written ("Timeout writing to
+    socket", tens of thousands of the tasks stored)."""
+    tasks = 200_000
+    settings = Settings(socket_timeout=0.25)
+
+    async def scenario() -> float:
+        async with AsyncQueue(queue_name, redis_url, settings=settings) as queue:
+            await queue.schedule_many([(time.time() + 60, {"n": 0})] * 2)  # loads the script
+            kept = queue.runner._kept
+            assert isinstance(kept, AsyncKeptConnection)
+            kept._busy = True  # another coroutine's call in flight
+            try:
+                return await _schedule_many_timed(queue, 2, tasks)
+            finally:
+                kept._busy = False
+
+    took = asyncio.run(scenario())
+    assert took > 0.25, "the request must outlast the socket timeout to mean anything"
+    assert scheduled_count(raw, QueueKeys(queue_name)) == 2 + tasks
+
+
+def test_an_async_large_durable_schedule_goes_out_whole_then_waits(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """A durable schedule_many sends its calls then WAIT on one connection, as made: a
+    request longer than the socket timeout is stored whole and answered with what the
+    replicas confirmed (none here), not a write timeout after part of it was stored."""
+    tasks = 200_000
+    settings = Settings(socket_timeout=0.6, durable_timeout=0.1)
+
+    async def scenario() -> tuple[float, NotDurableError]:
+        async with AsyncQueue(queue_name, redis_url, settings=settings, durable=True) as queue:
+            with pytest.raises(NotDurableError):
+                await queue.schedule_many([(time.time() + 60, {"n": 0})] * 2)  # loads it
+            began = asyncio.get_running_loop().time()
+            with pytest.raises(NotDurableError) as refused:
+                await _schedule_many_timed(queue, 2, tasks)
+            return asyncio.get_running_loop().time() - began, refused.value
+
+    took, error = asyncio.run(scenario())
+    assert took > 0.6, "the request must outlast the socket timeout to mean anything"
+    assert error.confirmed == 0 and error.wanted == 1
+    assert len(error.task_ids) == tasks
+    assert scheduled_count(raw, QueueKeys(queue_name)) == 2 + tasks
 
 
 class NamedMaster:

@@ -191,14 +191,17 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
 
 
 def test_every_exporter_gives_the_same_redis_counters(redis_url: str, queue_name: str) -> None:
-    """Two processes' endpoints export one queue: each shows the counters once, the same."""
+    """Two processes' endpoints export one queue: each shows the counters once, the same.
+    One has a durable app's settings, whose wait would not fit the scrape's shorter
+    socket timeout: the exporter only reads, so it is not durable."""
     with Queue(queue_name, redis_url) as queue:
         ids = queue.schedule_many([(time.time() + 3600, i) for i in range(3)])
         assert queue.cancel(ids[0])
     endpoints = [MetricsEndpoint().start(0) for _ in range(2)]
+    durable = Settings(durable_replicas=1, durable_timeout=3.0)
     try:
-        for endpoint in endpoints:
-            endpoint.queues.add(queue_name, redis_url)
+        for endpoint, settings in zip(endpoints, (durable, Settings()), strict=True):
+            endpoint.queues.add(queue_name, redis_url, settings=settings)
         scraped = [samples(scrape(e.port or 0)) for e in endpoints]
     finally:
         for endpoint in endpoints:

@@ -70,6 +70,19 @@ def test_durability_follows_the_settings_and_the_per_queue_switch(
     assert (durability and (durability.replicas, durability.fsync)) == wanted
 
 
+@pytest.mark.parametrize("durable", [True, None])
+def test_a_durable_wait_that_could_outlast_the_socket_timeout_is_refused_at_the_door(
+    durable: bool | None,
+) -> None:
+    """The confirmation is read within socket_timeout: a longer wait would report Redis
+    unavailable for a write that went through, and a retry would store the task twice."""
+    settings = Settings(durable_replicas=1 if durable is None else 0, socket_timeout=1.0)
+    with pytest.raises(ConfigurationError, match=r"durable_timeout \(1s\) must be at least 0.5s"):
+        Durability.wanted(settings, durable)
+    assert Durability.wanted(settings, False) is None  # not durable: no wait to read
+    assert Durability.wanted(settings.replace(durable_timeout=0.5), durable) is not None
+
+
 def test_a_durable_confirmation_names_what_fell_short() -> None:
     wait = Durability(2, 500)
     assert wait.commands == [("WAIT", 2, 500)]

@@ -188,6 +188,54 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+async def _taken_from(pool: Any) -> tuple[Any, float | None]:
+    """A connection of an asyncio pool with its socket_timeout set aside (``_streamed``
+    applies it), and that timeout."""
+    connection = await pool.get_connection()
+    timeout, connection.socket_timeout = connection.socket_timeout, None
+    return connection, timeout
+
+
+async def _give_back(pool: Any, connection: Any, timeout: float | None, healthy: bool) -> None:
+    """A connection of ``_taken_from`` back to its pool with its timeout; closed first
+    unless ``healthy`` (a reply may be left unread, or it may be on a demoted master)."""
+    connection.socket_timeout = timeout
+    with contextlib.suppress(Exception):  # shielded: a cancellation gives it back too
+        await asyncio.shield(_released(pool, connection, healthy))
+
+
+async def _released(pool: Any, connection: Any, healthy: bool) -> None:
+    if not healthy:
+        await connection.disconnect(nowait=True)
+    await pool.release(connection)
+
+
+async def _streamed(
+    connection: Any, limit: float | None, commands: Iterable[Sequence[Any]]
+) -> list[Any]:
+    """The replies to commands sent on an asyncio connection as ``commands`` makes
+    them, read after the last (a refusal as its exception); each send and each read
+    within ``limit``, as redis-py puts its socket_timeout, with one ``asyncio.timeout``
+    moved along rather than a ``wait_for`` task per step."""
+    loop = asyncio.get_running_loop()
+    async with asyncio.timeout(None) as deadline:
+        sent = 0
+        for arguments in commands:
+            if limit:
+                deadline.reschedule(loop.time() + limit)
+            await connection.send_packed_command(_packed(connection, arguments))
+            sent += 1
+        replies = []
+        for _ in range(sent):
+            if limit:
+                deadline.reschedule(loop.time() + limit)
+            try:
+                replies.append(await connection.read_response())
+            except redis.ResponseError as refusal:
+                replies.append(refusal)
+    return replies
+
+
 class AsyncKeptConnection:
     """One connection of an asyncio client's pool, for one coroutine at a time.
 
@@ -213,10 +261,15 @@ class AsyncKeptConnection:
             raise reply
         return reply
 
-    async def call_many(self, commands: Iterable[Sequence[Any]]) -> Any:
-        """As ``KeptConnection.call_many``."""
+    async def call_many(self, commands: Iterable[Sequence[Any]], borrow: bool = False) -> Any:
+        """As ``KeptConnection.call_many``. With ``borrow``, a busy kept connection is no
+        reason to refuse: the commands go out the same way on another connection of the
+        pool, taken for them and given back. Through the client they would go as one
+        pipeline, which redis-py's asyncio connection writes whole within one
+        socket_timeout: a request the server takes longer to read than that (a large
+        schedule_many) would fail part-written."""
         if self._busy:
-            return NOT_SENT
+            return await self._on_borrowed(commands) if borrow else NOT_SENT
         self._busy = True
         try:
             loop = asyncio.get_running_loop()
@@ -227,26 +280,9 @@ class AsyncKeptConnection:
             if self._connection is not None and _left_behind(self._pool, self._connection):
                 await self._let_go()
             if self._connection is None:
-                connection = await self._pool.get_connection()  # type: ignore[no-untyped-call]
-                self._timeout, connection.socket_timeout = connection.socket_timeout, None
-                self._connection = connection
-            connection, limit = self._connection, self._timeout
+                self._connection, self._timeout = await _taken_from(self._pool)
             try:
-                async with asyncio.timeout(None) as deadline:
-                    sent = 0
-                    for arguments in commands:
-                        if limit:  # each send and each read within the limit, as before
-                            deadline.reschedule(loop.time() + limit)
-                        await connection.send_packed_command(_packed(connection, arguments))
-                        sent += 1
-                    replies = []
-                    for _ in range(sent):
-                        if limit:
-                            deadline.reschedule(loop.time() + limit)
-                        try:
-                            replies.append(await connection.read_response())
-                        except redis.ResponseError as refusal:
-                            replies.append(refusal)
+                replies = await _streamed(self._connection, self._timeout, commands)
             except (*_RESEND, TimeoutError):
                 await self._let_go()
                 return NOT_SENT
@@ -259,15 +295,22 @@ class AsyncKeptConnection:
         finally:
             self._busy = False
 
+    async def _on_borrowed(self, commands: Iterable[Sequence[Any]]) -> Any:
+        """``call_many`` on a connection taken from the pool for this request only."""
+        connection, timeout = await _taken_from(self._pool)
+        healthy = False
+        try:
+            replies = await _streamed(connection, timeout, commands)
+            healthy = not _refused_script(replies)
+            return replies
+        except (*_RESEND, TimeoutError):
+            return NOT_SENT
+        finally:
+            await _give_back(self._pool, connection, timeout, healthy)
+
     async def _let_go(self) -> None:
         connection, self._connection = self._connection, None
-        connection.socket_timeout = self._timeout  # the pool's connection again
-        with contextlib.suppress(Exception):  # shielded: a cancellation lets go too
-            await asyncio.shield(self._give_back(connection))
-
-    async def _give_back(self, connection: Any) -> None:
-        await connection.disconnect(nowait=True)
-        await self._pool.release(connection)
+        await _give_back(self._pool, connection, self._timeout, healthy=False)
 
     async def close(self) -> None:
         if self._connection is not None and self._loop is asyncio.get_running_loop():

@@ -121,6 +121,11 @@ class EvalMany:
     calls: Sequence[ScriptCall]
 
 
+#: Seconds a durable wait must end before socket_timeout: its reply is read within
+#: socket_timeout, from about when the wait starts on the server.
+DURABLE_READ_MARGIN = 0.5
+
+
 @dataclass(frozen=True, slots=True)
 class Durability:
     """Wait for this many replicas to confirm a write, up to ``timeout_ms`` (WAIT); with
@@ -142,6 +147,15 @@ class Durability:
             replicas = 1
         if not (replicas or fsync):
             return None
+        if settings.durable_timeout + DURABLE_READ_MARGIN > settings.socket_timeout:
+            raise ConfigurationError(
+                f"durable_timeout ({settings.durable_timeout:g}s) must be at least "
+                f"{DURABLE_READ_MARGIN:g}s below socket_timeout ({settings.socket_timeout:g}s): "
+                "the replicas' confirmation is read within socket_timeout, and a read that "
+                "times out after the write went through would report Redis unavailable for "
+                "a task that was stored (a retry would store it twice). Lower "
+                "durable_timeout or raise socket_timeout"
+            )
         return cls(replicas, round(settings.durable_timeout * 1000), fsync)
 
     @property
