@@ -9,7 +9,9 @@ connection when it is free, and through the client otherwise, so callers in othe
 threads or coroutines never wait for it. Several calls of one request (a large
 ``schedule_many``) go out one by one as they are made, their replies read after the
 last: the server runs one while the caller makes the next, where a pipeline is sent
-only once it is whole.
+only once it is whole. On the asyncio client such a request goes out the same way on a
+connection borrowed from the pool when the kept one is busy: redis-py's asyncio
+pipeline must be written whole within one socket timeout.
 
 Behaviour is the client's: the connection is made by the pool with the same settings
 (timeouts, TLS, Sentinel's resolution of the master), and checks its own health before

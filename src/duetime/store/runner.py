@@ -438,10 +438,10 @@ class AsyncRunner:
             if self.clustered:
                 await self.client.initialize()  # the asyncio client learns the slots lazily
             targets = _wait_targets(self, calls.calls)
-            replies = await self._durably(calls, request.durability, targets)
+            replies = await self._script_calls(calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
                 await self._load(calls.script)
-                replies = await self._durably(calls, request.durability, targets)
+                replies = await self._script_calls(calls, request.durability, targets)
             return _with_confirmations(self, calls.calls, request.durability, targets, replies)
         try:
             return await self._batch(request, request.transaction)
@@ -461,29 +461,22 @@ class AsyncRunner:
                 return reply
         return await self.client.execute_command(*arguments)
 
-    async def _script_calls(self, request: EvalMany) -> list[Any]:
-        """As ``SyncRunner._script_calls``, but sent as made on another connection when
-        the kept one is busy (see ``AsyncKeptConnection.call_many``)."""
-        if self._kept is not None:
-            replies = await self._kept.call_many(_evalsha_commands(request), borrow=True)
-            if replies is not NOT_SENT:
-                return replies  # type: ignore[no-any-return]
-        return await self._pipelined(request, request.calls)
-
-    async def _batch(self, request: Batch, transaction: bool) -> list[Any]:
-        return list(await _batch_pipeline(self.client, request, transaction).execute())
-
-    async def _durably(
-        self, request: EvalMany, durability: Durability, targets: Sequence[Any]
+    async def _script_calls(
+        self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        """The script calls then the waits, on one connection: sent as made, as
-        ``_script_calls`` sends, except on a cluster, whose pipeline routes them."""
+        """As ``SyncRunner._script_calls``, then with ``wait`` its waits on the same
+        connection; sent as made on another connection when the kept one is busy (see
+        ``AsyncKeptConnection.call_many``). On a cluster, a pipeline routes them."""
         if self._kept is not None:
-            commands = itertools.chain(_evalsha_commands(request), durability.commands)
+            waits = wait.commands if wait is not None else []
+            commands = itertools.chain(_evalsha_commands(request), waits)
             replies = await self._kept.call_many(commands, borrow=True)
             if replies is not NOT_SENT:
                 return replies  # type: ignore[no-any-return]
-        return await self._pipelined(request, request.calls, durability, targets)
+        return await self._pipelined(request, request.calls, wait, targets)
+
+    async def _batch(self, request: Batch, transaction: bool) -> list[Any]:
+        return list(await _batch_pipeline(self.client, request, transaction).execute())
 
     async def _pipelined(
         self,
