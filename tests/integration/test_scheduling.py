@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 import time
@@ -21,6 +22,7 @@ from duetime.errors import (
     InvalidOptionError,
     InvalidPayloadError,
     InvalidTimestampError,
+    NotDurableError,
     RedisUnavailableError,
     TaskNotFoundError,
     TaskStateError,
@@ -290,19 +292,22 @@ def test_scripts_reload_after_the_server_forgets_them(
         assert queue.stats().ready == 5002
 
 
+@pytest.mark.parametrize("durable", [False, True])
 def test_a_first_large_request_loads_its_script_before_sending_its_calls(
-    redis_url: str, raw: redis.Redis, queue_name: str
+    redis_url: str, raw: redis.Redis, queue_name: str, durable: bool
 ) -> None:
-    """A server that has run only single calls lacks the batch script: the first
-    schedule_many loads it first, rather than have every call refused and sent again."""
-    with Queue(queue_name, redis_url) as queue:
-        queue.schedule_in(60, {"a": 0})
+    """A server without the batch script (one that has run only single calls, here one
+    flushed): the first schedule_many loads it first, rather than have every call
+    refused and sent again. Durable too (no replica here: the writes stand, unconfirmed)."""
+    settings = Settings(durable_timeout=0.05)
+    with Queue(queue_name, redis_url, settings=settings, durable=durable) as queue:
         raw.script_flush()
         raw.config_resetstat()
-        queue.schedule_many([Job({"n": n}, delay=60) for n in range(5000)])
+        with pytest.raises(NotDurableError) if durable else contextlib.nullcontext():
+            queue.schedule_many([Job({"n": n}, delay=60) for n in range(5000)])
         calls = raw.info("commandstats")["cmdstat_evalsha"]
         assert (calls["calls"], calls.get("failed_calls", 0)) == (5, 0)
-        assert scheduled_count(raw, QueueKeys(queue_name)) == 5001
+        assert scheduled_count(raw, QueueKeys(queue_name)) == 5000
 
 
 def test_unreachable_server_error_masks_the_password(queue_name: str) -> None:

@@ -326,6 +326,8 @@ class SyncRunner:
             return _raise_first_error(replies)
         if isinstance(request, Durably):
             calls = request.calls
+            if _load_first(self, calls):
+                self._load(calls.script)
             targets = _wait_targets(self, calls.calls)
             replies = self._pipelined(calls, calls.calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
@@ -437,6 +439,8 @@ class AsyncRunner:
             calls = request.calls
             if self.clustered:
                 await self.client.initialize()  # the asyncio client learns the slots lazily
+            if _load_first(self, calls):
+                await self._load(calls.script)
             targets = _wait_targets(self, calls.calls)
             replies = await self._script_calls(calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
