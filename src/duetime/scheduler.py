@@ -380,24 +380,46 @@ class QueueCore:
         )  # fmt: skip
 
     def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[_Prepared]:
-        prepared = []
+        """Check every job of a schedule_many before anything is written. An (at, data)
+        pair, the usual bulk item, is checked here in line, with one Packer for all (a
+        third of the time it takes through ``prepare_fields``, which a Job and a pair of
+        any other shape go through, with the same checks)."""
+        prepared: list[_Prepared] = []
         jobs = list(jobs)
-        generated = iter(new_task_ids(len(jobs)))
+        generated = new_task_ids(len(jobs))
+        pack = codec.new_packer()
+        limit = self.settings.max_payload_bytes
+        max_attempts, timeout_ms = self.settings.max_attempts, self.default_timeout_ms
+        result_ttl_ms = self.default_result_ttl_ms
+        ids_given = False
         for position, job in enumerate(jobs):
             try:
-                if isinstance(job, tuple) and len(job) == 2:
+                if type(job) is tuple and len(job) == 2 and job[0] is not None:
                     at, data = job
-                    item = self.prepare_fields(
-                        data, at, None, None, None, None, None, None, next(generated)
-                    )
+                    at_us = validation.timestamp_us(at)
+                    try:
+                        packed_data = pack(data)
+                    except codec.PACK_ERRORS as error:
+                        raise codec.unpackable(error) from error
+                    validation.payload(data, len(packed_data), limit, packed_data)
+                    prepared.append((
+                        generated[position], at_us, 0, "", packed_data, max_attempts,
+                        timeout_ms, result_ttl_ms, True,
+                    ))  # fmt: skip
                 elif isinstance(job, Job):
-                    item = self.prepare(job, next(generated))
+                    prepared.append(self.prepare(job, generated[position]))
+                    ids_given = ids_given or job.id is not None
+                elif isinstance(job, tuple) and len(job) == 2:
+                    at, data = job
+                    prepared.append(self.prepare_fields(
+                        data, at, None, None, None, None, None, None, generated[position]
+                    ))  # fmt: skip
                 else:
                     raise InvalidInputError("expected a Job or an (at, data) pair")
-                prepared.append(item)
             except InvalidInputError as error:
                 raise type(error)(f"item {position}: {error}") from None
-        ids = [item[_ID] for item in prepared]
+        # Generated ids alone repeat with odds of 2**-72: looked at when some are given.
+        ids = [item[_ID] for item in prepared] if ids_given else []
         if len(set(ids)) != len(ids):
             raise InvalidInputError("schedule_many got the same task id twice in one call")
         return prepared
@@ -420,19 +442,16 @@ class QueueCore:
             items.append((item[_ID], _run_at_us(item, nows[shard]), item))
         pending = list(range(len(items)))  # positions still to write
         for _ in range(_MAX_ID_ROUNDS):
+            writing = items if len(pending) == len(items) else [items[i] for i in pending]
             try:
-                created = yield from self._store([items[i] for i in pending], nows)
+                refused = yield from self._store(writing, nows)
             except NotDurableError as error:  # say which tasks: they are on the master
                 raise NotDurableError(
                     error.confirmed, error.wanted, error.shortfall, error.reply,
                     tuple(ids[i] for i in pending),
                 ) from None  # fmt: skip
-            refused = [
-                position
-                for position, stored in zip(pending, created, strict=True)
-                if not stored and prepared[position][_GENERATED]
-            ]
-            pending = yield from self._collided(refused, items)
+            generated = [pending[i] for i in refused if prepared[pending[i]][_GENERATED]]
+            pending = yield from self._collided(generated, items)
             if not pending:
                 if self.hooks:
                     self.hooks.on_schedule(self.name, [
@@ -450,11 +469,12 @@ class QueueCore:
             f"{_MAX_ID_ROUNDS} times in a row; the random source looks broken"
         )
 
-    def _store(self, items: Sequence[NewTask], nows: dict[int, int]) -> Plan[list[bool]]:
-        """Store items, each in its shard, in one round trip; True where created."""
+    def _store(self, items: Sequence[NewTask], nows: dict[int, int]) -> Plan[list[int]]:
+        """Store items, each in its shard, in one round trip; the positions of those not
+        created (their id was live), in order."""
         by_shard = self.layout.by_shard([task_id for task_id, _, _ in items])
         calls = []
-        order: list[int] = []
+        placed: list[tuple[list[int], list[int]]] = []  # per shard: positions, order written
         for shard, positions in by_shard.items():
             if shard not in nows:  # a fresh id may land in a shard not yet asked
                 nows[shard] = yield from self.shards[shard].now()
@@ -464,15 +484,19 @@ class QueueCore:
                 self._fsync_checked.add(shard)
             yield from operations.learn_generation()
             shard_calls, written = operations.schedule_calls(
-                nows[shard], [items[p] for p in positions], _envelope
+                nows[shard],
+                items if len(positions) == len(items) else [items[p] for p in positions],
+                _envelope,
             )
             calls.append((operations, shard_calls))
-            order += [positions[i] for i in written]
-        flags = yield from store_tasks(calls, self.durability)
-        created = [False] * len(items)
-        for position, flag in zip(order, flags, strict=True):
-            created[position] = flag
-        return created
+            placed.append((positions, written))
+        refused_by_shard = yield from store_tasks(calls, self.durability)
+        refused = [
+            positions[written[i]]
+            for (positions, written), shard_refused in zip(placed, refused_by_shard, strict=True)
+            for i in shard_refused
+        ]
+        return sorted(refused)
 
     def _collided(self, positions: list[int], items: Sequence[NewTask]) -> Plan[list[int]]:
         """The positions whose id is live with an envelope other than the one written.
@@ -537,10 +561,10 @@ class QueueCore:
         envelope = _envelope(item, run_at)
         if shard.generation is None:
             yield from shard.learn_generation()
-        created = shard.created(
+        refused = shard.refused(
             (yield shard.schedule_call(now, task_id, run_at, envelope, run_at_us))
         )
-        if not created[0] and item[_GENERATED]:
+        if refused and item[_GENERATED]:
             # Our own write resent after a dropped reply, or a collision: sorted out there.
             return (yield from self.schedule_plan([item]))[0]
         if self.hooks:

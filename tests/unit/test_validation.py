@@ -1,20 +1,27 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from fractions import Fraction
+from functools import partial
+from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duetime import validation
+from duetime import scheduler, validation
 from duetime.errors import (
+    InvalidInputError,
     InvalidNameError,
     InvalidOptionError,
     InvalidPayloadError,
     InvalidTimestampError,
 )
+from duetime.scheduler import QueueCore
+from duetime.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -177,3 +184,54 @@ def test_positive_seconds_refuses_non_positive_or_non_numbers(value: object) -> 
 def test_attempts_bounds(value: object) -> None:
     with pytest.raises(InvalidOptionError, match="max_attempts"):
         validation.attempts(value)
+
+
+def _core() -> QueueCore:
+    return QueueCore("pairs", Settings(max_payload_bytes=64), None, result_ttl=30)
+
+
+def _checked(check: Callable[[], object]) -> object:
+    """What a check returns, or the type and text of what it raises."""
+    try:
+        return check()
+    except InvalidInputError as error:
+        return type(error), str(error)
+
+
+# Odd parts included: a pair checked in line by schedule_many must end as one checked by
+# prepare_fields (a single call's path) does, item by item.
+_TIMES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.datetimes(timezones=st.none() | st.just(UTC)),
+    st.sampled_from([None, "5", True, Fraction(3, 2), 10**30]),
+)
+_DATA = st.one_of(
+    st.none(),
+    st.binary(max_size=80),
+    st.text(max_size=80),
+    st.integers(),
+    st.floats(),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=12),
+    st.sampled_from([{"when": datetime(2030, 1, 1)}, {(1, 2): 3}, [object()], {}, 2**70]),
+)
+
+
+@given(st.lists(st.tuples(_TIMES, _DATA), min_size=1, max_size=5))
+def test_an_at_data_pair_is_checked_as_a_single_call_checks_it(pairs: list[Any]) -> None:
+    core = _core()
+    ids = iter(f"id-{n}" for n in range(len(pairs)))
+    with patch.object(scheduler, "new_task_ids", lambda count: [next(ids) for _ in range(count)]):
+        many = _checked(lambda: core.prepare_all(pairs))
+    expected: list[object] = []
+    for position, (at, data) in enumerate(pairs):
+        one = _checked(
+            partial(core.prepare_fields, data, at, None, None, None, None, None, None,
+                    f"id-{position}")
+        )  # fmt: skip
+        if isinstance(one, tuple) and len(one) == 2:  # refused: so is the whole call
+            kind, text = one
+            assert many == (kind, f"item {position}: {text}")
+            return
+        expected.append(one)
+    assert many == expected

@@ -468,13 +468,14 @@ def _microseconds(run_at_ms: float) -> str:
 def store_tasks(
     groups: Sequence[tuple[QueueOperations, Sequence[ScriptCall]]],
     durability: Durability | None = None,
-) -> Plan[list[bool]]:
+) -> Plan[list[list[int]]]:
     """Run schedule_tasks calls (of one queue or of several shards, each group with the
     operations that made it) in one round trip (with ``durability``, the replicas'
-    confirmation is waited for in the same round trip); one flag per task, in order,
-    True where created. Calls made on demand are made as they are sent."""
-    calls = [(owner, made, index) for owner, made in groups for index in range(len(made))]
-    script_calls = MadeOnDemand(len(calls), lambda n: calls[n][1][calls[n][2]])
+    confirmation is waited for in the same round trip). For each group, the positions
+    (from 0, in the order its calls write them) of the tasks not created: their id was
+    live. Calls made on demand are made as they are sent."""
+    calls = [(group, index) for group, (_, made) in enumerate(groups) for index in range(len(made))]
+    script_calls = MadeOnDemand(len(calls), lambda n: groups[calls[n][0]][1][calls[n][1]])
     if durability is not None:
         try:
             replies = yield from _durably(
@@ -482,18 +483,19 @@ def store_tasks(
             )
         except NotDurableError as error:
             if isinstance(error.reply, list):  # written: note the generations all the same
-                for (owner, _, _), reply in zip(calls, error.reply, strict=True):
-                    owner.created(reply)
+                for (group, _), reply in zip(calls, error.reply, strict=True):
+                    groups[group][0].refused(reply)
             raise
     elif len(calls) == 1:  # a plain call costs less than a pipeline of one
         replies = [(yield Eval(scripts.SCHEDULE_TASKS, *script_calls[0]))]
     else:
         replies = yield EvalMany(scripts.SCHEDULE_TASKS, script_calls)
-    return [
-        flag
-        for (owner, _, _), reply in zip(calls, replies, strict=True)
-        for flag in owner.created(reply)
-    ]
+    refused: list[list[int]] = [[] for _ in groups]
+    written = [0] * len(groups)  # tasks of each group in its calls so far
+    for (group, _), reply in zip(calls, replies, strict=True):
+        refused[group] += [written[group] + p for p in groups[group][0].refused(reply)]
+        written[group] += int(reply[1])
+    return refused
 
 
 class QueueOperations:
@@ -575,7 +577,7 @@ class QueueOperations:
         self, now: int, task_id: str, run_at_ms: float, envelope: bytes, run_at_us: int
     ) -> Eval:
         """The schedule_task call storing one task, in the generation known (see
-        ``created`` for its reply, ``store_tasks`` for many, durable or in several
+        ``refused`` for its reply, ``store_tasks`` for many, durable or in several
         shards)."""
         assert self.generation is not None
         name = bucket_name(task_id, self.generation)
@@ -583,15 +585,13 @@ class QueueOperations:
         arguments = (now, task_id, run_at_ms, envelope, str(run_at_us), self.generation)
         return Eval(scripts.SCHEDULE_TASK, keys, arguments)
 
-    def created(self, reply: list[Any]) -> list[bool]:
-        """A schedule_tasks reply: one flag per task, True where created; notes the
-        generation of delayed buckets it names."""
-        generation, count, refused = reply
+    def refused(self, reply: list[Any]) -> list[int]:
+        """A schedule_tasks (or schedule_task) reply: the positions (from 0) of the tasks
+        not created, their id already live; notes the generation of delayed buckets it
+        names."""
+        generation, _, refused = reply
         self.generation = int(generation)
-        flags = [True] * int(count)
-        for position in refused:
-            flags[int(position) - 1] = False
-        return flags
+        return [int(position) - 1 for position in refused]
 
     def _bucket_keys(self, task_id: str, generation: int) -> list[str]:
         """A task's delayed bucket in every generation up to ``generation``."""
