@@ -340,6 +340,38 @@ def test_an_async_large_durable_schedule_goes_out_whole_then_waits(
     assert scheduled_count(raw, QueueKeys(queue_name)) == 2 + tasks
 
 
+def test_a_large_durable_schedule_goes_out_call_by_call_then_waits_on_the_same_connection(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The synchronous client sends a durable request as it sends any other on the kept
+    connection, each call as it is made (the server runs one while the next is made),
+    then WAIT after the last, on that connection: a WAIT elsewhere would confirm nothing
+    of these writes."""
+    real_send = redis.connection.Connection.send_packed_command
+    sends: list[tuple[int, int, int]] = []  # connection, EVALSHAs, WAITs of each send
+
+    def send(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        packed = command if isinstance(command, bytes) else b"".join(command)
+        calls, waits = packed.count(b"\r\nEVALSHA\r\n"), packed.count(b"\r\nWAIT\r\n")
+        if calls or waits:
+            sends.append((id(self), calls, waits))
+        return real_send(self, command, *args, **kwargs)
+
+    settings = Settings(durable_timeout=0.05)
+    with Queue(queue_name, redis_url, settings=settings, durable=True) as queue:
+        with pytest.raises(NotDurableError):  # no replica here: none confirms
+            queue.schedule_many([(FUTURE, {"n": -1})] * 2)  # the script is loaded
+        monkeypatch.setattr(redis.connection.Connection, "send_packed_command", send)
+        with pytest.raises(NotDurableError) as refused:
+            queue.schedule_many([(FUTURE + n, {"n": n}) for n in range(LARGE)])
+        monkeypatch.undo()
+    assert [(calls, waits) for _, calls, waits in sends] == [(1, 0)] * 5 + [(0, 1)]
+    assert len({connection for connection, _, _ in sends}) == 1
+    error = refused.value
+    assert (error.confirmed, error.wanted, len(error.task_ids)) == (0, 1, LARGE)
+    assert scheduled_count(raw, QueueKeys(queue_name)) == 2 + LARGE
+
+
 class NamedMaster:
     """Stands in for Sentinel: names whichever master the test says."""
 

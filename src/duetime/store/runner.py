@@ -329,10 +329,10 @@ class SyncRunner:
             if _load_first(self, calls):
                 self._load(calls.script)
             targets = _wait_targets(self, calls.calls)
-            replies = self._pipelined(calls, calls.calls, request.durability, targets)
+            replies = self._script_calls(calls, request.durability, targets)
             if _missing_script(replies):  # all again: WAIT must follow the writes
                 self._load(calls.script)
-                replies = self._pipelined(calls, calls.calls, request.durability, targets)
+                replies = self._script_calls(calls, request.durability, targets)
             return _with_confirmations(self, calls.calls, request.durability, targets, replies)
         try:
             return self._batch(request, request.transaction)
@@ -350,14 +350,18 @@ class SyncRunner:
             return reply
         return self.client.execute_command(*arguments)
 
-    def _script_calls(self, request: EvalMany) -> list[Any]:
+    def _script_calls(
+        self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
+    ) -> list[Any]:
         """Each sent as it is made on the kept connection when it is free (see ``kept``),
-        else in a pipeline through the client; refusals as their exceptions."""
+        then with ``wait`` its waits on the same connection; else in a pipeline through
+        the client; refusals as their exceptions."""
         if self._kept is not None:
-            replies = self._kept.call_many(_evalsha_commands(request))
+            waits = wait.commands if wait is not None else []
+            replies = self._kept.call_many(itertools.chain(_evalsha_commands(request), waits))
             if replies is not NOT_SENT:
                 return replies  # type: ignore[no-any-return]
-        return self._pipelined(request, request.calls)
+        return self._pipelined(request, request.calls, wait, targets)
 
     def _batch(self, request: Batch, transaction: bool) -> list[Any]:
         return list(_batch_pipeline(self.client, request, transaction).execute())
@@ -468,9 +472,9 @@ class AsyncRunner:
     async def _script_calls(
         self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        """As ``SyncRunner._script_calls``, then with ``wait`` its waits on the same
-        connection; sent as made on another connection when the kept one is busy (see
-        ``AsyncKeptConnection.call_many``). On a cluster, a pipeline routes them."""
+        """As ``SyncRunner._script_calls``, but sent as made on another connection when
+        the kept one is busy (see ``AsyncKeptConnection.call_many``). On a cluster, a
+        pipeline routes them."""
         if self._kept is not None:
             waits = wait.commands if wait is not None else []
             commands = itertools.chain(_evalsha_commands(request), waits)
