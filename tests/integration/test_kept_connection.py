@@ -347,7 +347,7 @@ def test_a_large_durable_schedule_goes_out_call_by_call_then_waits_on_the_same_c
     connection, each call as it is made (the server runs one while the next is made),
     then WAIT after the last, on that connection: a WAIT elsewhere would confirm nothing
     of these writes."""
-    real_send = redis.connection.Connection.send_packed_command
+    real_send: Callable[..., Any] = redis.connection.Connection.send_packed_command
     sends: list[tuple[int, int, int]] = []  # connection, EVALSHAs, WAITs of each send
 
     def send(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
