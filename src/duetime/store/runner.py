@@ -12,7 +12,6 @@ password masked.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -174,10 +173,15 @@ def _eval_args(script: Script, keys: Sequence[str], args: Sequence[Any]) -> list
     return [script.sha, len(keys), *_wire(keys), *_wire(args)]
 
 
-def _evalsha_commands(request: EvalMany) -> Iterator[tuple[Any, ...]]:
-    """The EVALSHA commands of a request, each made when it is asked for."""
+def _evalsha_commands(
+    request: EvalMany, wait: Durability | None = None
+) -> Iterator[tuple[Any, ...]]:
+    """The EVALSHA commands of a request, each made when it is asked for, then the
+    commands of ``wait`` (on the same connection, they confirm these writes)."""
     for keys, args in request.calls:
         yield ("EVALSHA", *_eval_args(request.script, keys, args))
+    if wait is not None:
+        yield from wait.commands
 
 
 def _only(request: EvalMany, positions: list[int]) -> EvalMany:
@@ -357,8 +361,7 @@ class SyncRunner:
         then with ``wait`` its waits on the same connection; else in a pipeline through
         the client; refusals as their exceptions."""
         if self._kept is not None:
-            waits = wait.commands if wait is not None else []
-            replies = self._kept.call_many(itertools.chain(_evalsha_commands(request), waits))
+            replies = self._kept.call_many(_evalsha_commands(request, wait))
             if replies is not NOT_SENT:
                 return replies  # type: ignore[no-any-return]
         return self._pipelined(request, request.calls, wait, targets)
@@ -476,9 +479,7 @@ class AsyncRunner:
         the kept one is busy (see ``AsyncKeptConnection.call_many``). On a cluster, a
         pipeline routes them."""
         if self._kept is not None:
-            waits = wait.commands if wait is not None else []
-            commands = itertools.chain(_evalsha_commands(request), waits)
-            replies = await self._kept.call_many(commands, borrow=True)
+            replies = await self._kept.call_many(_evalsha_commands(request, wait), borrow=True)
             if replies is not NOT_SENT:
                 return replies  # type: ignore[no-any-return]
         return await self._pipelined(request, request.calls, wait, targets)
