@@ -1,11 +1,14 @@
 """Entry point of the processes the suite starts inside one system's own virtualenv.
 
     python child.py describe --system NAME
-    python child.py produce  --system NAME --url URL --spec JSON --mode single|bulk|fill
+    python child.py produce  --system NAME --url URL --spec JSON --mode single|bulk|fill|roundtrip
     python child.py role     --system NAME --url URL --role ROLE --profile NAME --number K
 
 ``describe`` prints the adapter's settings and versions as JSON. ``produce`` connects,
-then schedules the tasks of a ``JobSpec`` and prints how long the calls took. ``role``
+then schedules the tasks of a ``JobSpec`` and prints how long the calls took; with
+``--mode roundtrip`` it sends one bare redis-py ``LPUSH`` per task instead, through the
+redis-py of the system's virtualenv: the ceiling of any single call acknowledged by the
+server from this process, whatever the system stores. ``role``
 replaces itself (exec) with the system's own command for that role, e.g. ``rq worker``,
 so the process the suite watches and kills is the system's real worker.
 """
@@ -19,11 +22,12 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for peers.*
 
-from peers.common import PROFILES, Adapter, JobSpec
+from peers.common import PROFILES, QUEUE, Adapter, Item, JobSpec, payload
 
 
 def load(system: str) -> Adapter:
@@ -43,8 +47,27 @@ def describe(adapter: Adapter) -> dict[str, object]:
     }
 
 
+class RoundTripProducer:
+    """One bare ``LPUSH`` of each task's data (as JSON) a call, one round trip each."""
+
+    def __init__(self, url: str) -> None:
+        import redis  # every system's virtualenv has redis-py (and hiredis)
+
+        self.client = redis.Redis.from_url(url)
+        self.client.ping()
+
+    def enqueue(self, items: Sequence[Item], mode: str) -> None:
+        lpush, key = self.client.lpush, f"{QUEUE}:roundtrip"
+        for index, _ in items:
+            lpush(key, json.dumps(payload(index)))
+
+    def close(self) -> None:
+        self.client.close()
+
+
 def produce(adapter: Adapter, url: str, spec: JobSpec, mode: str) -> dict[str, object]:
-    producer = adapter.producer(url)  # connects: not part of the timing
+    # connecting is not part of the timing
+    producer = RoundTripProducer(url) if mode == "roundtrip" else adapter.producer(url)
     try:
         start = time.time() + spec.start if spec.relative else spec.start
         items = spec.items(start)
@@ -63,7 +86,7 @@ def main() -> int:
     parser.add_argument("--system", required=True)
     parser.add_argument("--url", default="")
     parser.add_argument("--spec", default="{}")
-    parser.add_argument("--mode", default="single", choices=("single", "bulk", "fill"))
+    parser.add_argument("--mode", default="single", choices=("single", "bulk", "fill", "roundtrip"))
     parser.add_argument("--role", default="worker")
     parser.add_argument("--profile", default="noop", choices=sorted(PROFILES))
     parser.add_argument("--number", type=int, default=1)
