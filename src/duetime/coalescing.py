@@ -205,7 +205,7 @@ class TaskCoalescer(Generic[Item, Result]):
         """Send what waits, round trip after round trip, until nothing does."""
         batch: list[tuple[Item, asyncio.Future[Result]]] = []
         try:
-            while self._waiting:
+            while self._waiting or await self._callers_came_back():
                 batch = self._waiting[:MOST_PER_ROUND_TRIP]
                 del self._waiting[:MOST_PER_ROUND_TRIP]
                 # A caller cancelled while it waited is not sent: nothing of it is written.
@@ -232,3 +232,11 @@ class TaskCoalescer(Generic[Item, Result]):
             for _, future in [*batch, *self._waiting]:
                 future.cancel()
             self._waiting.clear()
+
+    async def _callers_came_back(self) -> bool:
+        """Whether calls wait once the callers just answered have had a turn of the loop.
+        A caller that schedules in a loop makes its next call at once: without this turn
+        the first of them would find nothing in flight and go alone, a round trip of one
+        call with all the others waiting behind it."""
+        await asyncio.sleep(0)
+        return bool(self._waiting)

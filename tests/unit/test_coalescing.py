@@ -126,6 +126,38 @@ def test_coroutines_that_arrive_during_a_round_trip_go_together_in_the_next() ->
     assert batches == [list(range(1, 50))]
 
 
+def test_coroutines_that_schedule_in_a_loop_keep_going_together() -> None:
+    alone: list[int] = []
+    batches: list[list[int]] = []
+
+    async def send_one(item: int) -> str:
+        alone.append(item)
+        await asyncio.sleep(0.001)
+        return f"id-{item}"
+
+    async def send_many(items: list[int]) -> list[str | BaseException]:
+        batches.append(items)
+        await asyncio.sleep(0.001)
+        return [f"id-{n}" for n in items]
+
+    async def caller(coalescer: TaskCoalescer[int, str], first: int) -> list[str]:
+        return [await coalescer.submit(n) for n in range(first, 100, 10)]
+
+    async def scenario() -> list[list[str]]:
+        coalescer: TaskCoalescer[int, str] = TaskCoalescer(send_one, send_many)
+        return await asyncio.gather(*(caller(coalescer, first) for first in range(10)))
+
+    ids = asyncio.run(scenario())
+    assert ids == [[f"id-{n}" for n in range(first, 100, 10)] for first in range(10)]
+    # Only the very first call went alone: each caller answered came straight back
+    # and went in the next round trip with all the others, not in one of its own.
+    # (Before, every other round trip carried one call: 0, 11, 22, ... went alone.)
+    assert alone == [0]
+    assert [sorted(batch) for batch in batches] == [
+        list(range(10 * k + 1, min(10 * k + 11, 100))) for k in range(10)
+    ]
+
+
 def test_a_coroutine_cancelled_while_it_waits_is_not_sent() -> None:
     sent: list[int] = []
 
