@@ -14,7 +14,10 @@ error when the round trip fails. The leader of a round trip is a caller: the thr
 whose call found nothing in flight, then, when its round trip returns, the first of
 those that waited meanwhile (so a caller's wait is bounded by two round trips, not by
 the traffic behind it). In asyncio, a task of its own carries the waiting calls, so
-that a caller cancelled while it waits does not leave the others waiting.
+that a caller cancelled while it waits does not leave the others waiting. When all the
+callers it answered come straight back with their next calls (coroutines scheduling in a
+loop), it sends them in two halves that then take turns: one half makes its calls while
+the other half's are on the server.
 """
 
 from __future__ import annotations
@@ -205,9 +208,18 @@ class TaskCoalescer(Generic[Item, Result]):
         """Send what waits, round trip after round trip, until nothing does."""
         batch: list[tuple[Item, asyncio.Future[Result]]] = []
         try:
-            while self._waiting or await self._callers_came_back():
-                batch = self._waiting[:MOST_PER_ROUND_TRIP]
-                del self._waiting[:MOST_PER_ROUND_TRIP]
+            while True:
+                if self._waiting:
+                    most = MOST_PER_ROUND_TRIP
+                elif await self._callers_came_back():
+                    # They all came back at once: half of them go now, half in the next
+                    # round trip. From then on one half makes its next calls while the
+                    # other half's are on the server, rather than all waiting on both.
+                    most = min((len(self._waiting) + 1) // 2, MOST_PER_ROUND_TRIP)
+                else:
+                    break
+                batch = self._waiting[:most]
+                del self._waiting[:most]
                 # A caller cancelled while it waited is not sent: nothing of it is written.
                 batch = [(item, future) for item, future in batch if not future.done()]
                 if not batch:
