@@ -106,55 +106,59 @@ def test_a_failed_round_trip_gives_each_caller_its_own_copy_of_the_error() -> No
     assert coalescer.submit(7) == "first"  # not stuck in flight after a failure
 
 
-def test_coroutines_that_arrive_during_a_round_trip_go_together_in_the_next() -> None:
-    batches: list[list[int]] = []
+class RecordedRoundTrips:
+    """Async senders that record which calls went alone and which went together; each
+    round trip takes ``seconds``."""
 
-    async def send_one(item: int) -> str:
-        await asyncio.sleep(0.01)
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.alone: list[int] = []
+        self.batches: list[list[int]] = []
+
+    async def send_one(self, item: int) -> str:
+        self.alone.append(item)
+        await asyncio.sleep(self.seconds)
         return f"id-{item}"
 
-    async def send_many(items: list[int]) -> list[str | BaseException]:
-        batches.append(items)
-        await asyncio.sleep(0.01)
+    async def send_many(self, items: list[int]) -> list[str | BaseException]:
+        self.batches.append(items)
+        await asyncio.sleep(self.seconds)
         return [f"id-{n}" for n in items]
 
+    def coalescer(self) -> TaskCoalescer[int, str]:
+        return TaskCoalescer(self.send_one, self.send_many)
+
+
+def test_coroutines_that_arrive_during_a_round_trip_go_together_in_the_next() -> None:
+    sent = RecordedRoundTrips(0.01)
+
     async def scenario() -> list[str]:
-        coalescer: TaskCoalescer[int, str] = TaskCoalescer(send_one, send_many)
+        coalescer = sent.coalescer()
         return await asyncio.gather(*(coalescer.submit(n) for n in range(50)))
 
     assert asyncio.run(scenario()) == [f"id-{n}" for n in range(50)]
-    assert batches == [list(range(1, 50))]
+    assert sent.alone == [0]
+    assert sent.batches == [list(range(1, 50))]
 
 
 def test_coroutines_that_schedule_in_a_loop_go_in_two_halves_that_take_turns() -> None:
-    alone: list[int] = []
-    batches: list[list[int]] = []
-
-    async def send_one(item: int) -> str:
-        alone.append(item)
-        await asyncio.sleep(0.001)
-        return f"id-{item}"
-
-    async def send_many(items: list[int]) -> list[str | BaseException]:
-        batches.append(items)
-        await asyncio.sleep(0.001)
-        return [f"id-{n}" for n in items]
+    sent = RecordedRoundTrips(0.001)
 
     async def caller(coalescer: TaskCoalescer[int, str], first: int) -> list[str]:
         return [await coalescer.submit(n) for n in range(first, 100, 10)]
 
     async def scenario() -> list[list[str]]:
-        coalescer: TaskCoalescer[int, str] = TaskCoalescer(send_one, send_many)
+        coalescer = sent.coalescer()
         return await asyncio.gather(*(caller(coalescer, first) for first in range(10)))
 
     ids = asyncio.run(scenario())
     assert ids == [[f"id-{n}" for n in range(first, 100, 10)] for first in range(10)]
     # Only the very first call went alone: each caller answered came straight back and
     # went with others, not in a round trip of its own (before, 0, 11, 22, ... did).
-    assert alone == [0]
+    assert sent.alone == [0]
     # The ten that came back at once were split in two halves, which then took turns:
     # one half made its next calls while the other half's were in flight.
-    assert [sorted(batch) for batch in batches] == [
+    assert [sorted(batch) for batch in sent.batches] == [
         list(range(1, 11)),
         *(list(range(n, min(n + 5, 100))) for n in range(11, 100, 5)),
     ]
