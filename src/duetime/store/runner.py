@@ -113,16 +113,12 @@ def _batch_pipeline(client: Any, request: Batch, transaction: bool) -> Any:
 
 
 def _script_pipeline(
-    client: Any,
-    request: EvalMany,
-    calls: Sequence[ScriptCall],
-    wait: Durability | None,
-    targets: Sequence[Any],
+    client: Any, request: EvalMany, wait: Durability | None, targets: Sequence[Any]
 ) -> Any:
     """A pipeline of script calls, then with ``wait`` a WAIT for each target. EVALSHA goes
     as a plain command: a cluster pipeline routes it, but blocks its evalsha method."""
     pipe = client.pipeline(transaction=False)
-    for keys, args in calls:
+    for keys, args in request.calls:
         pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
     for target in targets:
         assert wait is not None
@@ -364,19 +360,15 @@ class SyncRunner:
             replies = self._kept.call_many(_evalsha_commands(request, wait))
             if replies is not NOT_SENT:
                 return replies  # type: ignore[no-any-return]
-        return self._pipelined(request, request.calls, wait, targets)
+        return self._pipelined(request, wait, targets)
 
     def _batch(self, request: Batch, transaction: bool) -> list[Any]:
         return list(_batch_pipeline(self.client, request, transaction).execute())
 
     def _pipelined(
-        self,
-        request: EvalMany,
-        calls: Sequence[ScriptCall],
-        wait: Durability | None = None,
-        targets: Sequence[Any] = (),
+        self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        pipe = _script_pipeline(self.client, request, calls, wait, targets)
+        pipe = _script_pipeline(self.client, request, wait, targets)
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
@@ -482,19 +474,15 @@ class AsyncRunner:
             replies = await self._kept.call_many(_evalsha_commands(request, wait), borrow=True)
             if replies is not NOT_SENT:
                 return replies  # type: ignore[no-any-return]
-        return await self._pipelined(request, request.calls, wait, targets)
+        return await self._pipelined(request, wait, targets)
 
     async def _batch(self, request: Batch, transaction: bool) -> list[Any]:
         return list(await _batch_pipeline(self.client, request, transaction).execute())
 
     async def _pipelined(
-        self,
-        request: EvalMany,
-        calls: Sequence[ScriptCall],
-        wait: Durability | None = None,
-        targets: Sequence[Any] = (),
+        self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        pipe = _script_pipeline(self.client, request, calls, wait, targets)
+        pipe = _script_pipeline(self.client, request, wait, targets)
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
