@@ -5,9 +5,12 @@ master is killed every process follows the new master and tasks keep flowing."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -15,10 +18,10 @@ from typing import Any
 import pytest
 import redis.sentinel
 
-from duetime import App, Dispatcher, Queue, Worker
+from duetime import App, AsyncQueue, Dispatcher, Queue, Worker
 from duetime.errors import NotDurableError, RedisUnavailableError
 from tests.conftest import require_binary
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, running, wait_until, wait_until_sync
 from tests.servers import SERVICE, Sentinels, command
 
 
@@ -172,3 +175,58 @@ def test_a_demoted_master_answering_readonly_is_left_for_the_new_one_quietly(
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     # A few lines per loop (outage, recovery, fenced attempts), never a flood.
     assert len(warnings) < 40, [r.getMessage() for r in warnings]
+
+
+def produce_until(url: str, stop: threading.Event, acknowledged: list[str]) -> None:
+    """Schedule as fast as one caller can until ``stop``; acknowledged ids go into
+    ``acknowledged``. A refusal (a clean error) is retried, as a caller would."""
+    with Queue("orders", url) as queue:
+        n = 0
+        while not stop.is_set():
+            with contextlib.suppress(RedisUnavailableError):
+                acknowledged.append(queue.schedule_in(3600, {"n": n}))
+            n += 1
+
+
+async def produce_until_async(url: str, stop: threading.Event, acknowledged: list[str]) -> None:
+    async with AsyncQueue("orders", url) as queue:
+        n = 0
+        while not stop.is_set():
+            with contextlib.suppress(RedisUnavailableError):
+                acknowledged.append(await queue.schedule_in(3600, {"n": n}))
+            n += 1
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_planned_failover_loses_no_acknowledged_schedule(
+    sentinels: Sentinels, asynchronous: bool
+) -> None:
+    """SENTINEL FAILOVER with a producer writing all along: the old master answers as a
+    master until Sentinel reconfigures it, seconds after the switch, so a client that
+    goes on writing to it loses those writes once it becomes a replica. Every
+    acknowledged schedule must be on the new master."""
+    old_port = sentinels.master_port()
+    acknowledged: list[str] = []
+    stop = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        if asynchronous:
+            producer = pool.submit(run, produce_until_async(sentinels.url, stop, acknowledged))
+        else:
+            producer = pool.submit(produce_until, sentinels.url, stop, acknowledged)
+        try:
+            wait_until_sync(lambda: len(acknowledged) > 200, what="writes before the failover")
+            manager = redis.Redis(port=sentinels.ports[0])
+            command(manager, "SENTINEL", "FAILOVER", SERVICE)
+            manager.close()
+            wait_until_sync(lambda: sentinels.master_port() != old_port, timeout=30, what="switch")
+            # Go on writing after the switch, as a real producer does.
+            switched_at = len(acknowledged)
+            wait_until_sync(lambda: len(acknowledged) > switched_at + 500, timeout=30,
+                            what="writes after the switch")  # fmt: skip
+        finally:
+            stop.set()
+            producer.result()
+    with Queue("orders", sentinels.url) as queue:
+        lost = [task_id for task_id in acknowledged if queue.status(task_id) is None]
+        assert lost == [], f"{len(lost)} of {len(acknowledged)} acknowledged schedules lost"
+        assert queue.check() == []

@@ -7,9 +7,10 @@ Supported, with redis-py's own clients doing the work (nothing home-made in betw
   ``redis.asyncio.Redis`` client;
 - Sentinel: ``redis+sentinel://[user:pass@]host:port[,host:port...]/service[/db]``
   (``rediss+sentinel://`` for TLS to the master; ``?sentinel_password=...`` when the
-  sentinels ask for one), or a client from ``Sentinel(...).master_for(...)``: every
-  connection asks the sentinels for the current master, and a READONLY reply (a demoted
-  master) drops the connection so the next one finds the new master;
+  sentinels ask for one), or a client from ``Sentinel(...).master_for(...)``: a
+  watcher follows the sentinels' events (``failover.py``), holds sends while a replica
+  is being promoted and moves every connection to the new master once it is named; a
+  READONLY reply (a demoted master) drops the connection too;
 - Redis Cluster: ``redis+cluster://[user:pass@]host:port[,host:port...]`` (or
   ``rediss+cluster://``), or a ``RedisCluster`` client: redis-py routes each command by
   its key's slot and follows MOVED/ASK. Every key of a queue shares one hash tag, so a
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +40,7 @@ from redis.retry import Retry
 
 from duetime.errors import ConfigurationError
 from duetime.settings import Settings
+from duetime.store.failover import watched_classes, watcher_for
 
 #: Extra seconds a blocking command's socket waits beyond the block itself.
 BLOCK_MARGIN = 5.0
@@ -64,6 +67,7 @@ class Connection:
     address: str  # printable, password masked
     clustered: bool  # a RedisCluster client: keyless commands need a route
     helpers: tuple[Any, ...] = ()  # more clients to close with these (the sentinels')
+    closing: tuple[Callable[[], None], ...] = ()  # called once these are closed
 
 
 def mask_url(url: str) -> str:
@@ -318,19 +322,20 @@ def _sentinel(
     asynchronous: bool,
     address: str,
 ) -> Connection:
-    module: Any = redis.asyncio.sentinel if asynchronous else redis.sentinel
     client_class: Any = redis.asyncio.Redis if asynchronous else redis.Redis
-    sentinels = module.Sentinel(
-        nodes,
-        sentinel_kwargs={**sentinel_auth, "socket_timeout": settings.socket_timeout,
-                         "socket_connect_timeout": settings.socket_timeout},
-    )  # fmt: skip
+    sentinel_kwargs = {**sentinel_auth, "socket_timeout": settings.socket_timeout,
+                       "socket_connect_timeout": settings.socket_timeout}  # fmt: skip
+    watcher = watcher_for(nodes, service, sentinel_kwargs, hold=settings.socket_timeout)
+    manager_class, connection_class = watched_classes(asynchronous, bool(master.get("ssl")))
+    sentinels = manager_class(nodes, sentinel_kwargs=sentinel_kwargs)
+    sentinels.failover_watcher = watcher
     if not master.get("ssl"):
         master.pop("ssl", None)
+    options = {"redis_class": client_class, "connection_class": connection_class,
+               "failover_watcher": watcher, **master}  # fmt: skip
     main, blocking = (
-        sentinels.master_for(
-            service, redis_class=client_class, **master, **_overrides(settings, t, tcp=True)
-        )
+        sentinels.master_for(service, **options, **_overrides(settings, t, tcp=True))
         for t in _timeouts(settings)
     )
-    return Connection(main, blocking, address, clustered=False, helpers=tuple(sentinels.sentinels))
+    return Connection(main, blocking, address, clustered=False,
+                      helpers=tuple(sentinels.sentinels), closing=(watcher.release,))  # fmt: skip

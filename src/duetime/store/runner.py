@@ -280,6 +280,7 @@ class SyncRunner:
         self.client, self.blocking_client = connection.main, connection.blocking
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
+        self._closing = connection.closing
         self._kept = None if self.clustered else KeptConnection(self.client)
         self.loaded_scripts: set[str] = set()  # see _load_first
 
@@ -378,6 +379,8 @@ class SyncRunner:
             client.close()
             if not self.clustered:  # it was given its pool, which close() leaves open
                 client.connection_pool.disconnect()
+        for release in self._closing:
+            release()
 
 
 class AsyncRunner:
@@ -388,6 +391,7 @@ class AsyncRunner:
         self.client, self.blocking_client = connection.main, connection.blocking
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
+        self._closing = connection.closing
         self._kept = None if self.clustered else AsyncKeptConnection(self.client)
         self.loaded_scripts: set[str] = set()  # see _load_first
 
@@ -492,3 +496,5 @@ class AsyncRunner:
             await client.aclose()
             if not self.clustered:  # it was given its pool, which aclose() leaves open
                 await client.connection_pool.disconnect()
+        for release in self._closing:
+            release()
