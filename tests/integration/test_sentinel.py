@@ -148,9 +148,7 @@ def test_a_demoted_master_answering_readonly_is_left_for_the_new_one_quietly(
     answers READONLY: every process re-resolves the master and carries on, logging the
     outage once per loop rather than a line per retry."""
     done: list[int] = []
-    # A worker TTL longer than the failover's write pause (FAST's 0.5 s TTL gets the
-    # worker reaped during the pause; see the note in docs/reliability.md).
-    settings = FAST.replace(worker_ttl=3.0, lease_duration=6.0)
+    settings = FAST
     with Queue("orders", sentinels.url, settings=settings) as queue:
 
         async def scenario() -> None:

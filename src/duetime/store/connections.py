@@ -326,12 +326,15 @@ def _sentinel(
     sentinel_kwargs = {**sentinel_auth, "socket_timeout": settings.socket_timeout,
                        "socket_connect_timeout": settings.socket_timeout}  # fmt: skip
     watcher = watcher_for(nodes, service, sentinel_kwargs, hold=settings.socket_timeout)
-    manager_class, connection_class = watched_classes(asynchronous, bool(master.get("ssl")))
+    manager_class, pool_class, connection_class = watched_classes(
+        asynchronous, bool(master.get("ssl"))
+    )
     sentinels = manager_class(nodes, sentinel_kwargs=sentinel_kwargs)
     sentinels.failover_watcher = watcher
     if not master.get("ssl"):
         master.pop("ssl", None)
-    options = {"redis_class": client_class, "connection_class": connection_class,
+    options = {"redis_class": client_class, "connection_pool_class": pool_class,
+               "connection_class": connection_class,
                "failover_watcher": watcher, **master}  # fmt: skip
     main, blocking = (
         sentinels.master_for(service, **options, **_overrides(settings, t, tcp=True))

@@ -229,7 +229,7 @@ class FailoverWatcher:
         ):
             self._release()
 
-    def _on_event(self, channel: str, data: str, by: Address, commands: redis.Redis) -> None:
+    def _on_event(self, channel: str, data: str, by: Address, commands: Any) -> None:
         if event_service(channel, data) != self.service:
             return
         if channel == "+failover-state-send-slaveof-noone":
@@ -240,8 +240,8 @@ class FailoverWatcher:
             self._release()
         self._ask(commands, by)
 
-    def _ask(self, commands: redis.Redis, by: Address) -> None:
-        state: dict[str, Any] = commands.sentinel_master(self.service)  # type: ignore[assignment]
+    def _ask(self, commands: Any, by: Address) -> None:
+        state: dict[str, Any] = commands.sentinel_master(self.service)
         flags = state.get("flags", "")
         flags = flags.split(",") if isinstance(flags, str) else flags
         self._learn(
@@ -350,6 +350,9 @@ class _WatchedSync:
             if self._opened_in != watcher.epoch and getattr(self, "_sock", None) is not None:
                 self.disconnect()  # type: ignore[attr-defined]
                 raise _replaced(watcher)
+        if getattr(self, "_sock", None) is None:
+            # Through Sentinel: redis-py's send would reconnect to the address it had.
+            self.connect()  # type: ignore[attr-defined]
         super().send_packed_command(command, check_health)  # type: ignore[misc]
 
 
@@ -374,6 +377,8 @@ class _WatchedAsync:
             if self._opened_in != watcher.epoch and self.is_connected:  # type: ignore[attr-defined]
                 await self.disconnect(nowait=True)  # type: ignore[attr-defined]
                 raise _replaced(watcher)
+        if not self.is_connected:  # type: ignore[attr-defined]
+            await self.connect()  # type: ignore[attr-defined]
         await super().send_packed_command(command, check_health)  # type: ignore[misc]
 
 
@@ -399,6 +404,31 @@ class AsyncWatchedSSLConnection(_WatchedAsync, redis.asyncio.sentinel.SentinelMa
     pass
 
 
+def opened_before_a_switch(connection: Any) -> bool:
+    """True for a watched connection opened before the watcher heard of another master."""
+    watcher = getattr(connection, "failover_watcher", None)
+    return watcher is not None and bool(connection._opened_in != watcher.epoch)
+
+
+class WatchedPool(redis.sentinel.SentinelConnectionPool):
+    """Hands out no connection opened before a switch: an idle one has nothing unread,
+    so it is closed here and reopened through Sentinel, with no error for the caller."""
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        connection: Any = super().get_connection(*args, **kwargs)
+        if opened_before_a_switch(connection):
+            connection.disconnect()
+        return connection
+
+
+class AsyncWatchedPool(redis.asyncio.sentinel.SentinelConnectionPool):
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        connection: Any = await super().get_connection(*args, **kwargs)  # type: ignore[no-untyped-call]
+        if opened_before_a_switch(connection):
+            await connection.disconnect()
+        return connection
+
+
 class WatchedSentinel(redis.sentinel.Sentinel):
     """Names the master the watcher heard of last (a sentinel that has not yet heard of
     a failover would name the old one), else asks as redis-py does."""
@@ -418,8 +448,9 @@ class AsyncWatchedSentinel(redis.asyncio.sentinel.Sentinel):
         return known if known is not None else await super().discover_master(service_name)
 
 
-def watched_classes(asynchronous: bool, ssl: bool) -> tuple[Any, Any]:
-    """The sentinel manager and connection classes for a watched master."""
+def watched_classes(asynchronous: bool, ssl: bool) -> tuple[Any, Any, Any]:
+    """The sentinel manager, pool and connection classes for a watched master."""
     if asynchronous:
-        return AsyncWatchedSentinel, AsyncWatchedSSLConnection if ssl else AsyncWatchedConnection
-    return WatchedSentinel, WatchedSSLConnection if ssl else WatchedConnection
+        connection: Any = AsyncWatchedSSLConnection if ssl else AsyncWatchedConnection
+        return AsyncWatchedSentinel, AsyncWatchedPool, connection
+    return WatchedSentinel, WatchedPool, WatchedSSLConnection if ssl else WatchedConnection

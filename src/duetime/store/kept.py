@@ -40,6 +40,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from duetime.store.failover import opened_before_a_switch
+
 _pack_in_c: Callable[[tuple[Any, ...]], bytes] | None
 try:
     from hiredis import pack_command as _pack_in_c
@@ -58,6 +60,8 @@ def _left_behind(pool: Any, connection: Any) -> bool:
     The pool drops such a connection when it is given back; a kept one is not given back
     after each call, and a demoted master still answers (NOSCRIPT before READONLY for a
     script it lost in a restart, stale data for a read-only one), so it is let go here."""
+    if opened_before_a_switch(connection):
+        return True
     master = getattr(pool, "master_address", None)
     return (
         master is not None
