@@ -206,14 +206,18 @@ SERVICE = "duetime"
 
 @dataclass
 class Sentinels(Group):
-    """A master, one replica and three sentinels on free loopback ports, for tests of
-    failover. ``down_after_ms`` is short so a killed master is replaced within seconds."""
+    """A master, ``replica_count`` replicas and three sentinels on free loopback ports,
+    for tests of failover. ``down_after_ms`` is short so a killed master is replaced
+    within seconds."""
 
     kind: str
     executable: str
     down_after_ms: int = 1000
+    replica_count: int = 1
+    replica_options: dict[int, list[str]] = field(default_factory=dict)  # by replica index
     master: Server | None = None
-    replica: Server | None = None
+    replica: Server | None = None  # the first of ``replicas``
+    replicas: list[Server] = field(default_factory=list)
     sentinels: list[subprocess.Popen[bytes]] = field(default_factory=list)
     ports: list[int] = field(default_factory=list)
     directory: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="duetime-snt-")))
@@ -228,10 +232,15 @@ class Sentinels(Group):
         # when the test starts.
         self.master = Server(self.kind, self.executable, extra=["--repl-diskless-sync-delay", "0"])
         self.master.start()
-        self.replica = Server(
-            self.kind, self.executable, extra=["--replicaof", "127.0.0.1", str(self.master.port)]
-        )
-        self.replica.start()
+        for index in range(self.replica_count):
+            replica = Server(
+                self.kind, self.executable,
+                extra=["--replicaof", "127.0.0.1", str(self.master.port),
+                       *self.replica_options.get(index, [])],
+            )  # fmt: skip
+            replica.start()
+            self.replicas.append(replica)
+        self.replica = self.replicas[0]
         for index in range(3):
             port = free_port()
             config = self.directory / f"sentinel-{index}.conf"
@@ -263,7 +272,8 @@ class Sentinels(Group):
             info = client.info("replication")
         finally:
             client.close()
-        return bool(info.get("slave0", {}).get("state") == "online")
+        online = [info.get(f"slave{n}", {}).get("state") for n in range(self.replica_count)]
+        return online == ["online"] * self.replica_count
 
     def _ready(self, port: int) -> bool:
         client = redis.Redis(port=port, socket_timeout=1)
@@ -275,7 +285,8 @@ class Sentinels(Group):
             client.close()
         fields = {(k.decode() if isinstance(k, bytes) else str(k)): v for k, v in state.items()}
         return (
-            int(fields.get("num-slaves", 0)) >= 1 and int(fields.get("num-other-sentinels", 0)) >= 2
+            int(fields.get("num-slaves", 0)) >= self.replica_count
+            and int(fields.get("num-other-sentinels", 0)) >= 2
         )
 
     def master_port(self) -> int:
@@ -291,7 +302,7 @@ class Sentinels(Group):
             if process.poll() is None:
                 process.kill()
                 process.wait(10)
-        for server in (self.master, self.replica):
+        for server in (self.master, *self.replicas):
             if server is not None:
                 server.stop()
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -228,3 +228,72 @@ def test_a_planned_failover_loses_no_acknowledged_schedule(
         lost = [task_id for task_id in acknowledged if queue.status(task_id) is None]
         assert lost == [], f"{len(lost)} of {len(acknowledged)} acknowledged schedules lost"
         assert queue.check() == []
+
+
+@pytest.mark.parametrize("durable_replicas", [1, 2])
+def test_durable_writes_survive_a_failover_only_when_every_replica_confirms(
+    durable_replicas: int,
+) -> None:
+    """Two replicas, and the one Sentinel promotes is the one that lagged (the other is
+    never promoted: replica-priority 0). WAIT with ``durable_replicas=1`` is satisfied by
+    the replica that was not promoted, so acknowledged durable writes are lost; with
+    ``durable_replicas`` equal to the number of replicas the same writes are refused
+    (NotDurableError), and nothing acknowledged is lost."""
+    group = Sentinels("redis", require_binary("redis"), replica_count=2,
+                      replica_options={0: ["--replica-priority", "0"]})  # fmt: skip
+    group.start()
+    try:
+        assert group.master is not None and group.master.process is not None
+        lagging = group.replicas[1]  # replica 0 has priority 0: never promoted
+        assert lagging.process is not None
+        settings = FAST.replace(durable_timeout=0.5, durable_replicas=durable_replicas)
+        with (
+            Queue("orders", group.url, settings=settings) as durable,
+            Queue("orders", group.url, settings=FAST) as plain,
+        ):
+            before = [durable.schedule_in(3600, {"n": n}) for n in range(5)]
+            os.kill(lagging.process.pid, signal.SIGSTOP)
+            master = redis.Redis(port=group.master.port)
+            try:
+                # Cut both links: the running replica reconnects at once, the stopped one
+                # cannot (a stopped replica would find the writes in its socket later).
+                command(master, "CLIENT", "KILL", "TYPE", "replica")
+                wait_until_sync(
+                    lambda: confirmed_by(master) == 1, timeout=20, what="one replica back"
+                )
+                acknowledged: list[str] = []
+                refused: list[str] = []
+                for n in range(5, 25):
+                    try:
+                        acknowledged.append(durable.schedule_in(3600, {"n": n}))
+                    except NotDurableError as error:
+                        refused.extend(error.task_ids)
+                old_port = group.master.port
+                os.kill(group.master.process.pid, signal.SIGKILL)
+            finally:
+                master.close()
+                os.kill(lagging.process.pid, signal.SIGCONT)
+            wait_until_sync(lambda: group.master_port() != old_port, timeout=40, what="a failover")
+            assert group.master_port() == lagging.port
+            lost = [
+                task_id for task_id in [*before, *acknowledged] if plain.status(task_id) is None
+            ]
+            # Refused writes were stored on the old master and may be gone: never lost
+            # silently, as the caller was told.
+            if durable_replicas == 1:
+                assert refused == [] and len(acknowledged) == 20
+                assert lost == acknowledged  # confirmed by the replica that was not promoted
+            else:
+                assert acknowledged == [] and len(refused) == 20
+                assert lost == []
+    finally:
+        group.stop()
+
+
+def confirmed_by(master: redis.Redis) -> int:
+    """How many replicas are online on ``master``."""
+    info = master.info("replication")
+    return sum(
+        1 for key, value in info.items()
+        if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    )  # fmt: skip
