@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -98,6 +99,7 @@ class QueueDispatcher:
         self._worker_ttl_ms = round(settings.worker_ttl * 1000)
         self._look_again_ms = round(settings.look_again_after_reap * 1000)
         self._next_maintenance_ms = 0
+        self._reaping_from_ms = 0  # server ms; later after a failover held commands
         self._prepared: tuple[int, list[CronFiring]] | None = None
         self.unfinished_wake: asyncio.Task[bool] | None = None  # left running at stop
         #: (cron job, outcome) -> ticks, for metrics: fired, skipped, delayed (counted when
@@ -114,7 +116,18 @@ class QueueDispatcher:
         )
         now = promotion.now_ms
         busy = promotion.moved + promotion.staged >= self._batch
-        if promotion.next_lease_deadline_ms is not None and promotion.next_lease_deadline_ms <= now:
+        # A failover held every process's commands, workers' heartbeats and renewals too:
+        # silence from before it has ended plus a worker TTL proves no one dead.
+        held_ms = round((self.runner.interrupted_at() + self.settings.worker_ttl
+                         - time.monotonic()) * 1000)  # fmt: skip
+        if held_ms > 0:
+            self._reaping_from_ms = now + held_ms
+        reaping = now >= self._reaping_from_ms
+        if (
+            reaping
+            and promotion.next_lease_deadline_ms is not None
+            and promotion.next_lease_deadline_ms <= now
+        ):
             reaped = await run(self.operations.reap_expired_leases(REAP_BATCH))
             if reaped:
                 log.warning(
@@ -122,7 +135,8 @@ class QueueDispatcher:
                 )
             busy = True
         if (
-            promotion.oldest_heartbeat_ms is not None
+            reaping
+            and promotion.oldest_heartbeat_ms is not None
             and promotion.oldest_heartbeat_ms + self._worker_ttl_ms <= now
         ):
             reaped = await run(
@@ -165,10 +179,12 @@ class QueueDispatcher:
             # Stage once the earliest bucket is within half of stage_ahead, so that a
             # pass stages about half of stage_ahead's tasks at once, not one at a time.
             wake_at.append(math.ceil(promotion.next_bucket_ms) - self._stage_ms // 2)
+        # Reaping waits out a failover's hold (see step).
         if promotion.next_lease_deadline_ms is not None:
-            wake_at.append(promotion.next_lease_deadline_ms)
+            wake_at.append(max(promotion.next_lease_deadline_ms, self._reaping_from_ms))
         if promotion.oldest_heartbeat_ms is not None:
-            wake_at.append(promotion.oldest_heartbeat_ms + self._worker_ttl_ms)
+            reap_at = promotion.oldest_heartbeat_ms + self._worker_ttl_ms
+            wake_at.append(max(reap_at, self._reaping_from_ms))
         if promotion.next_cron_tick_ms is not None:
             wake_at.append(promotion.next_cron_tick_ms)
         if promotion.next_reaped_look_ms is not None:

@@ -68,6 +68,8 @@ class Connection:
     clustered: bool  # a RedisCluster client: keyless commands need a route
     helpers: tuple[Any, ...] = ()  # more clients to close with these (the sentinels')
     closing: tuple[Callable[[], None], ...] = ()  # called once these are closed
+    #: When (time.monotonic) commands were last held by a failover; 0.0 if never.
+    interrupted_at: Callable[[], float] = float
 
 
 def mask_url(url: str) -> str:
@@ -341,4 +343,5 @@ def _sentinel(
         for t in _timeouts(settings)
     )
     return Connection(main, blocking, address, clustered=False,
-                      helpers=tuple(sentinels.sentinels), closing=(watcher.release,))  # fmt: skip
+                      helpers=tuple(sentinels.sentinels), closing=(watcher.release,),
+                      interrupted_at=lambda: watcher.interrupted_at)  # fmt: skip

@@ -93,6 +93,8 @@ class FailoverWatcher:
         self.epoch = 0
         #: True while sends are held (read without the lock on every send).
         self.holding = False
+        #: When (time.monotonic) sends were last released or moved to a new master.
+        self.interrupted_at = 0.0
         self._master: Address | None = None
         self._config_epoch = -1
         self._confirmed_at = 0.0
@@ -198,6 +200,7 @@ class FailoverWatcher:
             if not self.holding:
                 return
             self.holding = False
+            self.interrupted_at = time.monotonic()
             self._released.set()
             waiters, self._waiters = self._waiters, []
         for loop, waiter in waiters:
@@ -215,6 +218,7 @@ class FailoverWatcher:
                 self._master, self._config_epoch = address, config_epoch
                 if switched:
                     self.epoch += 1
+                    self.interrupted_at = time.monotonic()
             if address == self._master and config_epoch == self._config_epoch:
                 self._confirmed_at = time.monotonic()
         if switched:

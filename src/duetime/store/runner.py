@@ -281,6 +281,8 @@ class SyncRunner:
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
         self._closing = connection.closing
+        #: When commands were last held by a Sentinel failover (time.monotonic; 0.0 never).
+        self.interrupted_at = connection.interrupted_at
         self._kept = None if self.clustered else KeptConnection(self.client)
         self.loaded_scripts: set[str] = set()  # see _load_first
 
@@ -392,6 +394,8 @@ class AsyncRunner:
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
         self._closing = connection.closing
+        #: When commands were last held by a Sentinel failover (time.monotonic; 0.0 never).
+        self.interrupted_at = connection.interrupted_at
         self._kept = None if self.clustered else AsyncKeptConnection(self.client)
         self.loaded_scripts: set[str] = set()  # see _load_first
 
