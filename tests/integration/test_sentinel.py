@@ -25,7 +25,7 @@ from tests.helpers import FAST, running, wait_until, wait_until_sync
 from tests.servers import SERVICE, Sentinels, command
 
 
-@pytest.fixture(params=["redis"])
+@pytest.fixture(params=["redis", "valkey"])
 def sentinels(request: pytest.FixtureRequest) -> Iterator[Sentinels]:
     group = Sentinels(request.param, require_binary(request.param))
     group.start()
