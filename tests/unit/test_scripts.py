@@ -16,8 +16,7 @@ LUA = Path(str(resources.files("duetime.store").joinpath("lua")))
 SCRIPTS = sorted(LUA.glob("*.lua"))
 #: How many leading arguments of each command used by the scripts are key names.
 KEY_ARGUMENTS = {
-    "DEL": 1, "EXISTS": 1, "HDEL": 1, "HEXISTS": 1, "HGET": 1, "HINCRBY": 1, "HLEN": 1, "HMGET": 1,
-    "HSET": 1,
+    "DEL": 1, "EXISTS": 1, "HDEL": 1, "HEXISTS": 1, "HGET": 1, "HINCRBY": 1, "HMGET": 1, "HSET": 1,
     "HSETNX": 1,
     "LINDEX": 1, "LLEN": 1, "LMOVE": 2, "LPOS": 1, "LPUSH": 1, "LRANGE": 1, "LREM": 1, "LTRIM": 1,
     "PEXPIRE": 1, "RPUSH": 1, "ZADD": 1, "ZCARD": 1, "ZMSCORE": 1, "ZRANGE": 1, "ZREM": 1,

@@ -70,8 +70,8 @@ end
 local minute = math.floor(now / 60000) .. ':'
 local known = false
 if #done > 0 then
-  redis.call('HLEN', KEYS[4])
-  redis.call('HLEN', KEYS[5])
+  redis.call('HGET', KEYS[4], '')
+  redis.call('HGET', KEYS[5], '')
   -- pcall: a per-minute figure never fails the step (a minutes key of the wrong type is
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')

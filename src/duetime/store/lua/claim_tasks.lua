@@ -78,7 +78,7 @@ in_chunks(ids, function(first, last)
   end
 end)
 if #ids > 0 then
-  redis.call('ZCARD', KEYS[3])
+  redis.call('ZSCORE', KEYS[3], '')
   if #ARGV < 5 then
     redis.call('LLEN', KEYS[2])
   end

@@ -13,7 +13,7 @@ if current == ARGV[2] then
 end
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZCARD', KEYS[2])
+redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[3])
 redis.call('HSET', KEYS[1], name, ARGV[2])
 if current and not redis.call('ZSCORE', KEYS[2], name) then

@@ -33,9 +33,9 @@ end
 -- is replaced whole (DEL first), whatever it held; counters are bumped with pcall.
 local retry_at = tonumber(ARGV[6])
 local head, wake
-redis.call('HLEN', KEYS[4])
+redis.call('HGET', KEYS[4], '')
 if retry_at < 0 then
-  redis.call('ZCARD', KEYS[6])
+  redis.call('ZSCORE', KEYS[6], '')
 else
   head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   wake = (not head[2] or retry_at < tonumber(head[2])) and redis.call('LLEN', KEYS[7]) == 0

@@ -13,7 +13,7 @@
 -- Read before the first write: a ready list of the wrong type fails the call with
 -- nothing written.
 redis.call('LLEN', KEYS[2])
-local known = redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1
+local known = redis.call('HGET', KEYS[3], ARGV[1])
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
   return 0
 end

@@ -88,10 +88,10 @@ local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
 local next_tick = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
 local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 if #ahead > 0 then
-  redis.call('HLEN', KEYS[7])
+  redis.call('HGET', KEYS[7], '')
 end
 if #KEYS >= 11 then
-  redis.call('ZCARD', KEYS[9])
+  redis.call('ZSCORE', KEYS[9], '')
 end
 if #ids > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ids))

@@ -17,10 +17,10 @@ local now = tonumber(ARGV[1])
 local count, unknown = 0, 0
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZCARD', KEYS[1])
-redis.call('ZCARD', KEYS[2])
+redis.call('ZSCORE', KEYS[1], '')
+redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[3])
-redis.call('HLEN', KEYS[5])
+redis.call('HGET', KEYS[5], '')
 for key = 6, #KEYS do
   redis.call('LLEN', KEYS[key])
 end

@@ -43,9 +43,9 @@ in_chunks(listed, function(first, last)
 end)
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZCARD', KEYS[3])
-redis.call('ZCARD', KEYS[4])
-redis.call('ZCARD', KEYS[7])
+redis.call('ZSCORE', KEYS[3], '')
+redis.call('ZSCORE', KEYS[4], '')
+redis.call('ZSCORE', KEYS[7], '')
 redis.call('LLEN', KEYS[5])
 for _, id in ipairs(listed) do
   redis.call('ZREM', KEYS[3], worker .. '|' .. id)

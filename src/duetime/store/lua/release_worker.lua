@@ -29,10 +29,10 @@ in_chunks(ids, function(first, last)
 end)
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZCARD', KEYS[1])
-redis.call('ZCARD', KEYS[3])
-redis.call('ZCARD', KEYS[7])
-redis.call('HLEN', KEYS[4])
+redis.call('ZSCORE', KEYS[1], '')
+redis.call('ZSCORE', KEYS[3], '')
+redis.call('ZSCORE', KEYS[7], '')
+redis.call('HGET', KEYS[4], '')
 redis.call('LLEN', KEYS[5])
 local handed, unknown = 0, 0
 -- Walk backwards so LPUSH keeps their order at the head of ready.

@@ -8,9 +8,9 @@
 local name = ARGV[1]
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('HLEN', KEYS[1])
-redis.call('HLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
+redis.call('HGET', KEYS[1], '')
+redis.call('HGET', KEYS[3], '')
+redis.call('HGET', KEYS[4], '')
 redis.call('ZREM', KEYS[2], name)
 redis.call('HDEL', KEYS[3], name)
 redis.call('HDEL', KEYS[4], name)

@@ -11,8 +11,8 @@
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
 if #ARGV > 0 then
-  redis.call('HLEN', KEYS[2])
-  redis.call('HLEN', KEYS[3])
+  redis.call('HGET', KEYS[2], '')
+  redis.call('HGET', KEYS[3], '')
   redis.call('LLEN', KEYS[4])
 end
 local count = 0

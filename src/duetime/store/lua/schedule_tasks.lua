@@ -95,7 +95,7 @@ local wake = soonest < math.huge and must_wake(soonest)
 -- Caveat: an id already in a bucket without an envelope (an orphan, itself damage) that
 -- is scheduled again in the same call as a bucket of the wrong type loses that entry.
 if #late > 0 and #order > 0 then
-  redis.call('ZCARD', KEYS[2])
+  redis.call('ZSCORE', KEYS[2], '')
 end
 if #due > 0 and #order + #late > 0 then
   redis.call('LLEN', KEYS[3])
