@@ -45,7 +45,7 @@ def suspects(request: Request, error: Exception) -> list[str]:
 
 
 def damaged_key_error(
-    address: str, refusal: Exception, keys: Sequence[str], types: Sequence[Any]
+    address: str, request: Request, refusal: Exception, keys: Sequence[str], types: Sequence[Any]
 ) -> DamagedKeyError | None:
     """The error naming each key whose TYPE (``types``, in the order of ``keys``) is
     neither absent nor what duetime keeps there; None if none is (then the refusal is
@@ -64,7 +64,16 @@ def damaged_key_error(
     )
     return DamagedKeyError(
         f"Redis at {address} refused a call ({str(refusal).split(' script:')[0]}): "
-        f"{named}. The call changed nothing. That key was written by hand or by another "
+        f"{named}. {_what_changed(request)} That key was written by hand or by another "
         "program: move it aside (RENAME) or delete it to let the queue work again",
         damaged,
+    )
+
+
+def _what_changed(request: Request) -> str:
+    if isinstance(request, Eval | Command):
+        return "The call changed nothing."
+    # A large schedule_many is several script calls, each applied or refused on its own.
+    return (
+        "The refused script call changed nothing; other calls of the request may have been applied."
     )

@@ -360,7 +360,7 @@ class SyncRunner:
             types = pipe.execute()
         except redis.RedisError:
             return error
-        return damaged_key_error(self.address, error, keys, types) or error
+        return damaged_key_error(self.address, request, error, keys, types) or error
 
     def _script_call(self, arguments: Sequence[Any]) -> Any:
         """On the kept connection when it is free (see ``kept``), else through the client."""
@@ -488,7 +488,7 @@ class AsyncRunner:
             types = await pipe.execute()
         except redis.RedisError:
             return error
-        return damaged_key_error(self.address, error, keys, types) or error
+        return damaged_key_error(self.address, request, error, keys, types) or error
 
     async def _script_call(self, arguments: Sequence[Any]) -> Any:
         """On the kept connection when it is free (see ``kept``), else through the client."""
