@@ -26,7 +26,9 @@ from duetime.errors import DamagedKeyError
 from duetime.store import QueueKeys
 from duetime.store.keys import key_type
 from duetime.store.operations import Outcome, QueueOperations
+from tests.conftest import require_binary
 from tests.helpers import as_bytes
+from tests.servers import Cluster
 
 NOW_MS = 1_800_000_000_000
 LEASE_MS = 60_000
@@ -323,3 +325,27 @@ def test_the_error_says_what_the_key_holds_and_what_to_do(fresh: Callable[[], En
     assert f"{env.keys.ready} holds a string where duetime keeps a list" in message
     assert "changed nothing" in message and "delete it" in message
     assert not env.raw.exists(env.keys.tasks)
+
+
+@pytest.fixture(scope="module", params=["redis", "valkey"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    instance = Cluster(request.param, require_binary(request.param))
+    instance.start()
+    yield instance
+    instance.stop()
+
+
+def test_on_a_cluster_the_error_names_the_key_too(cluster: Cluster) -> None:
+    """The TYPE questions go to the node of each key, as the refused call did."""
+    name = f"damaged-{uuid.uuid4().hex[:12]}"
+    keys = QueueKeys(name)
+    client = redis.RedisCluster(host="127.0.0.1", port=cluster.nodes[0].port)
+    try:
+        client.set(keys.ready, "damaged")
+        with Queue(name, cluster.url) as queue, pytest.raises(DamagedKeyError) as caught:
+            queue.schedule_now({})
+        assert caught.value.keys == {keys.ready: "string"}
+        assert not client.exists(keys.tasks)
+    finally:
+        client.delete(keys.ready)
+        client.close()
