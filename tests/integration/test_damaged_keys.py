@@ -327,6 +327,18 @@ def test_the_error_says_what_the_key_holds_and_what_to_do(fresh: Callable[[], En
     assert not env.raw.exists(env.keys.tasks)
 
 
+def test_check_names_a_damaged_key(fresh: Callable[[], Env]) -> None:
+    """The checker reads the whole queue in one transaction: a key of the wrong type
+    fails it with the key named, not a bare WRONGTYPE."""
+    env = fresh()
+    due_now(env)
+    env.raw.delete(env.keys.ready)
+    env.raw.hset(env.keys.ready, "damaged", "1")
+    with pytest.raises(DamagedKeyError) as caught:
+        env.queue.check()
+    assert caught.value.keys == {env.keys.ready: "hash"}
+
+
 @pytest.fixture(scope="module", params=["redis", "valkey"])
 def cluster(request: pytest.FixtureRequest) -> Iterator[Cluster]:
     instance = Cluster(request.param, require_binary(request.param))

@@ -28,12 +28,15 @@ def test_key_type_says_what_duetime_keeps_at_each_key(key: str, kind: str | None
     assert key_type(key) == kind
 
 
-def test_only_a_wrongtype_refusal_of_a_script_or_lone_command_is_looked_into() -> None:
+def test_only_a_wrongtype_refusal_of_a_call_that_changed_nothing_is_looked_into() -> None:
     call = Eval(SCHEDULE_TASK, (KEYS.tasks, KEYS.ready, KEYS.tasks), ())
     assert suspects(call, WRONG) == [KEYS.tasks, KEYS.ready]
     assert suspects(call, Exception("NOPERM no")) == []
     assert suspects(Command(("ZRANGE", KEYS.leases, 0, 1)), WRONG) == [KEYS.leases]
-    assert suspects(Batch((Command(("HGET", KEYS.tasks, "x")),)), WRONG) == []
+    reads = (Command(("HGET", KEYS.tasks, "x")), Command(("SCAN", 0)), Command(("TIME",)))
+    assert suspects(Batch(reads), WRONG) == []  # a batch that writes: some of it applied
+    refused = Exception("Command # 1 (HGET ...) of pipeline caused error: WRONGTYPE Op")
+    assert suspects(Batch(reads, read_only=True), refused) == [KEYS.tasks]
 
 
 def test_the_message_names_the_key_and_says_what_changed() -> None:

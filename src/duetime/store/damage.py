@@ -1,10 +1,10 @@
-"""Name the damaged key behind a script's WRONGTYPE refusal.
+"""Name the damaged key behind a WRONGTYPE refusal.
 
 Redis says only that "a key" holds the wrong kind of value. When a request is refused
-so, the runner asks TYPE of each key the request names (the keys of a script call, or
-the first argument of a lone command; nothing more is sent while all is well) and raises
-``DamagedKeyError`` naming each key of the queue that holds another type than duetime
-keeps there.
+so, the runner asks TYPE of each key the request names (the keys of a script call, the
+first argument of a lone command or of a read-only batch's commands; nothing more is
+sent while all is well) and raises ``DamagedKeyError`` naming each key of the queue
+that holds another type than duetime keeps there.
 """
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ MOST_KEYS = 1000
 
 
 def is_wrong_type(error: Exception) -> bool:
-    return str(error).startswith("WRONGTYPE")
+    # A pipeline's refusal starts "Command # n (...) of pipeline caused error: WRONGTYPE".
+    return "WRONGTYPE" in str(error)
 
 
 def suspects(request: Request, error: Exception) -> list[str]:
     """The keys to ask TYPE of when ``request`` was refused WRONGTYPE (else none): the
-    keys of its script calls, or the first argument of a command, where it names a key of
-    a queue."""
+    keys of its script calls, or the first argument of a lone command or of each command of
+    a read-only batch, where it names a key of a queue."""
     if not is_wrong_type(error):
         return []
     named: list[Any]
@@ -36,7 +37,9 @@ def suspects(request: Request, error: Exception) -> list[str]:
     elif isinstance(request, Command):
         named = list(request.args[1:2])
     elif isinstance(request, Batch):
-        return []  # the other commands of a batch are applied: not "nothing changed"
+        if not request.read_only:
+            return []  # its other commands are applied: not "the call changed nothing"
+        named = [command.args[1] for command in request.commands if len(command.args) > 1]
     else:
         calls = request.calls if isinstance(request, Durably) else request
         named = [key for keys, _ in calls.calls for key in keys]
@@ -71,7 +74,7 @@ def damaged_key_error(
 
 
 def _what_changed(request: Request) -> str:
-    if isinstance(request, Eval | Command):
+    if isinstance(request, Eval | Command | Batch):
         return "The call changed nothing."
     # A large schedule_many is several script calls, each applied or refused on its own.
     return (
