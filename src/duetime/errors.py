@@ -87,6 +87,17 @@ class RedisOutOfMemoryError(RedisCommandError):
     """Redis is over its ``maxmemory`` and refuses writes (policy noeviction); reads work."""
 
 
+class DamagedKeyError(RedisCommandError):
+    """A key of the queue holds another type than duetime keeps there (written by hand or
+    by another program), so Redis refused a script with WRONGTYPE; the script checks
+    what can fail before its first write, so the refused call changed nothing.
+    ``keys`` maps each such key to the type it holds."""
+
+    def __init__(self, message: str, keys: dict[str, str]) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
 class CorruptStateError(DuetimeError):
     """A duetime key in Redis holds a value duetime never writes there (edited by hand,
     or written by another program); ``duetime inspect --check`` reports where."""

@@ -90,7 +90,7 @@ UNKNOWN_TASK = "(unknown)"
 QUEUE_EVENTS = (
     "scheduled", "promoted", "completed", "failed", "retried", "dead", "fenced",
     "cancelled", "requeued", "expired_leases", "reaped_workers", "reaped_tasks",
-    "handed_back", "cron_fired", "cron_skipped",
+    "handed_back", "cron_fired", "cron_skipped", "dropped_unknown",
 )  # fmt: skip
 CRON_OUTCOMES = ("fired", "skipped", "delayed", "missed")
 #: A scrape should answer within Prometheus's scrape timeout (10 s by default) even

@@ -53,8 +53,9 @@ from duetime.errors import (
     ResultTimeoutError,
 )
 from duetime.store import QueueKeys
+from duetime.store.operations import QueueOperations
 from tests.apps import RUNS
-from tests.helpers import FAST, running, wait_until, wait_until_sync
+from tests.helpers import FAST, as_bytes, running, wait_until, wait_until_sync
 
 #: The repository root: ``tests.apps`` is importable from there.
 REPO = Path(__file__).resolve().parents[2]
@@ -583,6 +584,79 @@ def test_garbage_in_a_tasks_record_costs_that_task_only(
         status = queue.status(bad)
         assert status is not None and status.state == "dead"
         assert reason in (status.last_error or ""), status.last_error
+        assert queue.check() == []
+
+
+def test_ids_that_are_not_tasks_are_dropped_and_counted_by_recovery(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """Ids without an envelope in a dead worker's processing list, under an expired lease
+    and in ready used to be re-entered (into scheduled, then ready) by the dead-worker and
+    expired-lease sweeps, and were reported by the checker as orphan ids until a claim
+    happened to drop them. Now each recovery path drops them where it finds them and
+    counts them as dropped_unknown; a real task beside them is re-entered and runs, and
+    the checker reports nothing."""
+    keys = QueueKeys(queue_name)
+    done: list[str] = []
+    with Queue(queue_name, redis_url) as queue:
+        real = queue.schedule_now({"real": True})
+        # A worker that died holding the real task and two ids that are not tasks.
+        raw.zadd(keys.workers, {"dead-worker": 1})
+        raw.lmove(keys.ready, keys.active("dead-worker"), "LEFT", "RIGHT")
+        raw.rpush(keys.active("dead-worker"), "ghost-a", "ghost-b")
+        raw.zadd(keys.leases, {f"dead-worker|{real}": 1, "dead-worker|ghost-a": 1})
+        # A live worker (its heartbeat far ahead) whose lease on a non-task expired.
+        raw.zadd(keys.workers, {"slow-worker": time.time() * 1000 + 3_600_000})
+        raw.rpush(keys.active("slow-worker"), "ghost-c")
+        raw.zadd(keys.leases, {"slow-worker|ghost-c": 1})
+        raw.rpush(keys.ready, "ghost-d")
+
+        def recovered() -> bool:
+            dropped = raw.hget(keys.stats, "dropped_unknown")
+            return done == [real] and dropped is not None and int(dropped) == 4
+
+        run_until(
+            App(default=lambda data: done.append(duetime.current_task().id)),
+            queue_name,
+            redis_url,
+            recovered,
+            "the real task run and the four ids that are not tasks dropped",
+        )
+        assert queue.stats().counters["dropped_unknown"] == 4
+        assert queue.check() == []
+    ghosts = {b"ghost-a", b"ghost-b", b"ghost-c", b"ghost-d"}
+    for key in raw.scan_iter(match=f"duetime:{{{queue_name}}}:*"):
+        kind = as_bytes(raw.type(key))
+        members: set[bytes] = set()
+        if kind == b"list":
+            members = {as_bytes(m) for m in raw.lrange(key, 0, -1)}
+        elif kind == b"zset":
+            members = {as_bytes(m) for m in raw.zrange(key, 0, -1)}
+        assert not members & ghosts, (key, members & ghosts)
+
+
+def test_a_stopping_worker_and_a_give_back_drop_ids_that_are_not_tasks(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """release_worker (a worker's graceful stop) and give_back hand ids back to ready;
+    an id without an envelope is dropped there instead (with its lease and attempt
+    count), and counted as dropped_unknown."""
+    keys = QueueKeys(queue_name)
+    operations = QueueOperations(keys, duetime.ServerClock())
+    with Queue(queue_name, redis_url) as queue:
+        real = queue.schedule_now({"real": True})
+        raw.lmove(keys.ready, keys.active("w"), "LEFT", "RIGHT")
+        raw.rpush(keys.active("w"), "ghost-a")
+        raw.zadd(keys.leases, {"w|ghost-a": time.time() * 1000 + 60_000})
+        raw.hset(keys.attempts, "ghost-a", 1)
+        assert queue.runner.run(operations.release_worker("w", 1_000)) == 1
+        assert [as_bytes(i).decode() for i in raw.lrange(keys.ready, 0, -1)] == [real]
+        raw.lmove(keys.ready, keys.active("w2"), "LEFT", "RIGHT")
+        raw.rpush(keys.active("w2"), "ghost-b")
+        assert queue.runner.run(operations.give_back("w2", "ghost-b"))
+        assert queue.runner.run(operations.give_back("w2", real))
+        assert [as_bytes(i).decode() for i in raw.lrange(keys.ready, 0, -1)] == [real]
+        assert queue.stats().counters["dropped_unknown"] == 2
         assert queue.check() == []
 
 

@@ -156,6 +156,30 @@ class QueueKeys:
         return self._key(f"result:{task_id}")
 
 
+#: The Redis type duetime keeps at each key of a queue, by the part of its name after
+#: the hash tag; parts ending in ":" are prefixes (one key per worker, bucket or task).
+_KEY_TYPES = {
+    "tasks": "hash", "scheduled": "zset", "delayed": "zset", "delayed:": "zset",
+    "delayed_layout": "hash", "ready": "list", "early": "hash", "leases": "zset",
+    "workers": "zset", "attempts": "hash", "errors": "hash", "dead": "zset",
+    "reaped": "zset", "wake": "list", "stats": "hash", "cron": "hash", "cron_next": "zset",
+    "cron_last": "hash", "cron_held": "hash", "minutes": "hash", "paused": "string",
+    "resumed": "list", "active:": "list", "result:": "list",
+}  # fmt: skip
+
+
+def key_type(key: str) -> str | None:
+    """The type (as TYPE names it) duetime keeps at ``key``, a key of some queue; None
+    for a name that is not one of a queue's keys."""
+    if not key.startswith(f"{PREFIX}:{{"):
+        return None
+    part = key.partition("}:")[2]  # a queue name holds no brace
+    kind = _KEY_TYPES.get(part)
+    if kind is None and ":" in part:
+        kind = _KEY_TYPES.get(part.partition(":")[0] + ":")
+    return kind
+
+
 #: The most generations of delayed buckets: generation g has 2^g buckets, addressed by
 #: 24 bits of a hash of the id.
 MAX_GENERATION = 24

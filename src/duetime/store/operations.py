@@ -815,13 +815,13 @@ class QueueOperations:
         for raw in members:
             member = _text(raw)
             worker_id, _ = split_lease_member(member)
-            index = active_keys.setdefault(k.active(worker_id), 5 + len(active_keys))
+            index = active_keys.setdefault(k.active(worker_id), 6 + len(active_keys))
             args += (member, index)
         return int(
             (
                 yield Eval(
                     scripts.REAP_EXPIRED_LEASES,
-                    (k.leases, k.scheduled, k.wake, k.stats, *active_keys),
+                    (k.leases, k.scheduled, k.wake, k.stats, k.tasks, *active_keys),
                     args,
                 )
             )
@@ -848,6 +848,7 @@ class QueueOperations:
                         k.wake,
                         k.stats,
                         k.reaped,
+                        k.tasks,
                     ),
                     (now, worker_id, stale_before_ms, look_at),
                 )
@@ -913,7 +914,8 @@ class QueueOperations:
 
     def give_back(self, worker_id: str, task_id: str) -> Plan[bool]:
         """Put an id taken by BLMOVE, not yet leased, back at the head of ready."""
-        keys = (self.keys.active(worker_id), self.keys.ready)
+        k = self.keys
+        keys = (k.active(worker_id), k.ready, k.tasks, k.stats)
         return bool((yield Eval(scripts.GIVE_BACK_TASK, keys, (task_id,))))
 
     def claim(
@@ -927,7 +929,7 @@ class QueueOperations:
         reply = yield Eval(
             scripts.CLAIM_TASKS,
             (k.ready, k.active(worker_id), k.leases, k.attempts, k.tasks, k.workers, k.early,
-             k.paused),
+             k.paused, k.stats),
             (now, now + lease_ms, worker_id, most, *taken),
         )  # fmt: skip
         if not isinstance(reply, list):
@@ -1029,6 +1031,7 @@ class QueueOperations:
                         k.ready,
                         k.stats,
                         k.reaped,
+                        k.tasks,
                     ),
                     (worker_id, now + look_again_in_ms, fenced_outcomes),
                 )

@@ -27,6 +27,7 @@ from duetime.errors import (
 )
 from duetime.settings import Settings
 from duetime.store.connections import BLOCK_MARGIN, RedisSpec, connect, mask_url, resolve_url
+from duetime.store.damage import damaged_key_error, suspects
 from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from duetime.store.operations import (
     Batch,
@@ -294,7 +295,10 @@ class SyncRunner:
                     request = _advance(plan, reply)
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
-                reply = self._execute(request)
+                try:
+                    reply = self._execute(request)
+                except redis.ResponseError as error:
+                    raise self._explained(request, error) from None
         except _REDIS_ERRORS as error:
             raise _translated(error, self.address) from None
 
@@ -346,6 +350,20 @@ class SyncRunner:
 
     def _load(self, script: Script) -> None:
         self.client.execute_command("SCRIPT LOAD", script.source, **_script_load(self))
+
+    def _explained(self, request: Request, error: redis.ResponseError) -> Exception:
+        """A script call or command refused WRONGTYPE, as the DamagedKeyError naming the
+        key (see ``damage``)."""
+        if not (keys := suspects(request, error)):
+            return error
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.execute_command("TYPE", key)
+        try:
+            types = pipe.execute()
+        except redis.RedisError:
+            return error
+        return damaged_key_error(self.address, request, error, keys, types) or error
 
     def _script_call(self, arguments: Sequence[Any]) -> Any:
         """On the kept connection when it is free (see ``kept``), else through the client."""
@@ -407,7 +425,10 @@ class AsyncRunner:
                     request = _advance(plan, reply)
                 except StopIteration as done:
                     return done.value  # type: ignore[no-any-return]
-                reply = await self._execute(request)
+                try:
+                    reply = await self._execute(request)
+                except redis.ResponseError as error:
+                    raise await self._explained(request, error) from None
         except _REDIS_ERRORS as error:
             raise _translated(error, self.address) from None
 
@@ -463,6 +484,19 @@ class AsyncRunner:
 
     async def _load(self, script: Script) -> None:
         await self.client.execute_command("SCRIPT LOAD", script.source, **_script_load(self))
+
+    async def _explained(self, request: Request, error: redis.ResponseError) -> Exception:
+        """As ``SyncRunner._explained``."""
+        if not (keys := suspects(request, error)):
+            return error
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.execute_command("TYPE", key)
+        try:
+            types = await pipe.execute()
+        except redis.RedisError:
+            return error
+        return damaged_key_error(self.address, request, error, keys, types) or error
 
     async def _script_call(self, arguments: Sequence[Any]) -> Any:
         """On the kept connection when it is free (see ``kept``), else through the client."""

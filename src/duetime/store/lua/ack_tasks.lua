@@ -40,20 +40,19 @@ for i = 1, #quints, 5 do
 end
 local deadlines = redis.call('ZMSCORE', KEYS[2], unpack(members))
 local attempts = redis.call('HMGET', KEYS[3], unpack(ids))
+local results = {} -- n -> KEYS index of the task's result key, when it has a TTL
 for n = 1, #ids do
   local i = 5 * n - 4
   local id, ttl, member = ids[n], quints[i + 2], members[n]
+  if ttl > 0 then
+    results[n] = result_key
+    result_key = result_key + 1
+  end
   local deadline = not finished[id] and deadlines[n]
   if deadline and tonumber(deadline) > now and tonumber(attempts[n]) == quints[i + 1] then
     finished[id] = true
-    redis.call('LREM', KEYS[1], 1, id)
     done[#done + 1] = id
     done_members[#done_members + 1] = member
-    if ttl > 0 then
-      redis.call('DEL', KEYS[result_key])
-      redis.call('RPUSH', KEYS[result_key], quints[i + 3])
-      redis.call('PEXPIRE', KEYS[result_key], ttl)
-    end
     acked = acked + 1
     local late = math.max(0, tonumber(quints[i + 4]) or 0)
     late_sum = late_sum + late
@@ -63,8 +62,29 @@ for n = 1, #ids do
     fenced = fenced + 1
     out[#out + 1] = 0
   end
-  if ttl > 0 then
-    result_key = result_key + 1
+end
+-- A script that fails half way keeps the writes it made: every key written below is
+-- read first (a read of the wrong type fails too), or is the first write (the worker's
+-- list), so a key of the wrong type fails the call with nothing written. A result key
+-- is replaced whole (DEL first), whatever it held; counters are bumped with pcall.
+local minute = math.floor(now / 60000) .. ':'
+local known = false
+if #done > 0 then
+  redis.call('HGET', KEYS[4], '')
+  redis.call('HGET', KEYS[5], '')
+  -- pcall: a per-minute figure never fails the step (a minutes key of the wrong type is
+  -- left as it is).
+  known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
+end
+for n = 1, #ids do
+  if out[n] == 1 then
+    redis.call('LREM', KEYS[1], 1, ids[n])
+    local key = results[n]
+    if key then
+      redis.call('DEL', KEYS[key])
+      redis.call('RPUSH', KEYS[key], quints[5 * n - 1])
+      redis.call('PEXPIRE', KEYS[key], quints[5 * n - 2])
+    end
   end
 end
 if #done > 0 then
@@ -75,12 +95,10 @@ if #done > 0 then
 end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'completed', acked)
-  local minute = math.floor(now / 60000) .. ':'
   redis.pcall('HINCRBY', KEYS[7], minute .. 'completed', acked)
   redis.pcall('HINCRBY', KEYS[7], minute .. 'late_sum_us', late_sum)
-  local known = tonumber(redis.call('HGET', KEYS[7], minute .. 'late_max_us'))
-  if not known or late_max > known then
-    redis.call('HSET', KEYS[7], minute .. 'late_max_us', late_max)
+  if type(known) ~= 'table' and (not tonumber(known) or late_max > tonumber(known)) then
+    redis.pcall('HSET', KEYS[7], minute .. 'late_max_us', late_max)
   end
 end
 if fenced > 0 then

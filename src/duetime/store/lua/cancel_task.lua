@@ -27,6 +27,13 @@ local generation = current_generation(10)
 if generation ~= tonumber(ARGV[2]) then
   return generation
 end
+-- Each place below is written only if the id is there; what is written after it is read
+-- here first: a key of the wrong type fails the call with nothing written (a script
+-- that fails half way keeps the writes it made).
+redis.call('ZSCORE', KEYS[9], '')
+redis.call('HGET', KEYS[5], '')
+redis.call('HGET', KEYS[6], '')
+redis.call('HGET', KEYS[8], '')
 local place
 if remove_delayed(id, 11, 9, 10) then
   place = 'scheduled'

@@ -11,6 +11,10 @@ local current = redis.call('HGET', KEYS[1], name)
 if current == ARGV[2] then
   return 0
 end
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('ZSCORE', KEYS[2], '')
+redis.call('LLEN', KEYS[3])
 redis.call('HSET', KEYS[1], name, ARGV[2])
 if current and not redis.call('ZSCORE', KEYS[2], name) then
   return 2

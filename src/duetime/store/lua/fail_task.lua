@@ -27,11 +27,23 @@ if not (deadline and tonumber(deadline) > now and redis.call('HGET', KEYS[3], id
   redis.pcall('HINCRBY', KEYS[8], 'fenced', 1)
   return 0
 end
+-- A script that fails half way keeps the writes it made: every key written below is
+-- read first (a read of the wrong type fails too), or is the first write (the worker's
+-- list), so a key of the wrong type fails the call with nothing written. The result key
+-- is replaced whole (DEL first), whatever it held; counters are bumped with pcall.
+local retry_at = tonumber(ARGV[6])
+local head, wake
+redis.call('HGET', KEYS[4], '')
+if retry_at < 0 then
+  redis.call('ZSCORE', KEYS[6], '')
+else
+  head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+  wake = (not head[2] or retry_at < tonumber(head[2])) and redis.call('LLEN', KEYS[7]) == 0
+end
 redis.call('LREM', KEYS[1], 1, id)
 redis.call('ZREM', KEYS[2], member)
 redis.call('HSET', KEYS[4], id, ARGV[5])
 redis.pcall('HINCRBY', KEYS[8], 'failed', 1)
-local retry_at = tonumber(ARGV[6])
 local minute = math.floor(now / 60000) .. ':'
 if retry_at < 0 then
   redis.call('ZADD', KEYS[6], now, id)
@@ -44,9 +56,8 @@ if retry_at < 0 then
     redis.call('PEXPIRE', KEYS[9], ttl)
   end
 else
-  local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   redis.call('ZADD', KEYS[5], retry_at, id)
-  if (not head[2] or retry_at < tonumber(head[2])) and redis.call('LLEN', KEYS[7]) == 0 then
+  if wake then
     redis.call('RPUSH', KEYS[7], 1)
   end
   redis.pcall('HINCRBY', KEYS[8], 'retried', 1)

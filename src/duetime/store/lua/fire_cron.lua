@@ -30,6 +30,12 @@ local score = redis.call('ZSCORE', KEYS[1], name)
 if not score or tonumber(score) ~= tonumber(ARGV[2]) then
   return 'stale'
 end
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('HGET', KEYS[2], '')
+redis.call('HGET', KEYS[3], '')
+redis.call('HGET', KEYS[4], '')
+redis.call('LLEN', KEYS[5])
 if ARGV[4] ~= 'allow' then
   local last = redis.call('HGET', KEYS[2], name)
   if last and redis.call('HEXISTS', KEYS[4], last) == 1 then

@@ -20,7 +20,9 @@
 local now = tonumber(ARGV[1])
 local worker = ARGV[3]
 local known = redis.call('ZSCORE', KEYS[1], worker) and 1 or 0
-redis.call('ZADD', KEYS[1], now, worker)
+-- A script that fails half way keeps the writes it made: every key written below is read
+-- before its first write, so a key of the wrong type fails the call with nothing written.
+local held = redis.call('LRANGE', KEYS[4], 0, -1)
 local lost = {}
 for i = 5, #ARGV, 2 do
   local id = ARGV[i]
@@ -33,7 +35,9 @@ for i = 5, #ARGV, 2 do
     lost[#lost + 1] = ARGV[i + 1]
   end
 end
+-- After the renewals: a lease is renewed only once both leases and attempts were read.
+redis.call('ZADD', KEYS[1], now, worker)
 if tonumber(ARGV[4]) > 0 then
   redis.pcall('HINCRBY', KEYS[5], 'fenced', ARGV[4])
 end
-return {known, lost, redis.call('LRANGE', KEYS[4], 0, -1)}
+return {known, lost, held}

@@ -79,8 +79,21 @@ for key = 11, #KEYS do
     'LIMIT', 0, room, 'WITHSCORES'), true)
   bucketed = bucketed + #from_buckets[key]
 end
+-- A script that fails half way keeps the writes it made: every key written below is
+-- read first (a read of the wrong type fails too), or is the first write (ready), so a
+-- key of the wrong type fails the call with nothing written. The layout's count is
+-- bumped with pcall, as counters are.
+local next_lease = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+local next_tick = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
+if #ahead > 0 then
+  redis.call('HGET', KEYS[7], '')
+end
+if #KEYS >= 11 then
+  redis.call('ZSCORE', KEYS[9], '')
+end
 if #ids > 0 then
-  -- RPUSH first: if it fails (ready of the wrong type) nothing has been removed yet.
   redis.call('RPUSH', KEYS[2], unpack(ids))
   if #ahead > 0 then
     redis.call('HSET', KEYS[7], unpack(ahead))
@@ -115,9 +128,5 @@ end
 if earliest[2] and (next_due == '-1' or tonumber(earliest[2]) < tonumber(next_due) * 1000) then
   next_due = ms_text(earliest[2])
 end
-local next_lease = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
-local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-local next_tick = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
-local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 return {#ids, next_due, next_lease[2] or '-1', oldest_beat[2] or '-1', next_tick[2] or '-1',
   next_look[2] or '-1', earliest, staged_count}

@@ -8,6 +8,11 @@
 -- ARGV[3] most tasks purged by retention in one call
 -- ARGV[4..] task ids to purge explicitly
 -- Returns: number purged.
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('HGET', KEYS[2], '')
+redis.call('HGET', KEYS[3], '')
+redis.call('HGET', KEYS[4], '')
 local ids = {}
 for i = 4, #ARGV do
   ids[#ids + 1] = ARGV[i]

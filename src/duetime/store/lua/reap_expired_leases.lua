@@ -3,15 +3,27 @@
 -- KEYS[2] scheduled  ZSET
 -- KEYS[3] wake       LIST
 -- KEYS[4] stats      HASH
--- KEYS[5..] the processing lists of the lease holders
+-- KEYS[5] tasks      HASH  task id -> envelope
+-- KEYS[6..] the processing lists of the lease holders
 -- ARGV[1] now (ms)
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
--- Returns: number of tasks re-entered into scheduled (due now).
+-- Returns: number of tasks re-entered into scheduled (due now). An id without an envelope
+-- is not a task (written by hand or by another program): it leaves the holder's list
+-- and is counted as dropped_unknown, never re-entered.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 local now = tonumber(ARGV[1])
-local count = 0
+local count, unknown = 0, 0
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('ZSCORE', KEYS[1], '')
+redis.call('ZSCORE', KEYS[2], '')
+redis.call('LLEN', KEYS[3])
+redis.call('HGET', KEYS[5], '')
+for key = 6, #KEYS do
+  redis.call('LLEN', KEYS[key])
+end
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
@@ -23,8 +35,12 @@ for i = 2, #ARGV, 2 do
   if bar and deadline and tonumber(deadline) <= now then
     local id = string.sub(member, bar + 1)
     if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
-      redis.call('ZADD', KEYS[2], now, id)
-      count = count + 1
+      if redis.call('HEXISTS', KEYS[5], id) == 1 then
+        redis.call('ZADD', KEYS[2], now, id)
+        count = count + 1
+      else
+        unknown = unknown + 1
+      end
     end
   end
 end
@@ -33,5 +49,8 @@ if count > 0 then
     redis.call('RPUSH', KEYS[3], 1)
   end
   redis.pcall('HINCRBY', KEYS[4], 'expired_leases', count)
+end
+if unknown > 0 then
+  redis.pcall('HINCRBY', KEYS[4], 'dropped_unknown', unknown)
 end
 return count

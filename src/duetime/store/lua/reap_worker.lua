@@ -7,6 +7,7 @@
 -- KEYS[5] wake       LIST
 -- KEYS[6] stats      HASH
 -- KEYS[7] reaped     ZSET  reaped worker id -> when to look at its list once more (ms)
+-- KEYS[8] tasks      HASH  task id -> envelope
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
@@ -14,10 +15,13 @@
 --         the server, which can move an id into its list after this reap; the list is
 --         looked at once more at this time (after the longest block), so such an id is
 --         re-entered then rather than at the next maintenance sweep
--- Returns: number of tasks re-entered, or -1 if the worker heartbeated meanwhile.
+-- Returns: number of tasks re-entered, or -1 if the worker heartbeated meanwhile. An id
+-- without an envelope is not a task (written by hand or by another program): it is
+-- dropped with its lease, and counted as dropped_unknown, never re-entered.
 -- reaped_workers counts a worker once, however many dispatchers reap it.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include chunks
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local beat = redis.call('ZSCORE', KEYS[1], worker)
@@ -25,9 +29,28 @@ if beat and tonumber(beat) > tonumber(ARGV[3]) then
   redis.call('ZREM', KEYS[7], worker)
   return -1
 end
-local ids = redis.call('LRANGE', KEYS[2], 0, -1)
-for _, id in ipairs(ids) do
+local listed = redis.call('LRANGE', KEYS[2], 0, -1)
+local ids, unknown = {}, 0
+in_chunks(listed, function(first, last)
+  local envelopes = redis.call('HMGET', KEYS[8], unpack(listed, first, last))
+  for n = first, last do
+    if envelopes[n - first + 1] then
+      ids[#ids + 1] = listed[n]
+    else
+      unknown = unknown + 1
+    end
+  end
+end)
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('ZSCORE', KEYS[3], '')
+redis.call('ZSCORE', KEYS[4], '')
+redis.call('ZSCORE', KEYS[7], '')
+redis.call('LLEN', KEYS[5])
+for _, id in ipairs(listed) do
   redis.call('ZREM', KEYS[3], worker .. '|' .. id)
+end
+for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[4], now, id)
 end
 redis.call('DEL', KEYS[2])
@@ -44,5 +67,8 @@ if #ids > 0 then
     redis.call('RPUSH', KEYS[5], 1)
   end
   redis.pcall('HINCRBY', KEYS[6], 'reaped_tasks', #ids)
+end
+if unknown > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'dropped_unknown', unknown)
 end
 return #ids

@@ -7,37 +7,66 @@
 -- KEYS[5] ready      LIST
 -- KEYS[6] stats      HASH
 -- KEYS[7] reaped     ZSET  worker id -> when a dispatcher looks at its list once more (ms)
+-- KEYS[8] tasks      HASH  task id -> envelope
 -- ARGV[1] worker id
 -- ARGV[2] when to look at the list once more (ms): a BLMOVE the stop cut off on the
 --         client side may still be pending on the server and land an id there
 -- ARGV[3] outcomes the worker dropped itself (fenced) and has not yet counted
--- Returns: number of tasks handed back.
+-- Returns: number of tasks handed back. An id without an envelope is not a task (written
+-- by hand or by another program): it is dropped with its lease and attempt count, and
+-- counted as dropped_unknown, never handed back.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include chunks
 local worker = ARGV[1]
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
+local envelopes = {}
+in_chunks(ids, function(first, last)
+  local found = redis.call('HMGET', KEYS[8], unpack(ids, first, last))
+  for n = first, last do
+    envelopes[n] = found[n - first + 1]
+  end
+end)
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('ZSCORE', KEYS[1], '')
+redis.call('ZSCORE', KEYS[3], '')
+redis.call('ZSCORE', KEYS[7], '')
+redis.call('HGET', KEYS[4], '')
+redis.call('LLEN', KEYS[5])
+local handed, unknown = 0, 0
 -- Walk backwards so LPUSH keeps their order at the head of ready.
 for i = #ids, 1, -1 do
   local id = ids[i]
-  if redis.call('ZREM', KEYS[3], worker .. '|' .. id) == 1 then
-    -- Read, not HINCRBY: an attempt counter that is not a number must not fail the
-    -- hand-back half way (the next claim reports it).
-    local started = tonumber(redis.call('HGET', KEYS[4], id) or '0')
-    if started and started > 1 then
-      redis.call('HSET', KEYS[4], id, started - 1)
-    elseif started then
-      redis.call('HDEL', KEYS[4], id)
+  local leased = redis.call('ZREM', KEYS[3], worker .. '|' .. id) == 1
+  if not envelopes[i] then
+    redis.call('HDEL', KEYS[4], id)
+    unknown = unknown + 1
+  else
+    if leased then
+      -- Read, not HINCRBY: an attempt counter that is not a number must not fail the
+      -- hand-back half way (the next claim reports it).
+      local started = tonumber(redis.call('HGET', KEYS[4], id) or '0')
+      if started and started > 1 then
+        redis.call('HSET', KEYS[4], id, started - 1)
+      elseif started then
+        redis.call('HDEL', KEYS[4], id)
+      end
     end
+    redis.call('LPUSH', KEYS[5], id)
+    handed = handed + 1
   end
-  redis.call('LPUSH', KEYS[5], id)
 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[1], worker)
 redis.call('ZADD', KEYS[7], ARGV[2], worker)
-if #ids > 0 then
-  redis.pcall('HINCRBY', KEYS[6], 'handed_back', #ids)
+if handed > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'handed_back', handed)
+end
+if unknown > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'dropped_unknown', unknown)
 end
 if tonumber(ARGV[3]) > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'fenced', ARGV[3])
 end
-return #ids
+return handed

@@ -6,6 +6,11 @@
 -- ARGV[1] job name
 -- Returns: 1 removed, 0 no such job.
 local name = ARGV[1]
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('HGET', KEYS[1], '')
+redis.call('HGET', KEYS[3], '')
+redis.call('HGET', KEYS[4], '')
 redis.call('ZREM', KEYS[2], name)
 redis.call('HDEL', KEYS[3], name)
 redis.call('HDEL', KEYS[4], name)

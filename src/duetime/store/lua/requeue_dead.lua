@@ -8,6 +8,13 @@
 -- Returns: number requeued (ids not in dead are ignored).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+if #ARGV > 0 then
+  redis.call('HGET', KEYS[2], '')
+  redis.call('HGET', KEYS[3], '')
+  redis.call('LLEN', KEYS[4])
+end
 local count = 0
 for _, id in ipairs(ARGV) do
   if redis.call('ZREM', KEYS[1], id) == 1 then

@@ -35,6 +35,15 @@ local generation = current_generation(8)
 if generation ~= tonumber(ARGV[6]) then
   return generation
 end
+-- Each place the task is taken from is written only if the id is there; what is written
+-- after it is read here first: a key of the wrong type fails the call with nothing
+-- written (a script that fails half way keeps the writes it made).
+redis.call('ZSCORE', KEYS[2], '')
+redis.call('ZSCORE', KEYS[7], '')
+redis.call('ZSCORE', KEYS[#KEYS], '')
+redis.call('LLEN', KEYS[3])
+redis.call('LLEN', KEYS[5])
+redis.call('HGET', KEYS[6], '')
 if not remove_delayed(id, 9, 7, 8) and redis.call('ZREM', KEYS[2], id) == 0 then
   if redis.call('ZSCORE', KEYS[4], id) then
     return 'dead'

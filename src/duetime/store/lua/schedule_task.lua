@@ -24,15 +24,17 @@
 -- @include scheduling
 local now, id, run_at, asked = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 if redis.call('HEXISTS', KEYS[1], id) == 1 then
-  return {count_delayed(asked, 0), 1, {1}}
+  return {count_delayed(asked, 0, read_layout()), 1, {1}}
 end
-redis.call('HSET', KEYS[1], id, ARGV[4])
-count_scheduled(1)
+-- Every key written below is read first, or is the first write (see scheduling.lua).
+local layout = read_layout()
 if run_at <= now then
   redis.call('RPUSH', KEYS[3], id)
-  return {count_delayed(asked, 0), 1, {}}
+  redis.call('HSET', KEYS[1], id, ARGV[4])
+  count_scheduled(1)
+  return {count_delayed(asked, 0, layout), 1, {}}
 end
-local wake = comes_first(run_at)
+local wake = must_wake(run_at)
 local delayed = 0
 if run_at * 1000 >= MOST_US then
   redis.call('ZADD', KEYS[2], run_at, id)
@@ -42,7 +44,9 @@ else
   redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[8], #KEYS[6] + 2))
   delayed = 1
 end
+redis.call('HSET', KEYS[1], id, ARGV[4])
+count_scheduled(1)
 if wake then
-  wake_dispatcher()
+  redis.call('RPUSH', KEYS[4], 1)
 end
-return {count_delayed(asked, delayed), 1, {}}
+return {count_delayed(asked, delayed, layout), 1, {}}

@@ -24,7 +24,7 @@
 -- its id; a bucket's earliest run-at is its score in `delayed`, which dispatchers follow.
 -- How the buckets grow, and when a dispatcher is woken: scheduling.lua.
 -- schedule_task.lua stores the one task of a single call in fewer steps.
--- One HMGET finds the live ids, then one HSET, one ZADD per bucket and one RPUSH write
+-- One HMGET finds the live ids, then one ZADD per bucket, one RPUSH and one HSET write
 -- the rest. Clients send at most 1,000 tasks per call, so the unpack()ed lists stay
 -- within Lua's stack.
 -- @include generation
@@ -38,6 +38,7 @@ for i = 1, #tasks, 5 do
   ids[#ids + 1] = tasks[i]
 end
 local live = redis.call('HMGET', KEYS[1], unpack(ids))
+local layout = read_layout()
 local soonest = math.huge  -- the earliest run-at (ms) of this batch's delayed tasks
 local refused = {}
 local taken = {}  -- ids of this batch already given a place: a repeat is live too
@@ -84,14 +85,35 @@ for n = 1, #ids do
     end
   end
 end
-local wake = soonest < math.huge and comes_first(soonest)
-if written > 0 then
-  redis.call('HSET', KEYS[1], unpack(fields))
+local wake = soonest < math.huge and must_wake(soonest)
+-- Every key written below is read first (see scheduling.lua), except the buckets: each
+-- is written with pcall, before anything else, and one of the wrong type takes the
+-- members just added out of the buckets written before it (they were not there: their
+-- ids are not live, see the caveat below) and fails the call with nothing written.
+-- Reading each bucket first would cost a command per bucket, about 8% of the server
+-- time of a batch into a large queue, where a batch meets nearly a bucket per task.
+-- Caveat: an id already in a bucket without an envelope (an orphan, itself damage) that
+-- is scheduled again in the same call as a bucket of the wrong type loses that entry.
+if #late > 0 and #order > 0 then
+  redis.call('ZSCORE', KEYS[2], '')
+end
+if #due > 0 and #order + #late > 0 then
+  redis.call('LLEN', KEYS[3])
 end
 local earliest = {}  -- µs, name, ... of each bucket written, for the index
-for _, key in ipairs(order) do
+for n, key in ipairs(order) do
   local bucket = buckets[key]
-  redis.call('ZADD', KEYS[key], unpack(bucket[1]))
+  local added = redis.pcall('ZADD', KEYS[key], unpack(bucket[1]))
+  if type(added) == 'table' then
+    for m = 1, n - 1 do
+      local members, ids = buckets[order[m]][1], {}
+      for i = 2, #members, 2 do
+        ids[#ids + 1] = members[i]
+      end
+      redis.call('ZREM', KEYS[order[m]], unpack(ids))
+    end
+    return added
+  end
   earliest[#earliest + 1] = bucket[3]
   earliest[#earliest + 1] = string.sub(KEYS[key], #KEYS[6] + 2)
 end
@@ -105,9 +127,12 @@ end
 if #due > 0 then
   redis.call('RPUSH', KEYS[3], unpack(due))
 end
-local generation = count_delayed(asked, delayed)
+if written > 0 then
+  redis.call('HSET', KEYS[1], unpack(fields))
+end
+local generation = count_delayed(asked, delayed, layout)
 if wake then
-  wake_dispatcher()
+  redis.call('RPUSH', KEYS[4], 1)
 end
 count_scheduled(written)
 return {generation, #ids, refused}

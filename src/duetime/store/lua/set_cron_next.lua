@@ -10,6 +10,10 @@ local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], name) == 0 then
   return 0
 end
+-- What is written below is read here first: a key of the wrong type fails the call
+-- with nothing written (a script that fails half way keeps the writes it made).
+redis.call('ZSCORE', KEYS[2], '')
+redis.call('LLEN', KEYS[4])
 redis.call('HDEL', KEYS[3], name)
 if tonumber(ARGV[2]) < 0 then
   redis.call('ZREM', KEYS[2], name)

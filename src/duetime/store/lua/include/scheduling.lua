@@ -1,6 +1,9 @@
 -- What schedule_tasks and schedule_task share, on their keys: KEYS[2] scheduled,
 -- KEYS[4] wake, KEYS[5] stats, KEYS[6] delayed (the index of buckets), KEYS[7]
 -- delayed_layout. Needs generation.lua.
+-- A script that fails half way keeps the writes it made: every key these scripts write
+-- is read (a read of the wrong type fails too) before their first write, or is that
+-- first write, so a key of the wrong type fails the call with nothing written.
 -- Once the buckets in use hold more than GROW_AT tasks each on average, the next
 -- generation (twice as many buckets) opens; older buckets drain as tasks come due.
 local GROW_AT = 16
@@ -17,18 +20,23 @@ local function comes_first(soonest)
   return not head[2] or soonest < tonumber(head[2])
 end
 
--- Wake one sleeping dispatcher: the wake list holds one element at most.
-local function wake_dispatcher()
-  if redis.call('LLEN', KEYS[4]) == 0 then
-    redis.call('RPUSH', KEYS[4], 1)
-  end
+-- Whether a new task due at ``soonest`` must wake a sleeping dispatcher: it comes first
+-- and the wake list (one element at most) is empty. Asked before a script's first write,
+-- so a wake list of the wrong type fails the call with nothing written.
+local function must_wake(soonest)
+  return comes_first(soonest) and redis.call('LLEN', KEYS[4]) == 0
+end
+
+-- The layout hash's generation and count, read before a script's first write (a layout
+-- of the wrong type then fails the call with nothing written), for count_delayed.
+local function read_layout()
+  return redis.call('HMGET', KEYS[7], 'generation', 'tasks')
 end
 
 -- Count ``delayed`` tasks just put in buckets picked in generation ``asked`` (which
 -- becomes the generation if it is newer: a client may open one ahead of time for a large
--- batch), and return the generation new tasks go to next.
-local function count_delayed(asked, delayed)
-  local layout = redis.call('HMGET', KEYS[7], 'generation', 'tasks')
+-- batch), and return the generation new tasks go to next. ``layout``: read_layout().
+local function count_delayed(asked, delayed, layout)
   local generation = generation_of(layout[1])
   local opened = asked > generation
   if opened then
