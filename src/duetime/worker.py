@@ -391,6 +391,19 @@ class _HandlerExit(Exception):
         self.original = original
 
 
+def _log_dropped(dropped: list[Outcome] | list[_Attempt], what: str) -> None:
+    """One warning for a batch of fenced attempts, ids at debug level: a failover can
+    fence hundreds at once. The lease may have expired or been lost with a server (a
+    failover to a replica that had not yet seen it): the worker cannot tell which."""
+    log.warning(
+        "%d %s(s) dropped: their leases were gone (expired, or lost in a failover)",
+        len(dropped), what,
+    )  # fmt: skip
+    if log.isEnabledFor(logging.DEBUG):
+        named = ", ".join(f"{each.task_id} attempt {each.attempt}" for each in dropped)
+        log.debug("dropped %s(s): %s", what, named)
+
+
 def _describe(error: BaseException) -> str:
     """ "ValueError: bad input", or only the type where there is no message."""
     message = str(error)
@@ -1128,16 +1141,16 @@ class Worker:
             flags = error.reply[0] if isinstance(error.reply, list) else False
         if flags is False:
             flags = [False] * len(outcomes)
+        dropped: list[Outcome] = []
         for outcome, acked in zip(outcomes, flags, strict=True):
             self._forget(shard, outcome.task_id, outcome.attempt)
             if acked:
                 self.counters.succeeded += 1
             else:
                 self.counters.fenced += 1
-                log.warning(
-                    "late result of task %s attempt %d dropped: its lease had expired",
-                    outcome.task_id, outcome.attempt,
-                )  # fmt: skip
+                dropped.append(outcome)
+        if dropped:
+            _log_dropped(dropped, "result")
 
     # --- heartbeat -------------------------------------------------------------------
 
@@ -1197,6 +1210,7 @@ class Worker:
                 "worker %s had been presumed dead; its attempts were taken back", self.worker_id
             )
         lost = set(reply.lost)
+        fenced: list[_Attempt] = []
         for task_id, number in named:
             # The very attempt named: a newer attempt of the same task (claimed again
             # by this worker after a pause) is another entry, and keeps running.
@@ -1211,10 +1225,11 @@ class Worker:
                 # this heartbeat asked about. The ack or fail script decides, and says so.
                 continue
             attempt.fenced = True
-            log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
-                        task_id, attempt.attempt)  # fmt: skip
+            fenced.append(attempt)
             if attempt.runner is not None:
                 attempt.runner.cancel()
+        if fenced:
+            _log_dropped(fenced, "running attempt")
         shard.untracked = [i for i in reply.held if (shard.index, i) not in self._held]
         if shard.untracked:
             self._slot_freed.set()  # let the claimer pick them up now
