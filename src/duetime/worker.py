@@ -1078,9 +1078,10 @@ class Worker:
             elif final:
                 self.counters.dead += 1
                 task = envelope.task if envelope else None
-                self._hooks.on_dead(
-                    DeadTaskInfo(self.queue, attempt.task_id, task, self._info(attempt), text)
-                )
+                info = self._info(attempt)
+                self._hooks.on_dead(DeadTaskInfo(self.queue, attempt.task_id, task, info, text))
+                if info is None and self._tally is not None:
+                    self._tally.dead_unstarted(task)
             else:
                 self.counters.failed += 1
                 info = self._info(attempt)

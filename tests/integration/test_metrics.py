@@ -30,7 +30,7 @@ from duetime.metrics import (
     PrometheusHooks,
 )
 from duetime.store import AsyncRunner
-from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until
+from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until, wait_until_sync
 from tests.servers import free_port
 
 RETRY_FAST = FAST.replace(retry_base=0.01, retry_max=0.02, max_attempts=2)
@@ -369,3 +369,59 @@ def test_the_worker_tally_counts_as_the_hooks_do() -> None:
         ):
             assert (e_name, e_labels) == (g_name, g_labels)
             assert g_value == pytest.approx(e_value), (name, e_labels)
+
+
+def test_a_metrics_port_worker_counts_tasks_dead_without_running(
+    redis_url: str, queue_name: str
+) -> None:
+    """A worker with metrics_port and no PrometheusHooks of its app's own counts with its
+    built-in tally. Before, only PrometheusHooks.on_dead counted tasks sent to dead
+    unstarted, so the DuetimeUnknownHandler alert could never fire for such a worker.
+    The other per-attempt families come from the tally too."""
+    port = free_port()
+    settings = RETRY_FAST.replace(metrics_port=port)
+    app = App()
+    ok, _, _ = add_ok_flaky_broken(app)
+
+    with Queue(queue_name, redis_url, settings=settings) as queue:
+        for task in (ok, "nobody", "nobody", "nobody"):
+            queue.schedule_now({}, task=task)
+
+        async def scenario() -> str:
+            worker = Worker(app, queue_name, redis_url, settings=settings)
+            async with running(worker):
+                await wait_until(
+                    lambda: (worker.counters.succeeded, worker.counters.dead) == (1, 3),
+                    what="one task done and three dead",
+                )
+                # The tally is flushed with each batch of acks and at each heartbeat.
+                return await asyncio.to_thread(
+                    wait_for_sample, port, "duetime_tasks_dead_unstarted_total", queue_name
+                )
+
+        found = samples(asyncio.run(scenario()))
+    mine = {"queue": queue_name}
+    assert by(series(found, "duetime_tasks_dead_unstarted_total", **mine), "task") == {"nobody": 3}
+    assert by(series(found, "duetime_tasks_started_total", **mine), "task") == {"ok": 1}
+    assert by(series(found, "duetime_tasks_succeeded_total", **mine), "task") == {"ok": 1}
+    lateness = assert_histogram(
+        found, "duetime_task_lateness_seconds", LATENESS_BUCKETS, **mine, task="ok"
+    )
+    duration = assert_histogram(
+        found, "duetime_task_duration_seconds", DURATION_BUCKETS, **mine, task="ok"
+    )
+    assert lateness == duration == 1
+    assert of(found, "duetime_queue_up", **mine) == 1
+    assert by(series(found, "duetime_queue_tasks", **mine), "state")["dead"] == 3
+
+
+def wait_for_sample(port: int, name: str, queue: str) -> str:
+    """A scrape that has a sample of ``name`` for ``queue``."""
+    scraped: list[str] = []
+
+    def has_it() -> bool:
+        scraped.append(scrape(port))
+        return bool(series(samples(scraped[-1]), name, queue=queue))
+
+    wait_until_sync(has_it, what=f"a sample of {name}")
+    return scraped[-1]
