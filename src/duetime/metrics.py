@@ -332,7 +332,7 @@ class PrometheusHooks(Hooks):
     def before_attempt(self, attempt: AttemptInfo) -> None:
         series = self._mine(attempt.queue, attempt.task)
         series.started += 1
-        lateness = attempt.started_at - attempt.run_at  # AttemptInfo.lateness, inlined
+        lateness = attempt.started_at - max(attempt.run_at, attempt.due_at)  # .lateness, inlined
         series.lateness[bisect_left(LATENESS_BUCKETS, lateness)] += 1  # le is inclusive
         series.lateness_sum += lateness
 

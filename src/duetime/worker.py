@@ -163,7 +163,8 @@ class _Attempt:
     started: float  # monotonic; the claim, then the handler's start
     timeout = 0.0
     started_ms = 0
-    lateness = 0.0  # seconds after its run-at that the handler started
+    lateness = 0.0  # seconds after it was due (AttemptInfo.due_at) that the handler started
+    due_ms = 0.0  # when the queue owed it its start (server clock, ms)
     deadline = 0.0  # monotonic; while the handler runs under a timeout, else 0
     fenced = False
     timed_out = False  # cancelled by the timeout timer
@@ -201,10 +202,11 @@ class _Attempt:
         if self.info is None:
             envelope = self.envelope
             assert envelope is not None
-            run_at = envelope.run_at_ms / 1000
+            due_at = self.due_ms / 1000
             self.info = AttemptInfo(
                 self.shard.queue, self.task_id, envelope.task, self.attempt,
-                envelope.max_attempts, run_at, run_at + self.lateness, self.shard.worker_id,
+                envelope.max_attempts, envelope.run_at_ms / 1000, due_at + self.lateness,
+                self.shard.worker_id, due_at,
             )  # fmt: skip
         return self.info
 
@@ -786,8 +788,13 @@ class Worker:
                 if stale and not await self._still_leased(attempt):
                     return
                 attempt.started_ms = clock.now_ms() or 0
-                # Lateness to the microsecond (now_ms() is whole milliseconds).
-                attempt.lateness = -clock.seconds_until(envelope.run_at_ms)
+                # From when it was due (a retry's back-off, a requeue or a re-entry
+                # noted in the claim), to the microsecond (now_ms() is whole ms).
+                due_ms = envelope.run_at_ms
+                if item.early_run_at_ms is not None and item.early_run_at_ms > due_ms:
+                    due_ms = item.early_run_at_ms
+                attempt.due_ms = due_ms
+                attempt.lateness = -clock.seconds_until(due_ms)
                 attempt.ran = True
                 _current.set(attempt)
                 if self._hooks.around_attempts:
