@@ -382,18 +382,19 @@ def test_a_metrics_port_worker_counts_tasks_dead_without_running(
     port = free_port()
     settings = RETRY_FAST.replace(metrics_port=port)
     app = App()
-    ok, _, _ = add_ok_flaky_broken(app)
+    ok, flaky, broken = add_ok_flaky_broken(app)
 
     with Queue(queue_name, redis_url, settings=settings) as queue:
-        for task in (ok, "nobody", "nobody", "nobody"):
+        for task in (ok, flaky, broken, "nobody", "nobody", "nobody"):
             queue.schedule_now({}, task=task)
 
         async def scenario() -> str:
             worker = Worker(app, queue_name, redis_url, settings=settings)
-            async with running(worker):
+            # The dispatcher promotes the retries.
+            async with running(Dispatcher([queue_name], redis_url, settings=settings), worker):
                 await wait_until(
-                    lambda: (worker.counters.succeeded, worker.counters.dead) == (1, 3),
-                    what="one task done and three dead",
+                    lambda: (worker.counters.succeeded, worker.counters.dead) == (2, 4),
+                    what="two tasks done and four dead",
                 )
                 # The tally is flushed with each batch of acks and at each heartbeat.
                 return await asyncio.to_thread(
@@ -403,17 +404,31 @@ def test_a_metrics_port_worker_counts_tasks_dead_without_running(
         found = samples(asyncio.run(scenario()))
     mine = {"queue": queue_name}
     assert by(series(found, "duetime_tasks_dead_unstarted_total", **mine), "task") == {"nobody": 3}
-    assert by(series(found, "duetime_tasks_started_total", **mine), "task") == {"ok": 1}
-    assert by(series(found, "duetime_tasks_succeeded_total", **mine), "task") == {"ok": 1}
-    lateness = assert_histogram(
-        found, "duetime_task_lateness_seconds", LATENESS_BUCKETS, **mine, task="ok"
-    )
-    duration = assert_histogram(
-        found, "duetime_task_duration_seconds", DURATION_BUCKETS, **mine, task="ok"
-    )
-    assert lateness == duration == 1
+    # The other per-attempt families, as documented, from the tally alone.
+    assert by(series(found, "duetime_tasks_started_total", **mine), "task") == {
+        "ok": 1, "flaky": 2, "broken": 2,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_succeeded_total", **mine), "task") == {
+        "ok": 1, "flaky": 1, "broken": 0,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="retry"), "task") == {
+        "ok": 0, "flaky": 1, "broken": 1,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="dead"), "task") == {
+        "ok": 0, "flaky": 0, "broken": 1,
+    }  # fmt: skip
+    for name in ("duetime_tasks_fenced_total", "duetime_tasks_interrupted_total"):
+        assert by(series(found, name, **mine), "task") == {"ok": 0, "flaky": 0, "broken": 0}
+    for task, attempts in (("ok", 1), ("flaky", 2), ("broken", 2)):
+        lateness = assert_histogram(
+            found, "duetime_task_lateness_seconds", LATENESS_BUCKETS, **mine, task=task
+        )
+        duration = assert_histogram(
+            found, "duetime_task_duration_seconds", DURATION_BUCKETS, **mine, task=task
+        )
+        assert lateness == duration == attempts
     assert of(found, "duetime_queue_up", **mine) == 1
-    assert by(series(found, "duetime_queue_tasks", **mine), "state")["dead"] == 3
+    assert by(series(found, "duetime_queue_tasks", **mine), "state")["dead"] == 4
 
 
 def wait_for_sample(port: int, name: str, queue: str) -> str:
