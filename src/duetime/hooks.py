@@ -42,7 +42,7 @@ class AttemptInfo:
     ``due_at`` are by the server's clock. ``due_at`` is when the queue owed the attempt
     its start: the run-at, or later when the attempt is a retry (when its back-off
     ended), or the task was requeued from dead or re-entered after its worker lost it
-    (then). ``lateness`` is how long after ``due_at`` it started: the queue's own delay,
+    or stopped (then). ``lateness`` is how long after ``due_at`` it started: the queue's own delay,
     never the caller's date nor a back-off."""
 
     queue: str

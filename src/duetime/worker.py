@@ -961,20 +961,22 @@ class Worker:
 
     @staticmethod
     def _not_before(clock: Clock, item: Claimed, envelope: codec.Envelope) -> float | None:
-        """The server time (ms) the attempt waits for before it starts, if any: its early
-        note (promoted ahead, promote_ahead), else its envelope's run-at while that is at
-        most as far ahead as a note could be. The first claim takes the note, so a task a
+        """The server time (ms) the attempt waits for before it starts, if any: the later
+        of its early note (promoted ahead, promote_ahead; or the time of a retry, requeue
+        or re-entry) and its envelope's run-at while that is at most as far ahead as a
+        note could be. The first claim takes the note, so a task a
         stopping worker handed back, or a claim made again after its reply was lost,
         comes with none, yet may still be short of its run-at. (The envelope's run-at is
         the latest one given, by scheduling or rescheduling; a retry's is later still.)"""
-        if item.early_run_at_ms is not None:
-            return item.early_run_at_ms
+        note = item.early_run_at_ms
         now = clock.now_ms()
         if now is None or envelope.run_at_ms <= now:
-            return None
+            return note
         if envelope.run_at_ms - now > FURTHEST_NOTE_MS:
-            return None  # not written by this task's scheduling: do not hold a slot for it
-        return envelope.run_at_ms
+            return note  # not written by this task's scheduling: do not hold a slot for it
+        # A re-entry or hand-back notes its own time, which may come before the run-at
+        # of a task promoted ahead and claimed once already: wait for the later.
+        return envelope.run_at_ms if note is None else max(note, envelope.run_at_ms)
 
     def _implausible_early(self, shard: _Shard, item: Claimed) -> str | None:
         """A dispatcher notes a run-at at most MOST_PROMOTE_AHEAD ahead of its clock; a

@@ -1041,8 +1041,9 @@ class QueueOperations:
                         k.ready,
                         k.stats,
                         k.reaped,
+                        k.early,
                     ),
-                    (worker_id, now + look_again_in_ms, fenced_outcomes),
+                    (worker_id, now + look_again_in_ms, fenced_outcomes, now),
                 )
             )
         )

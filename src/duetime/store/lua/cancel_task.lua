@@ -40,7 +40,7 @@ elseif redis.call('LREM', KEYS[3], 1, id) == 1 then
 else
   return 'running'
 end
-redis.call('HDEL', KEYS[8], id) -- a note of a ready, retried or re-entered task
+redis.pcall('HDEL', KEYS[8], id) -- a note of a ready, retried or re-entered task
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[5], id)
 redis.call('HDEL', KEYS[6], id)

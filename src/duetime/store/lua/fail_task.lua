@@ -48,7 +48,7 @@ if retry_at < 0 then
 else
   local head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   redis.call('ZADD', KEYS[5], retry_at, id)
-  redis.call('HSET', KEYS[11], id, ARGV[6])
+  redis.pcall('HSET', KEYS[11], id, ARGV[6]) -- pcall: a damaged key must not fail the step
   if (not head[2] or retry_at < tonumber(head[2])) and redis.call('LLEN', KEYS[7]) == 0 then
     redis.call('RPUSH', KEYS[7], 1)
   end

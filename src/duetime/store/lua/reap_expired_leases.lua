@@ -3,7 +3,8 @@
 -- KEYS[2] scheduled  ZSET
 -- KEYS[3] wake       LIST
 -- KEYS[4] stats      HASH
--- KEYS[5] early      HASH  task id -> now: the next attempt's lateness counts from here
+-- KEYS[5] early      HASH  task id -> now: the next attempt's lateness counts from here (a
+--          note already there, of an id never claimed, is the earlier due time: kept)
 -- KEYS[6..] the processing lists of the lease holders
 -- ARGV[1] now (ms)
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
@@ -25,7 +26,7 @@ for i = 2, #ARGV, 2 do
     local id = string.sub(member, bar + 1)
     if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
       redis.call('ZADD', KEYS[2], now, id)
-      redis.call('HSET', KEYS[5], id, ARGV[1])
+      redis.pcall('HSETNX', KEYS[5], id, ARGV[1]) -- pcall: a damaged key must not fail the step
       count = count + 1
     end
   end

@@ -7,7 +7,8 @@
 -- KEYS[5] wake       LIST
 -- KEYS[6] stats      HASH
 -- KEYS[7] reaped     ZSET  reaped worker id -> when to look at its list once more (ms)
--- KEYS[8] early      HASH  task id -> now: the next attempt's lateness counts from here
+-- KEYS[8] early      HASH  task id -> now: the next attempt's lateness counts from here (a
+--          note already there, of an id never claimed, is the earlier due time: kept)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
@@ -30,7 +31,11 @@ local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 for _, id in ipairs(ids) do
   redis.call('ZREM', KEYS[3], worker .. '|' .. id)
   redis.call('ZADD', KEYS[4], now, id)
-  redis.call('HSET', KEYS[8], id, ARGV[1])
+  -- HGET then HSET: a worker runs this too, and its ACL grants no set-if-absent. pcall:
+  -- a damaged key must not fail the step.
+  if not redis.pcall('HGET', KEYS[8], id) then
+    redis.pcall('HSET', KEYS[8], id, ARGV[1])
+  end
 end
 redis.call('DEL', KEYS[2])
 if redis.call('ZREM', KEYS[1], worker) == 1 then

@@ -7,10 +7,13 @@
 -- KEYS[5] ready      LIST
 -- KEYS[6] stats      HASH
 -- KEYS[7] reaped     ZSET  worker id -> when a dispatcher looks at its list once more (ms)
+-- KEYS[8] early      HASH  task id -> ARGV[4]: the next attempt's lateness counts from the
+--          hand-back (a note already there, of an id never claimed, is kept)
 -- ARGV[1] worker id
 -- ARGV[2] when to look at the list once more (ms): a BLMOVE the stop cut off on the
 --         client side may still be pending on the server and land an id there
 -- ARGV[3] outcomes the worker dropped itself (fenced) and has not yet counted
+-- ARGV[4] now (ms)
 -- Returns: number of tasks handed back.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
@@ -30,6 +33,11 @@ for i = #ids, 1, -1 do
     end
   end
   redis.call('LPUSH', KEYS[5], id)
+  -- HGET then HSET: the worker's ACL grants no set-if-absent. pcall: a damaged key
+  -- must not fail the step.
+  if not redis.pcall('HGET', KEYS[8], id) then
+    redis.pcall('HSET', KEYS[8], id, ARGV[4])
+  end
 end
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[1], worker)

@@ -17,7 +17,7 @@ for i = 2, #ARGV do
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('RPUSH', KEYS[4], id)
-    redis.call('HSET', KEYS[6], id, ARGV[1])
+    redis.pcall('HSET', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
     count = count + 1
   end
 end
