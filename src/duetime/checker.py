@@ -71,10 +71,13 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
         for task_id in sorted(entries - snapshot.tasks):
             problems.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
 
-    waiting = set(snapshot.ready).union(*snapshot.active.values())
+    # Retried and re-entered tasks wait in scheduled with the time they are due from.
+    waiting = set(snapshot.ready).union(snapshot.scheduled, *snapshot.active.values())
     for task_id in sorted(set(snapshot.early) - waiting):
         problems.append(
-            Violation("leak", task_id, "early run-at of a task not in ready or a worker's list")
+            Violation(
+                "leak", task_id, "early run-at of a task not in ready, scheduled or a worker's list"
+            )
         )
 
     for member in sorted(snapshot.leases):

@@ -38,8 +38,12 @@ class ScheduledTask:
 
 @dataclass(frozen=True, slots=True)
 class AttemptInfo:
-    """One attempt of a task, as a worker starts it. ``started_at`` and ``run_at`` are
-    by the server's clock; ``lateness`` is how long after its run-at it started."""
+    """One attempt of a task, as a worker starts it. ``started_at``, ``run_at`` and
+    ``due_at`` are by the server's clock. ``due_at`` is when the queue owed the attempt
+    its start: the run-at, or later when the attempt is a retry (when its back-off
+    ended), or the task was requeued from dead or re-entered after its worker lost it
+    or stopped (then). ``lateness`` is how long after ``due_at`` it started: the queue's own delay,
+    never the caller's date nor a back-off."""
 
     queue: str
     task_id: str
@@ -49,10 +53,11 @@ class AttemptInfo:
     run_at: float
     started_at: float
     worker_id: str
+    due_at: float = 0.0  # 0 (made by hand): the run-at
 
     @property
     def lateness(self) -> float:
-        return self.started_at - self.run_at
+        return self.started_at - max(self.run_at, self.due_at)
 
 
 class AttemptOutcome(StrEnum):

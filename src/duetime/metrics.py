@@ -191,6 +191,12 @@ class _TaskMetrics(Collector):
                 self.series.setdefault((queue, _task_label(task)), []).append(series)
         return series
 
+    def count_dead_unstarted(self, queue: str, task: str | None) -> None:
+        """A task sent to dead without its handler run (``task`` None: unreadable)."""
+        key = (queue, _task_label(task))
+        with self.lock:
+            self.dead_unstarted[key] = self.dead_unstarted.get(key, 0) + 1
+
     def describe(self) -> Iterable[Metric]:
         return _TaskFamilies().all()
 
@@ -326,7 +332,7 @@ class PrometheusHooks(Hooks):
     def before_attempt(self, attempt: AttemptInfo) -> None:
         series = self._mine(attempt.queue, attempt.task)
         series.started += 1
-        lateness = attempt.started_at - attempt.run_at  # AttemptInfo.lateness, inlined
+        lateness = attempt.started_at - max(attempt.run_at, attempt.due_at)  # .lateness, inlined
         series.lateness[bisect_left(LATENESS_BUCKETS, lateness)] += 1  # le is inclusive
         series.lateness_sum += lateness
 
@@ -339,9 +345,7 @@ class PrometheusHooks(Hooks):
 
     def on_dead(self, dead: DeadTaskInfo) -> None:
         if dead.attempt is None:  # a dead attempt was counted by after_attempt
-            key = (dead.queue, _task_label(dead.task))
-            with self._metrics.lock:
-                self._metrics.dead_unstarted[key] = self._metrics.dead_unstarted.get(key, 0) + 1
+            self._metrics.count_dead_unstarted(dead.queue, dead.task)
 
 
 def builtin_tally(chain: HookChain, queue: str) -> AttemptTally | None:
@@ -376,6 +380,10 @@ class AttemptTally:
         # Task name, and (how it ended, seconds the handler ran) at the end.
         self.ended_tasks: list[str] = []
         self.ended: list[tuple[AttemptOutcome, float]] = []
+
+    def dead_unstarted(self, task: str | None) -> None:
+        """A task sent to dead without its handler run (few: counted at once)."""
+        self._metrics.count_dead_unstarted(self._queue, task)
 
     def flush(self) -> None:
         """Count what was appended since the last flush into this thread's series."""

@@ -97,7 +97,10 @@ class OpenTelemetryHooks(Hooks):
             "duetime.tasks.dead_unstarted", "{task}", "Tasks sent to dead without running"
         )
         self._lateness = meter.create_histogram(
-            "duetime.task.lateness", "s", "How long after its run-at each attempt started",
+            "duetime.task.lateness",
+            "s",
+            "How long after it was due (its run-at, or the end of a retry's back-off, a "
+            "requeue or re-entry) each attempt started",
             explicit_bucket_boundaries_advisory=LATENESS_BUCKETS,
         )  # fmt: skip
         self._duration = meter.create_histogram(

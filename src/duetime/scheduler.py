@@ -221,9 +221,13 @@ _GENERATED: Final = 8
 
 
 def _run_at_us(item: _Prepared, now_ms: int) -> int:
-    """When a prepared task runs, in whole µs, given its server's clock."""
+    """When a prepared task runs, in whole µs, given its server's clock. A run-at in the
+    past is stored as now: the task is due from the moment it is scheduled, and its
+    lateness counts from there (a task dated 2020 is not years late), for free: no note
+    beside it, no other command."""
     at_us = item[_AT_US]
-    return (now_ms + item[_DELAY_MS]) * 1000 if at_us is None else at_us
+    now_us = now_ms * 1000
+    return now_us + item[_DELAY_MS] * 1000 if at_us is None else max(at_us, now_us)
 
 
 def _envelope(item: _Prepared, run_at_ms: float) -> bytes:
@@ -599,7 +603,7 @@ class QueueCore:
         validation.task_id(task_id)
         run_at_ms = validation.timestamp_ms(at)
 
-        def rewrite(blob: bytes) -> bytes:
+        def rewrite(blob: bytes, run_at_ms: float) -> bytes:
             old = codec.decode_envelope(blob)
             return codec.encode_envelope(
                 Envelope(
@@ -983,6 +987,10 @@ def _queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:
     if counts["ready_head_envelope"] is not None:
         with contextlib.suppress(DecodeError):  # garbage: the checker reports it
             ready_since_ms = codec.decode_envelope(counts["ready_head_envelope"]).run_at_ms
+        # Due from later than its run-at (retried, requeued, re-entered): the same
+        # definition as an attempt's lateness.
+        if ready_since_ms is not None and counts["ready_head_due_ms"] is not None:
+            ready_since_ms = max(ready_since_ms, counts["ready_head_due_ms"])
     return QueueStats(
         paused=counts["paused"],
         oldest_due_age=max(0.0, (now - next_due_ms) / 1000) if next_due_ms is not None else 0.0,

@@ -163,7 +163,8 @@ class _Attempt:
     started: float  # monotonic; the claim, then the handler's start
     timeout = 0.0
     started_ms = 0
-    lateness = 0.0  # seconds after its run-at that the handler started
+    lateness = 0.0  # seconds after it was due (AttemptInfo.due_at) that the handler started
+    due_ms = 0.0  # when the queue owed it its start (server clock, ms)
     deadline = 0.0  # monotonic; while the handler runs under a timeout, else 0
     fenced = False
     timed_out = False  # cancelled by the timeout timer
@@ -201,10 +202,11 @@ class _Attempt:
         if self.info is None:
             envelope = self.envelope
             assert envelope is not None
-            run_at = envelope.run_at_ms / 1000
+            due_at = self.due_ms / 1000
             self.info = AttemptInfo(
                 self.shard.queue, self.task_id, envelope.task, self.attempt,
-                envelope.max_attempts, run_at, run_at + self.lateness, self.shard.worker_id,
+                envelope.max_attempts, envelope.run_at_ms / 1000, due_at + self.lateness,
+                self.shard.worker_id, due_at,
             )  # fmt: skip
         return self.info
 
@@ -389,6 +391,19 @@ class _HandlerExit(Exception):
     def __init__(self, original: BaseException) -> None:
         super().__init__(original)
         self.original = original
+
+
+def _log_dropped(dropped: list[Outcome] | list[_Attempt], what: str) -> None:
+    """One warning for a batch of fenced attempts, ids at debug level: a failover can
+    fence hundreds at once. The lease may have expired or been lost with a server (a
+    failover to a replica that had not yet seen it): the worker cannot tell which."""
+    log.warning(
+        "%d %s(s) dropped: their leases were gone (expired, or lost in a failover)",
+        len(dropped), what,
+    )  # fmt: skip
+    if log.isEnabledFor(logging.DEBUG):
+        named = ", ".join(f"{each.task_id} attempt {each.attempt}" for each in dropped)
+        log.debug("dropped %s(s): %s", what, named)
 
 
 def _describe(error: BaseException) -> str:
@@ -773,8 +788,13 @@ class Worker:
                 if stale and not await self._still_leased(attempt):
                     return
                 attempt.started_ms = clock.now_ms() or 0
-                # Lateness to the microsecond (now_ms() is whole milliseconds).
-                attempt.lateness = -clock.seconds_until(envelope.run_at_ms)
+                # From when it was due (a retry's back-off, a requeue or a re-entry
+                # noted in the claim), to the microsecond (now_ms() is whole ms).
+                due_ms = envelope.run_at_ms
+                if item.early_run_at_ms is not None and item.early_run_at_ms > due_ms:
+                    due_ms = item.early_run_at_ms
+                attempt.due_ms = due_ms
+                attempt.lateness = -clock.seconds_until(due_ms)
                 attempt.ran = True
                 _current.set(attempt)
                 if self._hooks.around_attempts:
@@ -941,20 +961,22 @@ class Worker:
 
     @staticmethod
     def _not_before(clock: Clock, item: Claimed, envelope: codec.Envelope) -> float | None:
-        """The server time (ms) the attempt waits for before it starts, if any: its early
-        note (promoted ahead, promote_ahead), else its envelope's run-at while that is at
-        most as far ahead as a note could be. The first claim takes the note, so a task a
+        """The server time (ms) the attempt waits for before it starts, if any: the later
+        of its early note (promoted ahead, promote_ahead; or the time of a retry, requeue
+        or re-entry) and its envelope's run-at while that is at most as far ahead as a
+        note could be. The first claim takes the note, so a task a
         stopping worker handed back, or a claim made again after its reply was lost,
         comes with none, yet may still be short of its run-at. (The envelope's run-at is
         the latest one given, by scheduling or rescheduling; a retry's is later still.)"""
-        if item.early_run_at_ms is not None:
-            return item.early_run_at_ms
+        note = item.early_run_at_ms
         now = clock.now_ms()
         if now is None or envelope.run_at_ms <= now:
-            return None
+            return note
         if envelope.run_at_ms - now > FURTHEST_NOTE_MS:
-            return None  # not written by this task's scheduling: do not hold a slot for it
-        return envelope.run_at_ms
+            return note  # not written by this task's scheduling: do not hold a slot for it
+        # A re-entry or hand-back notes its own time, which may come before the run-at
+        # of a task promoted ahead and claimed once already: wait for the later.
+        return envelope.run_at_ms if note is None else max(note, envelope.run_at_ms)
 
     def _implausible_early(self, shard: _Shard, item: Claimed) -> str | None:
         """A dispatcher notes a run-at at most MOST_PROMOTE_AHEAD ahead of its clock; a
@@ -1065,9 +1087,10 @@ class Worker:
             elif final:
                 self.counters.dead += 1
                 task = envelope.task if envelope else None
-                self._hooks.on_dead(
-                    DeadTaskInfo(self.queue, attempt.task_id, task, self._info(attempt), text)
-                )
+                info = self._info(attempt)
+                self._hooks.on_dead(DeadTaskInfo(self.queue, attempt.task_id, task, info, text))
+                if info is None and self._tally is not None:
+                    self._tally.dead_unstarted(task)
             else:
                 self.counters.failed += 1
                 info = self._info(attempt)
@@ -1128,16 +1151,16 @@ class Worker:
             flags = error.reply[0] if isinstance(error.reply, list) else False
         if flags is False:
             flags = [False] * len(outcomes)
+        dropped: list[Outcome] = []
         for outcome, acked in zip(outcomes, flags, strict=True):
             self._forget(shard, outcome.task_id, outcome.attempt)
             if acked:
                 self.counters.succeeded += 1
             else:
                 self.counters.fenced += 1
-                log.warning(
-                    "late result of task %s attempt %d dropped: its lease had expired",
-                    outcome.task_id, outcome.attempt,
-                )  # fmt: skip
+                dropped.append(outcome)
+        if dropped:
+            _log_dropped(dropped, "result")
 
     # --- heartbeat -------------------------------------------------------------------
 
@@ -1197,6 +1220,7 @@ class Worker:
                 "worker %s had been presumed dead; its attempts were taken back", self.worker_id
             )
         lost = set(reply.lost)
+        fenced: list[_Attempt] = []
         for task_id, number in named:
             # The very attempt named: a newer attempt of the same task (claimed again
             # by this worker after a pause) is another entry, and keeps running.
@@ -1211,10 +1235,11 @@ class Worker:
                 # this heartbeat asked about. The ack or fail script decides, and says so.
                 continue
             attempt.fenced = True
-            log.warning("task %s attempt %d lost its lease; its outcome will be dropped",
-                        task_id, attempt.attempt)  # fmt: skip
+            fenced.append(attempt)
             if attempt.runner is not None:
                 attempt.runner.cancel()
+        if fenced:
+            _log_dropped(fenced, "running attempt")
         shard.untracked = [i for i in reply.held if (shard.index, i) not in self._held]
         if shard.untracked:
             self._slot_freed.set()  # let the claimer pick them up now

@@ -30,7 +30,7 @@ from duetime.metrics import (
     PrometheusHooks,
 )
 from duetime.store import AsyncRunner
-from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until
+from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until, wait_until_sync
 from tests.servers import free_port
 
 RETRY_FAST = FAST.replace(retry_base=0.01, retry_max=0.02, max_attempts=2)
@@ -101,7 +101,8 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
             queue.schedule_now({}, task=task)
         queue.schedule_in(3600, {}, task=ok)
         paused.pause()
-        paused.schedule_task(time.time() - 10, {}, task=ok)  # ready, for 10 s already
+        # Dated a day back: ready, and owed its start from now on, not for a day.
+        paused.schedule_task(time.time() - 86400, {}, task=ok)
         paused.schedule_in(0.01, {}, task=ok)  # due soon; no dispatcher serves this queue
 
         async def scenario() -> tuple[str, Any, Any]:
@@ -172,7 +173,7 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
     assert (events["scheduled"], events["completed"], events["retried"]) == (6, 3, 2)
     assert (events["dead"], events["failed"], events["fenced"]) == (2, 4, 0)
 
-    # The paused queue: one task ready since 10 s, one due and not promoted.
+    # The paused queue: one task ready since it was scheduled, one due and not promoted.
     theirs = {"queue": paused_name}
     assert of(found, "duetime_queue_up", **theirs) == 1
     assert of(found, "duetime_queue_paused", **theirs) == 1
@@ -180,7 +181,7 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
         "scheduled": 1, "ready": 1, "running": 0, "dead": 0,
     }  # fmt: skip
     claim_lag = of(found, "duetime_queue_claim_lag_seconds", **theirs)
-    assert 9 <= claim_lag <= paused_truth.oldest_ready_age
+    assert 0 < claim_lag <= paused_truth.oldest_ready_age < 3600
     promotion_lag = of(found, "duetime_queue_promotion_lag_seconds", **theirs)
     assert 0 < promotion_lag <= paused_truth.oldest_due_age
     assert by(series(found, "duetime_queue_workers", **theirs), "state") == {
@@ -369,3 +370,74 @@ def test_the_worker_tally_counts_as_the_hooks_do() -> None:
         ):
             assert (e_name, e_labels) == (g_name, g_labels)
             assert g_value == pytest.approx(e_value), (name, e_labels)
+
+
+def test_a_metrics_port_worker_counts_tasks_dead_without_running(
+    redis_url: str, queue_name: str
+) -> None:
+    """A worker with metrics_port and no PrometheusHooks of its app's own counts with its
+    built-in tally. Before, only PrometheusHooks.on_dead counted tasks sent to dead
+    unstarted, so the DuetimeUnknownHandler alert could never fire for such a worker.
+    The other per-attempt families come from the tally too."""
+    port = free_port()
+    settings = RETRY_FAST.replace(metrics_port=port)
+    app = App()
+    ok, flaky, broken = add_ok_flaky_broken(app)
+
+    with Queue(queue_name, redis_url, settings=settings) as queue:
+        for task in (ok, flaky, broken, "nobody", "nobody", "nobody"):
+            queue.schedule_now({}, task=task)
+
+        async def scenario() -> str:
+            worker = Worker(app, queue_name, redis_url, settings=settings)
+            # The dispatcher promotes the retries.
+            async with running(Dispatcher([queue_name], redis_url, settings=settings), worker):
+                await wait_until(
+                    lambda: (worker.counters.succeeded, worker.counters.dead) == (2, 4),
+                    what="two tasks done and four dead",
+                )
+                # The tally is flushed with each batch of acks and at each heartbeat.
+                return await asyncio.to_thread(
+                    wait_for_sample, port, "duetime_tasks_dead_unstarted_total", queue_name
+                )
+
+        found = samples(asyncio.run(scenario()))
+    mine = {"queue": queue_name}
+    assert by(series(found, "duetime_tasks_dead_unstarted_total", **mine), "task") == {"nobody": 3}
+    # The other per-attempt families, as documented, from the tally alone.
+    assert by(series(found, "duetime_tasks_started_total", **mine), "task") == {
+        "ok": 1, "flaky": 2, "broken": 2,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_succeeded_total", **mine), "task") == {
+        "ok": 1, "flaky": 1, "broken": 0,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="retry"), "task") == {
+        "ok": 0, "flaky": 1, "broken": 1,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="dead"), "task") == {
+        "ok": 0, "flaky": 0, "broken": 1,
+    }  # fmt: skip
+    for name in ("duetime_tasks_fenced_total", "duetime_tasks_interrupted_total"):
+        assert by(series(found, name, **mine), "task") == {"ok": 0, "flaky": 0, "broken": 0}
+    for task, attempts in (("ok", 1), ("flaky", 2), ("broken", 2)):
+        lateness = assert_histogram(
+            found, "duetime_task_lateness_seconds", LATENESS_BUCKETS, **mine, task=task
+        )
+        duration = assert_histogram(
+            found, "duetime_task_duration_seconds", DURATION_BUCKETS, **mine, task=task
+        )
+        assert lateness == duration == attempts
+    assert of(found, "duetime_queue_up", **mine) == 1
+    assert by(series(found, "duetime_queue_tasks", **mine), "state")["dead"] == 4
+
+
+def wait_for_sample(port: int, name: str, queue: str) -> str:
+    """A scrape that has a sample of ``name`` for ``queue``."""
+    scraped: list[str] = []
+
+    def has_it() -> bool:
+        scraped.append(scrape(port))
+        return bool(series(samples(scraped[-1]), name, queue=queue))
+
+    wait_until_sync(has_it, what=f"a sample of {name}")
+    return scraped[-1]

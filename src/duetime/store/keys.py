@@ -57,8 +57,11 @@ class QueueKeys:
 
     @property
     def early(self) -> str:
-        """HASH task id -> run-at (ms), for ids promoted to ``ready`` shortly before
-        their run-at; the claiming worker takes the entry and waits until then."""
+        """HASH task id -> the time (ms) a task is due from, when that is not its
+        envelope's run-at: the run-at of an id promoted to ``ready`` shortly before it
+        (the claiming worker waits until then), or when a retry is due, or when a task
+        was requeued or re-entered. The claiming worker takes the entry; the attempt's
+        lateness counts from it."""
         return self._key("early")
 
     @property

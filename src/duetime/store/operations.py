@@ -255,7 +255,7 @@ class Claimed:
     task_id: str
     attempt: int
     envelope: bytes | None  # None: the id had no envelope and was dropped
-    early_run_at_ms: float | None = None  # promoted ahead of this run-at: wait for it
+    early_run_at_ms: float | None = None  # due from (QueueKeys.early): wait for it
     problem: str | None = None  # garbage found in the task's records: it goes to dead
 
 
@@ -330,7 +330,7 @@ class Snapshot:
     workers: dict[str, int] = field(default_factory=dict)  # worker -> heartbeat
     attempts: dict[str, bytes] = field(default_factory=dict)  # id -> attempts started
     errors: set[str] = field(default_factory=set)
-    early: dict[str, bytes] = field(default_factory=dict)  # id -> run-at, promoted ahead
+    early: dict[str, bytes] = field(default_factory=dict)  # id -> due from (keys.early)
     counters: dict[str, bytes] = field(default_factory=dict)  # the stats hash as stored
     reaped: set[str] = field(default_factory=set)  # reaped workers to look at once more
     wake_length: int = 0
@@ -365,6 +365,15 @@ def _whole_score(value: bytes | str | None) -> int | None:
     """A score written in whole milliseconds (deadlines, heartbeats, cron ticks)."""
     number = _score(value)
     return None if number is None else int(number)
+
+
+def _ms_or_none(value: bytes | str | None) -> float | None:
+    """A time (ms) duetime wrote; None for none or garbage (the checker reports it)."""
+    try:
+        number = float(_text(value)) if value is not None else math.nan
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 _COUNT = re.compile(r"-?[0-9]{1,18}")
@@ -638,10 +647,12 @@ class QueueOperations:
         return TaskState(_text(place)) if place else None
 
     def reschedule(
-        self, task_id: str, run_at_ms: float, rewrite: Callable[[bytes], bytes]
+        self, task_id: str, run_at_ms: float, rewrite: Callable[[bytes, float], bytes]
     ) -> Plan[RescheduleOutcome | None]:
-        """Move a waiting task to ``run_at_ms``; ``rewrite`` makes the new envelope
-        from the current one. Compare-and-set: retried if the envelope changes meanwhile."""
+        """Move a waiting task to ``run_at_ms``, or to now if that is earlier (as when
+        scheduling: its lateness counts from the move); ``rewrite(envelope, run_at_ms)``
+        makes the new envelope from the current one. Compare-and-set: retried if the
+        envelope changes meanwhile."""
         k = self.keys
         fixed = (k.tasks, k.scheduled, k.ready, k.dead, k.wake, k.early, k.delayed,
                  k.delayed_layout)  # fmt: skip
@@ -650,13 +661,13 @@ class QueueOperations:
             if current is None:
                 return None
             now = yield from self.now()
-            arguments = (now, task_id, run_at_ms, current, rewrite(current))
+            due_ms = max(run_at_ms, now)
+            arguments = (now, task_id, due_ms, current, rewrite(current, due_ms))
+            due_us = _microseconds(due_ms)
             outcome = yield from self._looked_up(
                 task_id,
-                lambda generation, buckets, arguments=arguments: Eval(  # type: ignore[misc]
-                    scripts.RESCHEDULE_TASK,
-                    (*fixed, *buckets),
-                    (*arguments, generation, _microseconds(run_at_ms)),
+                lambda generation, buckets, head=arguments, us=due_us: Eval(  # type: ignore[misc]
+                    scripts.RESCHEDULE_TASK, (*fixed, *buckets), (*head, generation, us)
                 ),
             )
             if not outcome:
@@ -815,13 +826,13 @@ class QueueOperations:
         for raw in members:
             member = _text(raw)
             worker_id, _ = split_lease_member(member)
-            index = active_keys.setdefault(k.active(worker_id), 6 + len(active_keys))
+            index = active_keys.setdefault(k.active(worker_id), 7 + len(active_keys))
             args += (member, index)
         return int(
             (
                 yield Eval(
                     scripts.REAP_EXPIRED_LEASES,
-                    (k.leases, k.scheduled, k.wake, k.stats, k.tasks, *active_keys),
+                    (k.leases, k.scheduled, k.wake, k.stats, k.tasks, k.early, *active_keys),
                     args,
                 )
             )
@@ -849,6 +860,7 @@ class QueueOperations:
                         k.stats,
                         k.reaped,
                         k.tasks,
+                        k.early,
                     ),
                     (now, worker_id, stale_before_ms, look_at),
                 )
@@ -1004,7 +1016,7 @@ class QueueOperations:
             scripts.FAIL_TASK,
             (
                 k.active(worker_id), k.leases, k.attempts, k.errors, k.scheduled,
-                k.dead, k.wake, k.stats, k.result(task_id), k.minutes,
+                k.dead, k.wake, k.stats, k.result(task_id), k.minutes, k.early,
             ),
             (now, worker_id, task_id, attempt, error,
              -1 if retry_delay_ms is None else now + retry_delay_ms, result_ttl_ms, result),
@@ -1032,8 +1044,9 @@ class QueueOperations:
                         k.stats,
                         k.reaped,
                         k.tasks,
+                        k.early,
                     ),
-                    (worker_id, now + look_again_in_ms, fenced_outcomes),
+                    (worker_id, now + look_again_in_ms, fenced_outcomes, now),
                 )
             )
         )
@@ -1210,14 +1223,10 @@ class QueueOperations:
         ]
 
     def requeue_dead(self, task_ids: Sequence[str]) -> Plan[int]:
+        now = yield from self.now()
         k = self.keys
-        return int(
-            (
-                yield Eval(
-                    scripts.REQUEUE_DEAD, (k.dead, k.attempts, k.errors, k.ready, k.stats), task_ids
-                )
-            )
-        )
+        keys = (k.dead, k.attempts, k.errors, k.ready, k.stats, k.early)
+        return int((yield Eval(scripts.REQUEUE_DEAD, keys, (now, *task_ids))))
 
     def purge_dead(
         self,
@@ -1265,13 +1274,17 @@ class QueueOperations:
             head = [bucket_head[0], float(bucket_head[1]) / 1000]  # the index is in µs
         if isinstance(stats, list):  # some clients leave HGETALL as a flat list
             stats = dict(zip(stats[::2], stats[1::2], strict=True))
-        # The oldest ready task (the head: workers take from the left) and its run-at.
-        ready_head_envelope = None
+        # The oldest ready task (the head: workers take from the left): its run-at, and
+        # the time it is due from when that is later (a retry, requeue or re-entry).
+        ready_head_envelope = ready_head_due = None
         if ready_head is not None:
-            ready_head_envelope = yield Command(("HGET", k.tasks, ready_head))
+            ready_head_envelope, ready_head_due = yield Batch(
+                (Command(("HGET", k.tasks, ready_head)), Command(("HGET", k.early, ready_head)))
+            )
         return {
             "paused": bool(paused),
             "ready_head_envelope": ready_head_envelope,
+            "ready_head_due_ms": _ms_or_none(ready_head_due),
             "now_ms": now,
             # A count of the buckets' tasks that is not a number (garbage) counts as 0;
             # the checker reports it.

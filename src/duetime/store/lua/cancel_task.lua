@@ -44,10 +44,10 @@ elseif redis.call('ZREM', KEYS[4], id) == 1 then
   place = 'dead'
 elseif redis.call('LREM', KEYS[3], 1, id) == 1 then
   place = 'ready'
-  redis.call('HDEL', KEYS[8], id)
 else
   return 'running'
 end
+redis.pcall('HDEL', KEYS[8], id) -- a note of a ready, retried or re-entered task
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[5], id)
 redis.call('HDEL', KEYS[6], id)

@@ -9,6 +9,8 @@
 -- KEYS[8] stats      HASH
 -- KEYS[9] result key (used only when ARGV[7] > 0)
 -- KEYS[10] minutes   HASH  "<minute>:<figure>" -> per-minute figures
+-- KEYS[11] early     HASH  task id -> the time a retry is due (ms), which its lateness is
+--          measured from (the envelope keeps the first run-at)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] task id
@@ -57,6 +59,7 @@ if retry_at < 0 then
   end
 else
   redis.call('ZADD', KEYS[5], retry_at, id)
+  redis.pcall('HSET', KEYS[11], id, ARGV[6]) -- pcall: a damaged key must not fail the step
   if wake then
     redis.call('RPUSH', KEYS[7], 1)
   end

@@ -4,7 +4,9 @@
 -- KEYS[3] wake       LIST
 -- KEYS[4] stats      HASH
 -- KEYS[5] tasks      HASH  task id -> envelope
--- KEYS[6..] the processing lists of the lease holders
+-- KEYS[6] early      HASH  task id -> now: the next attempt's lateness counts from here (a
+--          note already there, of an id never claimed, is the earlier due time: kept)
+-- KEYS[7..] the processing lists of the lease holders
 -- ARGV[1] now (ms)
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
@@ -21,7 +23,7 @@ redis.call('ZSCORE', KEYS[1], '')
 redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[3])
 redis.call('HGET', KEYS[5], '')
-for key = 6, #KEYS do
+for key = 7, #KEYS do
   redis.call('LLEN', KEYS[key])
 end
 for i = 2, #ARGV, 2 do
@@ -37,6 +39,7 @@ for i = 2, #ARGV, 2 do
     if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
       if redis.call('HEXISTS', KEYS[5], id) == 1 then
         redis.call('ZADD', KEYS[2], now, id)
+        redis.pcall('HSETNX', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
         count = count + 1
       else
         unknown = unknown + 1

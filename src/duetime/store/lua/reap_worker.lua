@@ -8,6 +8,8 @@
 -- KEYS[6] stats      HASH
 -- KEYS[7] reaped     ZSET  reaped worker id -> when to look at its list once more (ms)
 -- KEYS[8] tasks      HASH  task id -> envelope
+-- KEYS[9] early      HASH  task id -> now: the next attempt's lateness counts from here (a
+--          note already there, of an id never claimed, is the earlier due time: kept)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
@@ -52,6 +54,11 @@ for _, id in ipairs(listed) do
 end
 for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[4], now, id)
+  -- HGET then HSET: a worker runs this too, and its ACL grants no set-if-absent. pcall:
+  -- a damaged key must not fail the step.
+  if not redis.pcall('HGET', KEYS[9], id) then
+    redis.pcall('HSET', KEYS[9], id, ARGV[1])
+  end
 end
 redis.call('DEL', KEYS[2])
 if redis.call('ZREM', KEYS[1], worker) == 1 then

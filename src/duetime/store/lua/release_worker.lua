@@ -8,10 +8,13 @@
 -- KEYS[6] stats      HASH
 -- KEYS[7] reaped     ZSET  worker id -> when a dispatcher looks at its list once more (ms)
 -- KEYS[8] tasks      HASH  task id -> envelope
+-- KEYS[9] early      HASH  task id -> ARGV[4]: the next attempt's lateness counts from the
+--          hand-back (a note already there, of an id never claimed, is kept)
 -- ARGV[1] worker id
 -- ARGV[2] when to look at the list once more (ms): a BLMOVE the stop cut off on the
 --         client side may still be pending on the server and land an id there
 -- ARGV[3] outcomes the worker dropped itself (fenced) and has not yet counted
+-- ARGV[4] now (ms)
 -- Returns: number of tasks handed back. An id without an envelope is not a task (written
 -- by hand or by another program): it is dropped with its lease and attempt count, and
 -- counted as dropped_unknown, never handed back.
@@ -54,6 +57,11 @@ for i = #ids, 1, -1 do
       end
     end
     redis.call('LPUSH', KEYS[5], id)
+    -- HGET then HSET: the worker's ACL grants no set-if-absent. pcall: a damaged key
+    -- must not fail the step.
+    if not redis.pcall('HGET', KEYS[9], id) then
+      redis.pcall('HSET', KEYS[9], id, ARGV[4])
+    end
     handed = handed + 1
   end
 end

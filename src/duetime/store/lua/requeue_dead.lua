@@ -4,7 +4,9 @@
 -- KEYS[3] errors     HASH
 -- KEYS[4] ready      LIST
 -- KEYS[5] stats      HASH
--- ARGV[1..] task ids
+-- KEYS[6] early      HASH  task id -> ARGV[1]: its lateness counts from the requeue
+-- ARGV[1] now (ms)
+-- ARGV[2..] task ids
 -- Returns: number requeued (ids not in dead are ignored).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
@@ -16,11 +18,13 @@ if #ARGV > 0 then
   redis.call('LLEN', KEYS[4])
 end
 local count = 0
-for _, id in ipairs(ARGV) do
+for i = 2, #ARGV do
+  local id = ARGV[i]
   if redis.call('ZREM', KEYS[1], id) == 1 then
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('RPUSH', KEYS[4], id)
+    redis.pcall('HSET', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
     count = count + 1
   end
 end

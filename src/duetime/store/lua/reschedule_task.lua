@@ -51,8 +51,8 @@ if not remove_delayed(id, 9, 7, 8) and redis.call('ZREM', KEYS[2], id) == 0 then
   if redis.call('LREM', KEYS[3], 1, id) == 0 then
     return 'running'
   end
-  redis.call('HDEL', KEYS[6], id)
 end
+redis.pcall('HDEL', KEYS[6], id) -- a note of a ready, retried or re-entered task
 redis.call('HSET', KEYS[1], id, ARGV[5])
 if run_at <= now then
   redis.call('RPUSH', KEYS[3], id)
