@@ -6,6 +6,8 @@ callers catch ``duetime.errors.DuetimeError`` and nothing from redis-py.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class DuetimeError(Exception):
     """Base class of every duetime error."""
@@ -96,6 +98,10 @@ class DamagedKeyError(RedisCommandError):
     def __init__(self, message: str, keys: dict[str, str]) -> None:
         super().__init__(message)
         self.keys = keys
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A copy for each caller of a shared round trip (coalescing) keeps the keys.
+        return (type(self), (str(self), self.keys))
 
 
 class CorruptStateError(DuetimeError):
