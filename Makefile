@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
 
+# Three processes on two cores: most of a test's time is spent waiting on servers. Each
+# test file runs whole in one process (its module-scoped servers are started once).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 3 --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
