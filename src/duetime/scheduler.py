@@ -1097,7 +1097,12 @@ def _status(task_id: str, reply: StatusReply) -> TaskStatus | None:
             problems.append(f"its envelope is unreadable ({unreadable})")
     if reply.attempts is None:
         problems.append("its attempt counter is not a number")
-    error = codec.decode_error(reply.error) if reply.error else None
+    error = None
+    if reply.error:
+        try:
+            error = codec.decode_error_checked(reply.error)
+        except DecodeError as unreadable:
+            problems.append(f"error record unreadable: {unreadable}")
     result, problem = _result_record(reply.result)
     if problem is not None:
         problems.append(problem)
