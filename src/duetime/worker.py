@@ -192,7 +192,8 @@ class _Attempt:
             assert envelope is not None  # set before the handler runs
             self.context = TaskContext(
                 self.task_id, self.shard.queue, envelope.task, self.attempt,
-                envelope.max_attempts, envelope.run_at_ms / 1000, self.shard.worker_id,
+                envelope.max_attempts, validation.seconds_of_ms(envelope.run_at_ms),
+                self.shard.worker_id,
             )  # fmt: skip
         return self.context
 
@@ -201,7 +202,7 @@ class _Attempt:
         if self.info is None:
             envelope = self.envelope
             assert envelope is not None
-            run_at = envelope.run_at_ms / 1000
+            run_at = validation.seconds_of_ms(envelope.run_at_ms)
             self.info = AttemptInfo(
                 self.shard.queue, self.task_id, envelope.task, self.attempt,
                 envelope.max_attempts, run_at, run_at + self.lateness, self.shard.worker_id,
