@@ -3,6 +3,7 @@ whose text looks like a URL with a password (issue #29, points 10 and 12)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Iterator
@@ -11,8 +12,9 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from duetime import Queue
+from duetime import AsyncQueue, Queue
 from duetime.cli import EXIT_ERROR, main
+from duetime.scheduler import TaskStatus
 from duetime.store import QueueKeys
 from tests.servers import Server, command
 
@@ -49,6 +51,13 @@ def test_dead_show_names_an_unreadable_error_record(
         status = queue.status(task_id)
     assert status is not None and status.problem is not None
     assert "error record unreadable" in status.problem
+
+    async def read_async() -> TaskStatus | None:  # the dashboard's path
+        async with AsyncQueue(queue_name, redis_url) as queue:
+            return await queue.status(task_id)
+
+    from_async = asyncio.run(read_async())
+    assert from_async is not None and from_async.problem == status.problem
 
 
 def test_dead_show_names_an_unreadable_envelope(
