@@ -52,7 +52,7 @@ from duetime.errors import (
 from duetime.scheduler import CronInfo, DeadTask, Queue, TaskStatus, TaskSummary, known_queues
 from duetime.settings import Settings
 from duetime.states import TaskState
-from duetime.store.runner import mask_url
+from duetime.store.runner import mask_urls_in
 from duetime.worker import DEFAULT_CONCURRENCY, Worker
 
 EXIT_OK = 0
@@ -167,7 +167,7 @@ def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
         except (InvalidInputError, ConfigurationError) as error:
             _fail(str(error), EXIT_USAGE)
         except DuetimeError as error:
-            _fail(mask_url(str(error)), EXIT_ERROR)
+            _fail(mask_urls_in(str(error)), EXIT_ERROR)
 
     wrapper.__name__ = function.__name__
     wrapper.__doc__ = function.__doc__
@@ -384,7 +384,7 @@ def _exit_code(error: BaseException | None) -> int:
         log.critical("%s", error)
         return EXIT_USAGE
     if isinstance(error, DuetimeError):
-        log.critical("%s", mask_url(str(error)))
+        log.critical("%s", mask_urls_in(str(error)))
         return EXIT_ERROR
     log.critical("a daemon failed", exc_info=error)
     return EXIT_DAEMON_FAILED

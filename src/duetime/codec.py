@@ -248,11 +248,20 @@ def encode_error(record: ErrorRecord) -> bytes:
 
 
 def decode_error(blob: bytes) -> ErrorRecord:
+    """The error record, or a stand-in saying it is unreadable (for lists and waits)."""
+    try:
+        return decode_error_checked(blob)
+    except DecodeError:
+        return ErrorRecord("(unreadable error record)", "", 0, 0, "")
+
+
+def decode_error_checked(blob: bytes) -> ErrorRecord:
+    """The error record; DecodeError saying why when it cannot be read."""
     try:
         error, traceback, attempt, failed_at_ms, worker = unpack(blob)
         return ErrorRecord(str(error), str(traceback), int(attempt), int(failed_at_ms), str(worker))
-    except (DecodeError, ValueError, TypeError):
-        return ErrorRecord("(unreadable error record)", "", 0, 0, "")
+    except (ValueError, TypeError) as wrong:
+        raise DecodeError(f"not an error record ({wrong})") from None
 
 
 def encode_result(record: ResultRecord) -> bytes:

@@ -572,7 +572,9 @@ class QueueCore:
             # Our own write resent after a dropped reply, or a collision: sorted out there.
             return (yield from self.schedule_plan([item]))[0]
         if self.hooks:
-            self.hooks.on_schedule(self.name, [ScheduledTask(task_id, item[_TASK], run_at / 1000)])
+            self.hooks.on_schedule(
+                self.name, [ScheduledTask(task_id, item[_TASK], run_at_us / 1_000_000)]
+            )
         return task_id
 
     def schedule_together_plan(self, items: list[_Prepared]) -> Plan[list[str | DuetimeError]]:
@@ -1044,15 +1046,16 @@ def _summary(entry: Listed) -> TaskSummary:
     else:
         try:
             envelope = codec.decode_envelope(entry.envelope)
-            task, data, run_at = envelope.task, envelope.data, envelope.run_at_ms / 1000
+            run_at = validation.seconds_of_ms(envelope.run_at_ms)
+            task, data = envelope.task, envelope.data
         except DecodeError as problem:
             problems.append(f"its envelope is unreadable ({problem})")
     error = None
     if entry.error is not None:
         try:
-            error = codec.decode_error(entry.error).error
+            error = codec.decode_error_checked(entry.error).error
         except DecodeError as problem:
-            problems.append(f"its error record is unreadable ({problem})")
+            problems.append(f"error record unreadable: {problem}")
     score = None if entry.score is None else entry.score / 1000
     return TaskSummary(
         entry.task_id, entry.state, task, data, run_at, entry.attempts or 0,
@@ -1105,7 +1108,12 @@ def _status(task_id: str, reply: StatusReply) -> TaskStatus | None:
             problems.append(f"its envelope is unreadable ({unreadable})")
     if reply.attempts is None:
         problems.append("its attempt counter is not a number")
-    error = codec.decode_error(reply.error) if reply.error else None
+    error = None
+    if reply.error:
+        try:
+            error = codec.decode_error_checked(reply.error)
+        except DecodeError as unreadable:
+            problems.append(f"error record unreadable: {unreadable}")
     result, problem = _result_record(reply.result)
     if problem is not None:
         problems.append(problem)
@@ -1116,7 +1124,11 @@ def _status(task_id: str, reply: StatusReply) -> TaskStatus | None:
     return TaskStatus(
         id=task_id,
         state=reply.state,
-        run_at=score / 1000 if reply.state == TaskState.SCHEDULED and score is not None else None,
+        run_at=(
+            validation.seconds_of_ms(score)
+            if reply.state == TaskState.SCHEDULED and score is not None
+            else None
+        ),
         died_at=score / 1000 if reply.state == TaskState.DEAD and score else None,
         attempts=attempts,
         task=envelope.task if envelope else None,

@@ -182,6 +182,14 @@ def whole_microseconds(run_at_ms: float) -> int:
     return last if milliseconds_not_below(last) == run_at_ms else last + 1
 
 
+def seconds_of_ms(run_at_ms: float) -> float:
+    """Epoch seconds of a stored run-at in ms, never below the run-at it was given as:
+    through its whole µs and one correctly rounded int/int division, where
+    ``run_at_ms / 1000`` can land a fraction of a µs below (4000000000061.981 ms gave
+    4000000000.0619807 s for 4000000000.061981)."""
+    return whole_microseconds(run_at_ms) / 1_000_000
+
+
 #: Longest delay, timeout or result TTL accepted (100 years): keeps milliseconds exact
 #: and within what PEXPIRE and msgpack integers take.
 LONGEST_SECONDS = 100 * 365.25 * 24 * 3600

@@ -193,7 +193,8 @@ class _Attempt:
             assert envelope is not None  # set before the handler runs
             self.context = TaskContext(
                 self.task_id, self.shard.queue, envelope.task, self.attempt,
-                envelope.max_attempts, envelope.run_at_ms / 1000, self.shard.worker_id,
+                envelope.max_attempts, validation.seconds_of_ms(envelope.run_at_ms),
+                self.shard.worker_id,
             )  # fmt: skip
         return self.context
 
@@ -202,10 +203,11 @@ class _Attempt:
         if self.info is None:
             envelope = self.envelope
             assert envelope is not None
-            due_at = self.due_ms / 1000
+            run_at = validation.seconds_of_ms(envelope.run_at_ms)
+            due_at = validation.seconds_of_ms(self.due_ms)  # due_ms is at least the run-at
             self.info = AttemptInfo(
                 self.shard.queue, self.task_id, envelope.task, self.attempt,
-                envelope.max_attempts, envelope.run_at_ms / 1000, due_at + self.lateness,
+                envelope.max_attempts, run_at, due_at + self.lateness,
                 self.shard.worker_id, due_at,
             )  # fmt: skip
         return self.info

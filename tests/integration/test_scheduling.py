@@ -346,3 +346,14 @@ def test_async_queue_shares_behaviour(redis_url: str, raw: redis.Redis, queue_na
 
     asyncio.run(scenario())
     assert raw.llen(keys.ready) == 3
+
+
+def test_a_sub_microsecond_run_at_never_reads_back_earlier(redis_url: str, queue_name: str) -> None:
+    """Issue #29: 4000000000.061981 came back from status() as 4000000000.0619807."""
+    given = 4000000000.061981
+    with duetime.Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_task(given, {"n": 1})
+        status = queue.status(task_id)
+        listed = queue.tasks("scheduled")
+    assert status is not None and status.run_at == given
+    assert [(task.id, task.run_at) for task in listed] == [(task_id, given)]

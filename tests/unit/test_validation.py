@@ -235,3 +235,27 @@ def test_an_at_data_pair_is_checked_as_a_single_call_checks_it(pairs: list[Any])
             return
         expected.append(one)
     assert many == expected
+
+
+@given(st.floats(min_value=0, max_value=2**33, allow_nan=False))
+def test_a_run_at_in_seconds_reads_back_never_below_the_one_given(seconds: float) -> None:
+    micros = validation.timestamp_us(seconds)
+    assert micros >= Fraction(repr(seconds)) * 10**6  # stored: not before what was written
+    reported = validation.seconds_of_ms(validation.milliseconds_not_below(micros))
+    assert reported >= seconds
+    if Fraction(seconds) * 10**6 == micros:  # a whole number of µs reads back as it was
+        assert reported == seconds
+
+
+@given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2255, 1, 1)))
+def test_a_run_at_datetime_reads_back_to_its_microsecond(moment: datetime) -> None:
+    aware = moment.replace(tzinfo=UTC)
+    micros = validation.timestamp_us(aware)
+    assert micros == (aware - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+    reported = validation.seconds_of_ms(validation.milliseconds_not_below(micros))
+    assert reported == micros / 1_000_000  # the double nearest that microsecond
+
+
+def test_the_run_at_of_issue_29_reads_back_as_given() -> None:
+    stored = validation.milliseconds_not_below(validation.timestamp_us(4000000000.061981))
+    assert validation.seconds_of_ms(stored) == 4000000000.061981

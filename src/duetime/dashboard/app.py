@@ -53,7 +53,7 @@ from duetime.errors import (
 from duetime.selection import DeadFilter
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.states import TaskState
-from duetime.store.connections import mask_url
+from duetime.store.connections import mask_urls_in
 from duetime.store.runner import RedisSpec
 from duetime.times import parse_moment
 
@@ -223,9 +223,9 @@ class Dashboard:
         if isinstance(error, HTTPException):
             status, message, headers = error.status_code, error.detail, error.headers
         elif isinstance(error, RedisUnavailableError):
-            status, message, headers = 503, mask_url(str(error)), None
+            status, message, headers = 503, mask_urls_in(str(error)), None
         else:
-            status, message, headers = 500, mask_url(str(error)), None
+            status, message, headers = 500, mask_urls_in(str(error)), None
         if request.headers.get(FRAGMENT_HEADER):
             return PlainTextResponse(message, status_code=status, headers=headers)
         return self.render(

@@ -74,9 +74,20 @@ class Connection:
 
 def mask_url(url: str) -> str:
     """The URL with any password replaced by ***."""
-    url = re.sub(r"(://)[^:/@]+@", r"\1***@", url)
-    url = re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
-    return re.sub(r"(?i)([?&](?:sentinel_)?password=)[^&#]*", r"\1***", url)
+    # Whitespace ends a URL: never reach past it into whatever text follows.
+    url = re.sub(r"(://)[^:/@\s]+@", r"\1***@", url)
+    url = re.sub(r"(://[^:/@\s]*:)[^@/\s]*@", r"\1***@", url)
+    return re.sub(r"(?i)([?&](?:sentinel_)?password=)[^&#\s]*", r"\1***", url)
+
+
+# A URL in free text: a scheme, then everything up to whitespace or a closing quote.
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def mask_urls_in(text: str) -> str:
+    """``text`` with the password of each URL in it masked, and every other word left whole
+    (a server's error message is the user's best clue: an ``@`` in it is not a password)."""
+    return _URL_IN_TEXT.sub(lambda found: mask_url(found.group()), text)
 
 
 def resolve_url(spec: str | None) -> str:

@@ -26,7 +26,14 @@ from duetime.errors import (
     RedisUnavailableError,
 )
 from duetime.settings import Settings
-from duetime.store.connections import BLOCK_MARGIN, RedisSpec, connect, mask_url, resolve_url
+from duetime.store.connections import (
+    BLOCK_MARGIN,
+    RedisSpec,
+    connect,
+    mask_url,
+    mask_urls_in,
+    resolve_url,
+)
 from duetime.store.damage import damaged_key_error, suspects
 from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from duetime.store.operations import (
@@ -44,7 +51,15 @@ from duetime.store.scripts import Script
 
 T = TypeVar("T")
 
-__all__ = ["BLOCK_MARGIN", "AsyncRunner", "RedisSpec", "SyncRunner", "mask_url", "resolve_url"]
+__all__ = [
+    "BLOCK_MARGIN",
+    "AsyncRunner",
+    "RedisSpec",
+    "SyncRunner",
+    "mask_url",
+    "mask_urls_in",
+    "resolve_url",
+]
 
 
 def _routed(runner: SyncRunner | AsyncRunner, client: Any, command: Command) -> dict[str, Any]:
@@ -223,12 +238,14 @@ _REDIS_ERRORS = (redis.RedisError, redis.exceptions.SlotNotCoveredError)
 def _translated(error: Exception, address: str) -> DuetimeError:
     """The duetime error a redis-py error becomes; nothing from redis-py escapes."""
     if isinstance(error, redis.ConnectionError | redis.TimeoutError):
-        return RedisUnavailableError(f"Redis at {address} is unavailable: {mask_url(str(error))}")
+        return RedisUnavailableError(
+            f"Redis at {address} is unavailable: {mask_urls_in(str(error))}"
+        )
     if isinstance(error, redis.exceptions.InvalidResponse):
         # A reply that is not the Redis protocol: a broken connection or not a Redis server.
         return RedisUnavailableError(
             f"Redis at {address} answered with something that is not the Redis protocol: "
-            f"{mask_url(str(error))}"
+            f"{mask_urls_in(str(error))}"
         )
     if isinstance(
         error,
@@ -240,7 +257,7 @@ def _translated(error: Exception, address: str) -> DuetimeError:
         # client gave up following redirections for now; the next try may well work.
         return RedisUnavailableError(
             f"Redis Cluster at {address} is moving slots or failing over "
-            f"({mask_url(str(error))}); try again"
+            f"({mask_urls_in(str(error))}); try again"
         )
     if isinstance(error, redis.exceptions.MovedError | redis.exceptions.AskError):
         return RedisCommandError(
@@ -250,7 +267,7 @@ def _translated(error: Exception, address: str) -> DuetimeError:
         )
     if isinstance(error, redis.RedisError) and _is_out_of_memory(error):
         return RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})")
-    return RedisCommandError(f"Redis at {address} refused a command: {mask_url(str(error))}")
+    return RedisCommandError(f"Redis at {address} refused a command: {mask_urls_in(str(error))}")
 
 
 def _advance(plan: Plan[T], reply: Any) -> Request:
