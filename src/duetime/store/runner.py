@@ -112,14 +112,29 @@ def _batch_pipeline(client: Any, request: Batch, transaction: bool) -> Any:
     return pipe
 
 
+def _slot_node(runner: SyncRunner | AsyncRunner, keys: Sequence[str]) -> dict[str, Any]:
+    """On a cluster, the node of a script call's slot (its keys share one hash tag), given
+    to redis-py so that a cluster pipeline does not look the keys up itself: it would
+    ask its default node (COMMAND GETKEYS), a round trip per call, and fail while that
+    one node is down even for calls to healthy masters."""
+    if not runner.clustered or not keys:
+        return {}
+    return {"target_nodes": runner.client.get_node_from_key(keys[0])}
+
+
 def _script_pipeline(
-    client: Any, request: EvalMany, wait: Durability | None, targets: Sequence[Any]
+    runner: SyncRunner | AsyncRunner,
+    request: EvalMany,
+    wait: Durability | None,
+    targets: Sequence[Any],
 ) -> Any:
     """A pipeline of script calls, then with ``wait`` a WAIT for each target. EVALSHA goes
     as a plain command: a cluster pipeline routes it, but blocks its evalsha method."""
-    pipe = client.pipeline(transaction=False)
+    pipe = runner.client.pipeline(transaction=False)
     for keys, args in request.calls:
-        pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
+        pipe.execute_command(
+            "EVALSHA", *_eval_args(request.script, keys, args), **_slot_node(runner, keys)
+        )
     for target in targets:
         assert wait is not None
         for command in wait.commands:
@@ -368,7 +383,7 @@ class SyncRunner:
     def _pipelined(
         self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        pipe = _script_pipeline(self.client, request, wait, targets)
+        pipe = _script_pipeline(self, request, wait, targets)
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
@@ -425,6 +440,8 @@ class AsyncRunner:
                 await self._load(request.script)
                 return await self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
+            if self.clustered:
+                await self.client.initialize()  # the asyncio client learns the slots lazily
             if _load_first(self, request):
                 await self._load(request.script)
             replies = await self._script_calls(request)
@@ -482,7 +499,7 @@ class AsyncRunner:
     async def _pipelined(
         self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        pipe = _script_pipeline(self.client, request, wait, targets)
+        pipe = _script_pipeline(self, request, wait, targets)
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
