@@ -12,6 +12,7 @@ password masked.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -230,11 +231,17 @@ def _is_out_of_memory(error: redis.RedisError) -> bool:
     )
 
 
-#: What redis-py raises: its errors, and a cluster slot no node serves (not a RedisError).
-_REDIS_ERRORS = (redis.RedisError, redis.exceptions.SlotNotCoveredError)
+#: What redis-py raises: its errors, and its cluster client's own (a slot no node serves,
+#: a cluster it cannot reach: not RedisErrors).
+_REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+
+_MID_MOVE = (
+    "is moving slots or failing over ({}); try again: the client follows the cluster "
+    "once the move settles"
+)
 
 
-def _translated(error: Exception, address: str) -> DuetimeError:
+def _translated(error: Exception, address: str, clustered: bool = False) -> DuetimeError:
     """The duetime error a redis-py error becomes; nothing from redis-py escapes."""
     if isinstance(error, redis.ConnectionError | redis.TimeoutError):
         return RedisUnavailableError(f"Redis at {address} is unavailable: {mask_url(str(error))}")
@@ -248,15 +255,16 @@ def _translated(error: Exception, address: str) -> DuetimeError:
         error,
         redis.exceptions.ClusterError
         | redis.exceptions.TryAgainError
-        | redis.exceptions.SlotNotCoveredError,
-    ):
+        | redis.exceptions.RedisClusterException,
+    ) or (clustered and isinstance(error, redis.exceptions.AskError)):
         # A cluster between two states (a slot moving, a master failing over): the
         # client gave up following redirections for now; the next try may well work.
+        # (MovedError is an AskError: through a cluster client, either one surfacing
+        # means a move in progress, not a wrong URL.)
         return RedisUnavailableError(
-            f"Redis Cluster at {address} is moving slots or failing over "
-            f"({mask_url(str(error))}); try again"
+            f"Redis Cluster at {address} " + _MID_MOVE.format(mask_url(str(error)))
         )
-    if isinstance(error, redis.exceptions.MovedError | redis.exceptions.AskError):
+    if isinstance(error, redis.exceptions.AskError):
         return RedisCommandError(
             f"Redis at {address} is a cluster node, and the queue's slot lives on another "
             f"node (MOVED {error}): connect with redis+cluster://host:port[,host:port...] "
@@ -265,6 +273,26 @@ def _translated(error: Exception, address: str) -> DuetimeError:
     if isinstance(error, redis.RedisError) and _is_out_of_memory(error):
         return RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})")
     return RedisCommandError(f"Redis at {address} refused a command: {mask_url(str(error))}")
+
+
+_REDIS_PY = os.path.dirname(redis.__file__)
+
+
+def _failed_inside_redis_py(error: AttributeError) -> bool:
+    """Whether an AttributeError was raised by redis-py's own code (its cluster client
+    follows an ASK redirect to a node it does not know yet, e.g. a new master that owns
+    no slot, as None), not by duetime's."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(_REDIS_PY)
+
+
+def _mid_move(error: AttributeError, address: str) -> DuetimeError:
+    return RedisUnavailableError(
+        f"Redis Cluster at {address} "
+        + _MID_MOVE.format(f"redirected to a node the client does not know yet: {error}")
+    )
 
 
 def _advance(plan: Plan[T], reply: Any) -> Request:
@@ -308,7 +336,11 @@ class SyncRunner:
                     return done.value  # type: ignore[no-any-return]
                 reply = self._execute(request)
         except _REDIS_ERRORS as error:
-            raise _translated(error, self.address) from None
+            raise _translated(error, self.address, self.clustered) from None
+        except AttributeError as error:
+            if not (self.clustered and _failed_inside_redis_py(error)):
+                raise
+            raise _mid_move(error, self.address) from error
 
     def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
@@ -416,7 +448,11 @@ class AsyncRunner:
                     return done.value  # type: ignore[no-any-return]
                 reply = await self._execute(request)
         except _REDIS_ERRORS as error:
-            raise _translated(error, self.address) from None
+            raise _translated(error, self.address, self.clustered) from None
+        except AttributeError as error:
+            if not (self.clustered and _failed_inside_redis_py(error)):
+                raise
+            raise _mid_move(error, self.address) from error
 
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
