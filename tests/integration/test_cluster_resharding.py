@@ -6,6 +6,7 @@ scripts are loaded on the new owner, and no task is lost or started early."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -163,11 +164,14 @@ def add_empty_master(cluster: Cluster) -> Server:
     return node
 
 
-def test_a_slot_moving_to_a_new_empty_master_is_a_pause_not_a_crash(cluster: Cluster) -> None:
+def test_a_slot_moving_to_a_new_empty_master_is_a_pause_not_a_crash(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
     """While a queue's slot migrates to a master that owns no slot yet, redis-py follows
     ASK to a node it does not know (it used to fail with AttributeError): reads, the CLI
     and a worker see at most RedisUnavailableError, which they retry or report as
     unavailable."""
+    caplog.set_level(logging.DEBUG, logger="duetime")
     slot = key_slot(QUEUE.encode())
     source = cluster.node_of_slot(slot)
     with Queue(QUEUE, cluster.url) as queue:
@@ -200,6 +204,10 @@ def test_a_slot_moving_to_a_new_empty_master_is_a_pause_not_a_crash(cluster: Clu
         async def scenario() -> None:
             worker = Worker(app, QUEUE, cluster.url, settings=FAST)
             async with running(worker):
+                # The worker meets the open slot first: it waits, it does not crash.
+                await wait_until(
+                    lambda: "moving slots" in caplog.text, what="the worker meeting the move"
+                )
                 for node in cluster.nodes:
                     client = node.client()
                     command(client, "CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
