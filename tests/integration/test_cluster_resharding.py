@@ -6,19 +6,22 @@ scripts are loaded on the new owner, and no task is lost or started early."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
+from click.testing import CliRunner
 from redis.crc import key_slot
 
 from duetime import App, Dispatcher, Job, Queue, Worker, current_task
+from duetime.cli import EXIT_OK, EXIT_UNAVAILABLE, main
 from duetime.errors import RedisUnavailableError
 from tests.conftest import require_binary
-from tests.helpers import FAST, running, wait_until
-from tests.servers import Cluster, Server, command
+from tests.helpers import FAST, running, wait_until, wait_until_sync
+from tests.servers import Cluster, Server, command, free_port
 
 QUEUE = "qa"  # on master 0 of a 3-master test cluster
 
@@ -128,3 +131,92 @@ def test_a_slot_between_its_keys_moving_and_its_owner_changing_is_a_pause_not_a_
             client.close()
         queue.schedule_in(60, {"n": 2})
         assert queue.stats().scheduled == 2 and queue.check() == []
+
+
+def add_empty_master(cluster: Cluster) -> Server:
+    """A new master that owns no slot yet, joined as `redis-cli --cluster add-node` does."""
+    bus = free_port()
+    node = Server(
+        cluster.kind, cluster.executable,
+        extra=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+               "--cluster-node-timeout", "2000", "--cluster-port", str(bus)],
+    )  # fmt: skip
+    node.start()
+    cluster.replica_nodes.append(node)  # so that the fixture stops it
+    first = cluster.nodes[0].client()
+    command(first, "CLUSTER", "MEET", "127.0.0.1", node.port, bus)
+    first.close()
+    new_id = node_id(node)
+
+    def known_everywhere() -> bool:
+        for member in cluster.nodes:
+            client = member.client()
+            nodes = command(client, "CLUSTER", "NODES").decode()
+            client.close()
+            if new_id not in nodes:
+                return False
+        client = node.client()
+        state = command(client, "CLUSTER", "INFO").decode()
+        client.close()
+        return "cluster_state:ok" in state  # it has learned who serves every slot
+
+    wait_until_sync(known_everywhere, what="the new master known to the cluster")
+    return node
+
+
+def test_a_slot_moving_to_a_new_empty_master_is_a_pause_not_a_crash(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """While a queue's slot migrates to a master that owns no slot yet, redis-py follows
+    ASK to a node it does not know (it used to fail with AttributeError): reads, the CLI
+    and a worker see at most RedisUnavailableError, which they retry or report as
+    unavailable."""
+    caplog.set_level(logging.DEBUG, logger="duetime")
+    slot = key_slot(QUEUE.encode())
+    source = cluster.node_of_slot(slot)
+    with Queue(QUEUE, cluster.url) as queue:
+        queue.schedule_many([(0, {"n": n}) for n in range(5)])
+        queue.schedule_in(3600, {"n": 5})
+        queue.stats()  # the client has learned the slots (without the new master)
+        target = add_empty_master(cluster)
+        first, second = source.client(), target.client()
+        command(second, "CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
+        command(first, "CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
+        while keys := command(first, "CLUSTER", "GETKEYSINSLOT", slot, 100):
+            command(first, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
+        first.close()
+        second.close()
+        for read in (queue.stats, queue.check, lambda: queue.tasks("scheduled")):
+            try:
+                read()
+            except RedisUnavailableError as error:
+                assert "moving slots" in str(error)
+        inspected = CliRunner().invoke(main, ["inspect", "-q", QUEUE, "--redis", cluster.url])
+        assert inspected.exit_code in (EXIT_OK, EXIT_UNAVAILABLE), inspected.output
+
+        app = App()
+        done: list[int] = []
+
+        @app.default
+        def record(data: dict[str, int]) -> None:
+            done.append(data["n"])
+
+        async def scenario() -> None:
+            worker = Worker(app, QUEUE, cluster.url, settings=FAST)
+            async with running(worker):
+                # The worker meets the open slot first: it waits, it does not crash.
+                await wait_until(
+                    lambda: "moving slots" in caplog.text, what="the worker meeting the move"
+                )
+                for node in cluster.nodes:
+                    client = node.client()
+                    command(client, "CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
+                    client.close()
+                client = target.client()
+                command(client, "CLUSTER", "SETSLOT", slot, "NODE", node_id(target))
+                client.close()
+                await wait_until(lambda: sorted(done) == list(range(5)), what="5 tasks run")
+                assert worker.counters.fenced == 0
+
+        asyncio.run(scenario())
+        assert queue.stats().scheduled == 1 and queue.check() == []

@@ -12,6 +12,7 @@ password masked.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -128,14 +129,29 @@ def _batch_pipeline(client: Any, request: Batch, transaction: bool) -> Any:
     return pipe
 
 
+def _slot_node(runner: SyncRunner | AsyncRunner, keys: Sequence[str]) -> dict[str, Any]:
+    """On a cluster, the node of a script call's slot (its keys share one hash tag), given
+    to redis-py so that a cluster pipeline does not look the keys up itself: it would
+    ask its default node (COMMAND GETKEYS), a round trip per call, and fail while that
+    one node is down even for calls to healthy masters."""
+    if not runner.clustered or not keys:
+        return {}
+    return {"target_nodes": runner.client.get_node_from_key(keys[0])}
+
+
 def _script_pipeline(
-    client: Any, request: EvalMany, wait: Durability | None, targets: Sequence[Any]
+    runner: SyncRunner | AsyncRunner,
+    request: EvalMany,
+    wait: Durability | None,
+    targets: Sequence[Any],
 ) -> Any:
     """A pipeline of script calls, then with ``wait`` a WAIT for each target. EVALSHA goes
     as a plain command: a cluster pipeline routes it, but blocks its evalsha method."""
-    pipe = client.pipeline(transaction=False)
+    pipe = runner.client.pipeline(transaction=False)
     for keys, args in request.calls:
-        pipe.execute_command("EVALSHA", *_eval_args(request.script, keys, args))
+        pipe.execute_command(
+            "EVALSHA", *_eval_args(request.script, keys, args), **_slot_node(runner, keys)
+        )
     for target in targets:
         assert wait is not None
         for command in wait.commands:
@@ -231,11 +247,17 @@ def _is_out_of_memory(error: redis.RedisError) -> bool:
     )
 
 
-#: What redis-py raises: its errors, and a cluster slot no node serves (not a RedisError).
-_REDIS_ERRORS = (redis.RedisError, redis.exceptions.SlotNotCoveredError)
+#: What redis-py raises: its errors, and its cluster client's own (a slot no node serves,
+#: a cluster it cannot reach: not RedisErrors).
+_REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
+
+_MID_MOVE = (
+    "is moving slots or failing over ({}); try again: the client follows the cluster "
+    "once the move settles"
+)
 
 
-def _translated(error: Exception, address: str) -> DuetimeError:
+def _translated(error: Exception, address: str, clustered: bool = False) -> DuetimeError:
     """The duetime error a redis-py error becomes; nothing from redis-py escapes."""
     if isinstance(error, redis.ConnectionError | redis.TimeoutError):
         return RedisUnavailableError(
@@ -251,15 +273,16 @@ def _translated(error: Exception, address: str) -> DuetimeError:
         error,
         redis.exceptions.ClusterError
         | redis.exceptions.TryAgainError
-        | redis.exceptions.SlotNotCoveredError,
-    ):
+        | redis.exceptions.RedisClusterException,
+    ) or (clustered and isinstance(error, redis.exceptions.AskError)):
         # A cluster between two states (a slot moving, a master failing over): the
         # client gave up following redirections for now; the next try may well work.
+        # (MovedError is an AskError: through a cluster client, either one surfacing
+        # means a move in progress, not a wrong URL.)
         return RedisUnavailableError(
-            f"Redis Cluster at {address} is moving slots or failing over "
-            f"({mask_urls_in(str(error))}); try again"
+            f"Redis Cluster at {address} " + _MID_MOVE.format(mask_urls_in(str(error)))
         )
-    if isinstance(error, redis.exceptions.MovedError | redis.exceptions.AskError):
+    if isinstance(error, redis.exceptions.AskError):
         return RedisCommandError(
             f"Redis at {address} is a cluster node, and the queue's slot lives on another "
             f"node (MOVED {error}): connect with redis+cluster://host:port[,host:port...] "
@@ -268,6 +291,26 @@ def _translated(error: Exception, address: str) -> DuetimeError:
     if isinstance(error, redis.RedisError) and _is_out_of_memory(error):
         return RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})")
     return RedisCommandError(f"Redis at {address} refused a command: {mask_urls_in(str(error))}")
+
+
+_REDIS_PY = os.path.dirname(redis.__file__)
+
+
+def _failed_inside_redis_py(error: AttributeError) -> bool:
+    """Whether an AttributeError was raised by redis-py's own code (its cluster client
+    follows an ASK redirect to a node it does not know yet, e.g. a new master that owns
+    no slot, as None), not by duetime's."""
+    traceback = error.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    return traceback is not None and traceback.tb_frame.f_code.co_filename.startswith(_REDIS_PY)
+
+
+def _mid_move(error: AttributeError, address: str) -> DuetimeError:
+    return RedisUnavailableError(
+        f"Redis Cluster at {address} "
+        + _MID_MOVE.format(f"redirected to a node the client does not know yet: {error}")
+    )
 
 
 def _advance(plan: Plan[T], reply: Any) -> Request:
@@ -317,7 +360,11 @@ class SyncRunner:
                 except redis.ResponseError as error:
                     raise self._explained(request, error) from None
         except _REDIS_ERRORS as error:
-            raise _translated(error, self.address) from None
+            raise _translated(error, self.address, self.clustered) from None
+        except AttributeError as error:
+            if not (self.clustered and _failed_inside_redis_py(error)):
+                raise
+            raise _mid_move(error, self.address) from error
 
     def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
@@ -406,7 +453,7 @@ class SyncRunner:
     def _pipelined(
         self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        pipe = _script_pipeline(self.client, request, wait, targets)
+        pipe = _script_pipeline(self, request, wait, targets)
         return list(pipe.execute(raise_on_error=False))
 
     def close(self) -> None:
@@ -447,7 +494,11 @@ class AsyncRunner:
                 except redis.ResponseError as error:
                     raise await self._explained(request, error) from None
         except _REDIS_ERRORS as error:
-            raise _translated(error, self.address) from None
+            raise _translated(error, self.address, self.clustered) from None
+        except AttributeError as error:
+            if not (self.clustered and _failed_inside_redis_py(error)):
+                raise
+            raise _mid_move(error, self.address) from error
 
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
@@ -471,6 +522,8 @@ class AsyncRunner:
                 await self._load(request.script)
                 return await self.client.execute_command(*arguments)  # as the load went
         if isinstance(request, EvalMany):
+            if self.clustered:
+                await self.client.initialize()  # the asyncio client learns the slots lazily
             if _load_first(self, request):
                 await self._load(request.script)
             replies = await self._script_calls(request)
@@ -541,7 +594,7 @@ class AsyncRunner:
     async def _pipelined(
         self, request: EvalMany, wait: Durability | None = None, targets: Sequence[Any] = ()
     ) -> list[Any]:
-        pipe = _script_pipeline(self.client, request, wait, targets)
+        pipe = _script_pipeline(self, request, wait, targets)
         return list(await pipe.execute(raise_on_error=False))
 
     async def close(self) -> None:
