@@ -66,12 +66,6 @@ def pick(short: T, long: T) -> T:
     return long if SOAK else short
 
 
-@pytest.fixture(autouse=True)
-def seed_in_report(request: pytest.FixtureRequest) -> None:
-    """Show the seed with any failure, so a run can be repeated with DUETIME_FAULT_SEED."""
-    request.node.add_report_section("call", "seed", f"DUETIME_FAULT_SEED={SEED}")
-
-
 # --- daemons as processes --------------------------------------------------------------
 
 
@@ -172,15 +166,6 @@ class Fleet:
             elif "Traceback" in daemon.log.read_text(errors="replace"):
                 found.append(f"{daemon.role} {daemon.pid} ({daemon.log}):\n{daemon.tail(40)}")
         return found
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    group = Fleet(tmp_path)
-    try:
-        yield group
-    finally:
-        group.close()
 
 
 class Servers:

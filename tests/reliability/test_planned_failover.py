@@ -17,7 +17,6 @@ import asyncio
 import random
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -31,7 +30,6 @@ from tests.reliability.test_faults import (
     SEED,
     SOAK,
     Fleet,
-    Servers,
     dump,
     leftovers,
     pause_until,
@@ -55,31 +53,6 @@ DURATION = 75.0
 FAILOVERS = 3
 
 
-@pytest.fixture(autouse=True)
-def seed_in_report(request: pytest.FixtureRequest) -> None:
-    """Show the seed with any failure, so a run can be repeated with DUETIME_FAULT_SEED."""
-    request.node.add_report_section("call", "seed", f"DUETIME_FAULT_SEED={SEED}")
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    group = Fleet(tmp_path)
-    try:
-        yield group
-    finally:
-        group.close()
-
-
-@pytest.fixture
-def ledger_server() -> Iterator[Server]:
-    """A plain server for the handlers' ledger, apart from the set-up under test."""
-    group = Servers()
-    try:
-        yield group.start()
-    finally:
-        group.close()
-
-
 @pytest.fixture
 def sentinels() -> Iterator[Sentinels]:
     # A down-after of 3 s, as in test_scale_out.py: on a loaded host 1 s lets a sentinel
@@ -96,17 +69,6 @@ def sentinels() -> Iterator[Sentinels]:
         yield group
     finally:
         group.stop()
-
-
-@pytest.fixture
-def streams() -> Iterator[list[Stream]]:
-    started: list[Stream] = []
-    try:
-        yield started
-    finally:
-        for stream in started:
-            if stream.is_alive():
-                stream.halt()
 
 
 class AsyncStream(Stream):

@@ -22,7 +22,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 
 import pytest
 import redis
@@ -41,7 +40,6 @@ from tests.reliability.test_faults import (
     SOAK,
     Daemon,
     Fleet,
-    Servers,
     dump,
     leftovers,
     pause_until,
@@ -49,42 +47,6 @@ from tests.reliability.test_faults import (
     report,
 )
 from tests.servers import SERVICE, Cluster, Sentinels, Server, command
-
-
-@pytest.fixture(autouse=True)
-def seed_in_report(request: pytest.FixtureRequest) -> None:
-    """Show the seed with any failure, so a run can be repeated with DUETIME_FAULT_SEED."""
-    request.node.add_report_section("call", "seed", f"DUETIME_FAULT_SEED={SEED}")
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    group = Fleet(tmp_path)
-    try:
-        yield group
-    finally:
-        group.close()
-
-
-@pytest.fixture
-def ledger_server() -> Iterator[Server]:
-    """A plain server for the handlers' ledger, apart from the set-up under test."""
-    group = Servers()
-    try:
-        yield group.start()
-    finally:
-        group.close()
-
-
-@pytest.fixture
-def streams() -> Iterator[list[Stream]]:
-    started: list[Stream] = []
-    try:
-        yield started
-    finally:
-        for stream in started:
-            if stream.is_alive():
-                stream.halt()
 
 
 def not_settled(
