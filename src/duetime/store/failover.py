@@ -328,18 +328,20 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 # --- the connections and the sentinel manager that ask it ------------------------------
 
 
-class _WatchedSync:
-    """Mixed into redis-py's Sentinel connection: holds sends during a promotion, and
+class _Watched:
+    """Mixed into redis-py's Sentinel connections: holds sends during a promotion, and
     refuses to send on a connection opened before another master was named."""
 
     failover_watcher: FailoverWatcher
-    _opened_in: int
+    _opened_in: int  # the watcher's epoch when this connection was opened
 
     def __init__(self, **kwargs: Any) -> None:
         self.failover_watcher = kwargs.pop("failover_watcher")
         self._opened_in = -1
         super().__init__(**kwargs)
 
+
+class _WatchedSync(_Watched):
     def _connect_retry(self) -> Any:
         # Read before the address is: a switch in between drops the connection, never
         # keeps one to the old master.
@@ -360,15 +362,7 @@ class _WatchedSync:
         super().send_packed_command(command, check_health)  # type: ignore[misc]
 
 
-class _WatchedAsync:
-    failover_watcher: FailoverWatcher
-    _opened_in: int
-
-    def __init__(self, **kwargs: Any) -> None:
-        self.failover_watcher = kwargs.pop("failover_watcher")
-        self._opened_in = -1
-        super().__init__(**kwargs)
-
+class _WatchedAsync(_Watched):
     async def _connect_retry(self) -> Any:
         if not self.is_connected:  # type: ignore[attr-defined]
             self._opened_in = self.failover_watcher.epoch
