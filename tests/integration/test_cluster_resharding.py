@@ -45,6 +45,18 @@ def node_id(node: Server) -> str:
 def move_slot(cluster: Cluster, slot: int, source: Server, target: Server) -> int:
     """Move ``slot`` from ``source`` to ``target`` as a resharding tool does; returns the
     number of keys moved."""
+    moved = migrate_keys(slot, source, target, between_batches=0.05)
+    target_id = node_id(target)
+    for node in cluster.nodes:
+        client = node.client()
+        command(client, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        client.close()
+    return moved
+
+
+def migrate_keys(slot: int, source: Server, target: Server, between_batches: float = 0.0) -> int:
+    """Open ``slot`` from ``source`` to ``target`` (IMPORTING/MIGRATING) and MIGRATE its
+    keys, leaving it open (not yet assigned); returns the number of keys moved."""
     source_id, target_id = node_id(source), node_id(target)
     src, dst = source.client(), target.client()
     moved = 0
@@ -54,11 +66,7 @@ def move_slot(cluster: Cluster, slot: int, source: Server, target: Server) -> in
         while keys := command(src, "CLUSTER", "GETKEYSINSLOT", slot, 10):
             command(src, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
             moved += len(keys)
-            time.sleep(0.05)  # in batches, with the daemons working in between
-        for node in cluster.nodes:
-            client = node.client()
-            command(client, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
-            client.close()
+            time.sleep(between_batches)  # with the daemons working in between
     finally:
         src.close()
         dst.close()
@@ -116,13 +124,7 @@ def test_a_slot_between_its_keys_moving_and_its_owner_changing_is_a_pause_not_a_
     source, target = cluster.node_of_slot(slot), cluster.nodes[1]
     with Queue(QUEUE, cluster.url) as queue:
         queue.schedule_in(60, {"n": 0})
-        first, second = source.client(), target.client()
-        command(second, "CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
-        command(first, "CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
-        while keys := command(first, "CLUSTER", "GETKEYSINSLOT", slot, 100):
-            command(first, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
-        first.close()
-        second.close()
+        migrate_keys(slot, source, target)
         with pytest.raises(RedisUnavailableError, match="moving slots or failing over"):
             queue.schedule_in(60, {"n": 1})
         for node in cluster.nodes:
@@ -179,13 +181,7 @@ def test_a_slot_moving_to_a_new_empty_master_is_a_pause_not_a_crash(
         queue.schedule_in(3600, {"n": 5})
         queue.stats()  # the client has learned the slots (without the new master)
         target = add_empty_master(cluster)
-        first, second = source.client(), target.client()
-        command(second, "CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(source))
-        command(first, "CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(target))
-        while keys := command(first, "CLUSTER", "GETKEYSINSLOT", slot, 100):
-            command(first, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys)
-        first.close()
-        second.close()
+        migrate_keys(slot, source, target)
         for read in (queue.stats, queue.check, lambda: queue.tasks("scheduled")):
             try:
                 read()

@@ -68,6 +68,26 @@ def by(found: dict[Labels, float], label: str) -> dict[str, float]:
     return {dict(key)[label]: value for key, value in found.items()}
 
 
+def assert_ok_flaky_broken_attempts(found: Samples, labels: dict[str, str], ok_runs: int) -> None:
+    """The per-attempt families after ``ok_runs`` runs of ``ok`` and one each of
+    ``flaky`` (fails once, then succeeds) and ``broken`` (fails twice, then dead)."""
+    assert by(series(found, "duetime_tasks_started_total", **labels), "task") == {
+        "ok": ok_runs, "flaky": 2, "broken": 2,
+    }  # fmt: skip
+    assert by(series(found, "duetime_tasks_succeeded_total", **labels), "task") == {
+        "ok": ok_runs, "flaky": 1, "broken": 0,
+    }  # fmt: skip
+    failed = "duetime_tasks_failed_total"
+    assert by(series(found, failed, **labels, outcome="retry"), "task") == {
+        "ok": 0, "flaky": 1, "broken": 1,
+    }  # fmt: skip
+    assert by(series(found, failed, **labels, outcome="dead"), "task") == {
+        "ok": 0, "flaky": 0, "broken": 1,
+    }  # fmt: skip
+    for name in ("duetime_tasks_fenced_total", "duetime_tasks_interrupted_total"):
+        assert by(series(found, name, **labels), "task") == {"ok": 0, "flaky": 0, "broken": 0}
+
+
 def assert_histogram(found: Samples, name: str, bounds: tuple[float, ...], **labels: str) -> float:
     """Checks the buckets of one histogram series and returns its count."""
     buckets = {
@@ -133,20 +153,7 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
     assert by(series(found, "duetime_tasks_scheduled_total", **mine), "task") == {
         "ok": 3, "flaky": 1, "broken": 1, "nobody": 1,
     }  # fmt: skip
-    assert by(series(found, "duetime_tasks_started_total", **mine), "task") == {
-        "ok": 2, "flaky": 2, "broken": 2,
-    }  # fmt: skip
-    assert by(series(found, "duetime_tasks_succeeded_total", **mine), "task") == {
-        "ok": 2, "flaky": 1, "broken": 0,
-    }  # fmt: skip
-    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="retry"), "task") == {
-        "ok": 0, "flaky": 1, "broken": 1,
-    }  # fmt: skip
-    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="dead"), "task") == {
-        "ok": 0, "flaky": 0, "broken": 1,
-    }  # fmt: skip
-    for name in ("duetime_tasks_fenced_total", "duetime_tasks_interrupted_total"):
-        assert by(series(found, name, **mine), "task") == {"ok": 0, "flaky": 0, "broken": 0}
+    assert_ok_flaky_broken_attempts(found, mine, ok_runs=2)
     assert by(series(found, "duetime_tasks_dead_unstarted_total", **mine), "task") == {"nobody": 1}
     for task, attempts in (("ok", 2), ("flaky", 2), ("broken", 2)):
         lateness = assert_histogram(
@@ -405,20 +412,7 @@ def test_a_metrics_port_worker_counts_tasks_dead_without_running(
     mine = {"queue": queue_name}
     assert by(series(found, "duetime_tasks_dead_unstarted_total", **mine), "task") == {"nobody": 3}
     # The other per-attempt families, as documented, from the tally alone.
-    assert by(series(found, "duetime_tasks_started_total", **mine), "task") == {
-        "ok": 1, "flaky": 2, "broken": 2,
-    }  # fmt: skip
-    assert by(series(found, "duetime_tasks_succeeded_total", **mine), "task") == {
-        "ok": 1, "flaky": 1, "broken": 0,
-    }  # fmt: skip
-    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="retry"), "task") == {
-        "ok": 0, "flaky": 1, "broken": 1,
-    }  # fmt: skip
-    assert by(series(found, "duetime_tasks_failed_total", **mine, outcome="dead"), "task") == {
-        "ok": 0, "flaky": 0, "broken": 1,
-    }  # fmt: skip
-    for name in ("duetime_tasks_fenced_total", "duetime_tasks_interrupted_total"):
-        assert by(series(found, name, **mine), "task") == {"ok": 0, "flaky": 0, "broken": 0}
+    assert_ok_flaky_broken_attempts(found, mine, ok_runs=1)
     for task, attempts in (("ok", 1), ("flaky", 2), ("broken", 2)):
         lateness = assert_histogram(
             found, "duetime_task_lateness_seconds", LATENESS_BUCKETS, **mine, task=task

@@ -16,14 +16,13 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 import redis
 
 from duetime import AsyncQueue, Job, Queue, Settings
 from duetime.errors import RedisUnavailableError
-from tests.conftest import require_binary
 from tests.helpers import wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, compare
 from tests.reliability.test_faults import (
@@ -51,24 +50,6 @@ from tests.servers import SERVICE, Sentinels, Server, command
 #: Least seconds of load, and how many planned failovers happen during it.
 DURATION = 75.0
 FAILOVERS = 3
-
-
-@pytest.fixture
-def sentinels() -> Iterator[Sentinels]:
-    # A down-after of 3 s, as in test_scale_out.py: on a loaded host 1 s lets a sentinel
-    # judge a busy master down and fail over on its own, a fault the verdict would not know.
-    group = Sentinels("redis", require_binary("redis"), down_after_ms=3000)
-    group.start()
-    try:
-        assert group.master is not None and group.replica is not None
-        for server in (group.master, group.replica):
-            # Either may be the master a demoted one syncs from: no 5 s pause first.
-            client = server.client()
-            client.config_set("repl-diskless-sync-delay", 0)
-            client.close()
-        yield group
-    finally:
-        group.stop()
 
 
 class AsyncStream(Stream):

@@ -432,25 +432,6 @@ SENTINEL_ENV = DAEMON_ENV
 SENTINEL_QUEUE = "failover"
 
 
-@pytest.fixture
-def sentinels() -> Iterator[Sentinels]:
-    # Sentinel's down-after is 3 s, not 1 s: on a loaded host, 1 s let a sentinel judge a
-    # freshly promoted master down and fail over again, on its own, to the killed server
-    # just restarted empty: everything lost, and not by duetime.
-    group = Sentinels("redis", require_binary("redis"), down_after_ms=3000)
-    group.start()
-    try:
-        assert group.master is not None and group.replica is not None
-        for server in (group.master, group.replica):
-            # Either may be the master that syncs a restarted one: no 5 s pause first.
-            client = server.client()
-            client.config_set("repl-diskless-sync-delay", 0)
-            client.close()
-        yield group
-    finally:
-        group.stop()
-
-
 def info(port: int, section: str) -> dict[str, object]:
     client = redis.Redis(port=port, socket_timeout=1)
     try:

@@ -47,6 +47,11 @@ def suspects(request: Request, error: Exception) -> list[str]:
     return list(dict.fromkeys(keys))[:MOST_KEYS]
 
 
+def types_of(keys: Sequence[str]) -> Batch:
+    """TYPE of each key, in one round trip (asked only after a WRONGTYPE refusal)."""
+    return Batch(tuple(Command(("TYPE", key)) for key in keys), read_only=True)
+
+
 def damaged_key_error(
     address: str, request: Request, refusal: Exception, keys: Sequence[str], types: Sequence[Any]
 ) -> DamagedKeyError | None:

@@ -35,7 +35,7 @@ from duetime.store.connections import (
     mask_urls_in,
     resolve_url,
 )
-from duetime.store.damage import damaged_key_error, suspects
+from duetime.store.damage import damaged_key_error, suspects, types_of
 from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from duetime.store.operations import (
     Batch,
@@ -420,11 +420,8 @@ class SyncRunner:
         key (see ``damage``)."""
         if not (keys := suspects(request, error)):
             return error
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.execute_command("TYPE", key)
         try:
-            types = pipe.execute()
+            types = self._batch(types_of(keys), transaction=False)
         except redis.RedisError:
             return error
         return damaged_key_error(self.address, request, error, keys, types) or error
@@ -559,11 +556,8 @@ class AsyncRunner:
         """As ``SyncRunner._explained``."""
         if not (keys := suspects(request, error)):
             return error
-        pipe = self.client.pipeline(transaction=False)
-        for key in keys:
-            pipe.execute_command("TYPE", key)
         try:
-            types = await pipe.execute()
+            types = await self._batch(types_of(keys), transaction=False)
         except redis.RedisError:
             return error
         return damaged_key_error(self.address, request, error, keys, types) or error
