@@ -36,7 +36,19 @@ class Violation:
 
 
 def check_invariants(snapshot: Snapshot) -> list[Violation]:
-    problems: list[Violation] = []
+    problems = _placement(snapshot)
+    problems += _leaks(snapshot)
+    problems += _processing_lists(snapshot)
+    problems += _delayed(snapshot)
+    problems += _garbage(snapshot)
+    problems += _left_over(snapshot)
+    return problems
+
+
+def _placement(snapshot: Snapshot) -> list[Violation]:
+    """Invariant 1: a live id is in exactly one place, and every id in a place has its
+    envelope."""
+    found: list[Violation] = []
     places: dict[str, list[str]] = {}
     for place, ids in (
         ("scheduled", snapshot.scheduled),
@@ -52,141 +64,134 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
             places.setdefault(task_id, []).append(place)
 
     for task_id in sorted(snapshot.tasks):
-        found = places.get(task_id, [])
-        if not found:
-            problems.append(Violation("lost", task_id, "envelope stored but the id is in no place"))
-        elif len(found) > 1:
-            problems.append(
-                Violation(
-                    "duplicated", task_id, f"in {len(found)} places: {', '.join(sorted(found))}"
-                )
-            )
-    for task_id, found in sorted(places.items()):
+        in_places = places.get(task_id, [])
+        if not in_places:
+            found.append(Violation("lost", task_id, "envelope stored but the id is in no place"))
+        elif len(in_places) > 1:
+            where = ", ".join(sorted(in_places))
+            found.append(Violation("duplicated", task_id, f"in {len(in_places)} places: {where}"))
+    for task_id, in_places in sorted(places.items()):
         if task_id not in snapshot.tasks:
-            problems.append(
-                Violation("orphan id", task_id, f"in {', '.join(found)} without an envelope")
-            )
+            where = ", ".join(in_places)
+            found.append(Violation("orphan id", task_id, f"in {where} without an envelope"))
+    return found
 
+
+def _leaks(snapshot: Snapshot) -> list[Violation]:
+    """Per-task entries of tasks that are gone, and leases without their task."""
+    found: list[Violation] = []
     for name, entries in (("attempts", set(snapshot.attempts)), ("errors", snapshot.errors)):
         for task_id in sorted(entries - snapshot.tasks):
-            problems.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
+            found.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
 
     # Retried and re-entered tasks wait in scheduled with the time they are due from.
     waiting = set(snapshot.ready).union(snapshot.scheduled, *snapshot.active.values())
     for task_id in sorted(set(snapshot.early) - waiting):
-        problems.append(
-            Violation(
-                "leak", task_id, "early run-at of a task not in ready, scheduled or a worker's list"
-            )
-        )
+        detail = "early run-at of a task not in ready, scheduled or a worker's list"
+        found.append(Violation("leak", task_id, detail))
 
     for member in sorted(snapshot.leases):
         worker, task_id = split_lease_member(member)
         if task_id not in snapshot.active.get(worker, []):
-            problems.append(
-                Violation("leak", member, "lease whose task is not in that worker's list")
-            )
+            detail = "lease whose task is not in that worker's list"
+            found.append(Violation("leak", member, detail))
+    return found
+
+
+def _processing_lists(snapshot: Snapshot) -> list[Violation]:
+    """Each worker's processing list: registered, no id twice, every task leased."""
+    found: list[Violation] = []
     for worker, ids in sorted(snapshot.active.items()):
         if worker not in snapshot.workers:
-            problems.append(
-                Violation(
-                    "orphan list",
-                    worker,
-                    f"processing list of an unregistered worker ({len(ids)} ids)",
-                )
-            )
+            detail = f"processing list of an unregistered worker ({len(ids)} ids)"
+            found.append(Violation("orphan list", worker, detail))
         for task_id, count in Counter(ids).items():
             if count > 1:
-                problems.append(
-                    Violation("duplicated", task_id, f"{count} times in {worker}'s list")
-                )
+                found.append(Violation("duplicated", task_id, f"{count} times in {worker}'s list"))
         for task_id in ids:
             if task_id in snapshot.tasks and lease_member(worker, task_id) not in snapshot.leases:
                 # Normal for an instant between BLMOVE and the claim; a quiet queue has none.
-                problems.append(
-                    Violation("unleased", task_id, f"in {worker}'s list without a lease")
-                )
+                detail = f"in {worker}'s list without a lease"
+                found.append(Violation("unleased", task_id, detail))
+    return found
 
-    problems += _delayed(snapshot)
-    problems += _garbage(snapshot)
+
+def _left_over(snapshot: Snapshot) -> list[Violation]:
+    """What would grow without bound: entries of cron jobs that are gone, results
+    without a TTL, keys duetime does not write, a wake list that is not drained."""
+    found: list[Violation] = []
     for part, names in sorted(snapshot.cron_entries.items()):
         for name in sorted(names - set(snapshot.cron)):
-            problems.append(Violation("leak", name, f"{part} entry of a cron job that is gone"))
+            found.append(Violation("leak", name, f"{part} entry of a cron job that is gone"))
     for key in snapshot.results_without_ttl:
-        problems.append(Violation("leak", key, "result without a TTL"))
+        found.append(Violation("leak", key, "result without a TTL"))
     for key in snapshot.stray_keys:
-        problems.append(Violation("stray key", key, "not a key duetime writes"))
+        found.append(Violation("stray key", key, "not a key duetime writes"))
     if snapshot.wake_length > 1:
-        problems.append(
-            Violation("leak", "wake", f"wake list holds {snapshot.wake_length} elements")
-        )
-    return problems
+        detail = f"wake list holds {snapshot.wake_length} elements"
+        found.append(Violation("leak", "wake", detail))
+    return found
 
 
 def _delayed(snapshot: Snapshot) -> list[Violation]:
     """The delayed buckets: each found by lookups and by dispatchers."""
+    found, generation = _delayed_layout(snapshot)
+    for name, entries in sorted(snapshot.delayed.items()):
+        found += _bucket(snapshot, name, entries, generation)
+    for name in sorted(set(snapshot.delayed_index) - set(snapshot.delayed)):
+        found.append(Violation("leak", name, "index entry of an empty delayed bucket"))
+    return found
+
+
+def _delayed_layout(snapshot: Snapshot) -> tuple[list[Violation], int]:
+    """The layout's generation and count of delayed tasks; the generation lookups use."""
     found: list[Violation] = []
     generation = count_or_none(snapshot.delayed_layout.get("generation", b"0"))
     if generation is None or not 0 <= generation <= MAX_GENERATION:
-        found.append(
-            Violation(
-                "garbage", "delayed_layout.generation",
-                f"generation {_shown(snapshot.delayed_layout['generation'])} (read as "
-                f"{MAX_GENERATION}: lookups try every generation)",
-            )
-        )  # fmt: skip
+        stored = _shown(snapshot.delayed_layout["generation"])
+        detail = f"generation {stored} (read as {MAX_GENERATION}: lookups try every generation)"
+        found.append(Violation("garbage", "delayed_layout.generation", detail))
         generation = MAX_GENERATION
     counted = count_or_none(snapshot.delayed_layout.get("tasks", b"0"))
     held = sum(len(entries) for entries in snapshot.delayed.values())
     if counted != held:
-        found.append(
-            Violation(
-                "miscount", "delayed_layout.tasks",
-                f"counts {_shown(snapshot.delayed_layout.get('tasks', b'0'))} delayed tasks; "
-                f"the buckets hold {held}",
+        stored = _shown(snapshot.delayed_layout.get("tasks", b"0"))
+        detail = f"counts {stored} delayed tasks; the buckets hold {held}"
+        found.append(Violation("miscount", "delayed_layout.tasks", detail))
+    return found, generation
+
+
+def _bucket(
+    snapshot: Snapshot, name: str, entries: list[tuple[str, float]], generation: int
+) -> list[Violation]:
+    """One delayed bucket: in a generation lookups try, its ids hashing to it, indexed
+    at its earliest run-at."""
+    found: list[Violation] = []
+    first, _, _ = name.partition(":")
+    bucket_generation = int(first) if first.isdigit() else None
+    if bucket_generation is None or bucket_generation > generation:
+        detail = (
+            f"delayed bucket outside generations 0 to {generation}: lookups "
+            f"(cancel, status, reschedule) of its {len(entries)} task(s) miss it"
+        )
+        return [Violation("misplaced", name, detail)]
+    for task_id, _ in entries:
+        if (home := bucket_name(task_id, bucket_generation)) != name:
+            detail = (
+                f"in delayed bucket {name}, but its id belongs in {home}: lookups "
+                "(cancel, status, reschedule) miss it"
             )
-        )  # fmt: skip
-    for name, entries in sorted(snapshot.delayed.items()):
-        first, _, _ = name.partition(":")
-        bucket_generation = int(first) if first.isdigit() else None
-        if bucket_generation is None or bucket_generation > generation:
-            found.append(
-                Violation(
-                    "misplaced", name,
-                    f"delayed bucket outside generations 0 to {generation}: lookups "
-                    f"(cancel, status, reschedule) of its {len(entries)} task(s) miss it",
-                )
-            )  # fmt: skip
-            continue
-        for task_id, _ in entries:
-            if (home := bucket_name(task_id, bucket_generation)) != name:
-                found.append(
-                    Violation(
-                        "misplaced", task_id,
-                        f"in delayed bucket {name}, but its id belongs in {home}: lookups "
-                        "(cancel, status, reschedule) miss it",
-                    )
-                )  # fmt: skip
-        earliest = min(score for _, score in entries)
-        indexed = snapshot.delayed_index.get(name)
-        if indexed is None:
-            found.append(
-                Violation(
-                    "lost", name,
-                    f"delayed bucket missing from the index: its {len(entries)} task(s) "
-                    "are never promoted",
-                )
-            )  # fmt: skip
-        elif indexed != earliest:
-            found.append(
-                Violation(
-                    "stale index", name,
-                    f"indexed at {indexed:.0f} µs, but its earliest task is due at "
-                    f"{earliest:.0f} µs",
-                )
-            )  # fmt: skip
-    for name in sorted(set(snapshot.delayed_index) - set(snapshot.delayed)):
-        found.append(Violation("leak", name, "index entry of an empty delayed bucket"))
+            found.append(Violation("misplaced", task_id, detail))
+    earliest = min(score for _, score in entries)
+    indexed = snapshot.delayed_index.get(name)
+    if indexed is None:
+        detail = (
+            f"delayed bucket missing from the index: its {len(entries)} task(s) are never promoted"
+        )
+        found.append(Violation("lost", name, detail))
+    elif indexed != earliest:
+        detail = f"indexed at {indexed:.0f} µs, but its earliest task is due at {earliest:.0f} µs"
+        found.append(Violation("stale index", name, detail))
     return found
 
 
