@@ -21,7 +21,6 @@ LONG_MARKER = "# Long:"
 FORBIDDEN = {
     "duetime.store": (
         "duetime.client",
-        "duetime.scheduler",
         "duetime.worker",
         "duetime.dispatcher",
         "duetime.cli",

@@ -17,6 +17,8 @@ from duetime.errors import InvalidInputError
 
 
 def task_name_of(task: TaskRef | None) -> str:
+    """The handler name a task is scheduled under, checked: a handler's registered name,
+    or the name given; "" (the default handler) for None."""
     if task is None:
         return ""
     name = getattr(task, "duetime_name", task)

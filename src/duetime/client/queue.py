@@ -1,4 +1,5 @@
-"""The client API: schedule, cancel, reschedule, inspect and wait for tasks.
+"""``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
+wait for tasks; and ``known_queues``, the queues a server's dispatchers have served.
 
 ``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
 synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the

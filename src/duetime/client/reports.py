@@ -19,6 +19,7 @@ from duetime.store.operations import MINUTE_MS, DeadEntry, Listed, StatusReply
 
 
 def queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:
+    """One shard's figures from its counts; ages and heartbeats by its server's clock."""
     now = counts["now_ms"]
     next_due_ms = counts["next_due_ms"]
     ready_since_ms = None
@@ -139,6 +140,7 @@ def keeps_no_result(reply: StatusReply) -> bool:
 
 
 def task_status(task_id: str, reply: StatusReply) -> TaskStatus | None:
+    """What a status reply says of a task; None when nothing is known of it."""
     if reply.state == TaskState.UNKNOWN:
         return None
     problems = []
