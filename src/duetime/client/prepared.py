@@ -13,8 +13,9 @@ from duetime import codec
 #: the id, so it may be replaced if it collides). A plain tuple, not an object: the
 #: garbage collector stops tracking a tuple of plain values, where the 200,000 objects
 #: of a large schedule_many made its full collections walk them again and again (0.6 µs
-#: a task, a tenth of the call). A NamedTuple is no longer an exact tuple, so it stays
-#: tracked too: made by ``prepared_task``, read through the positions below.
+#: a task, a tenth of the call). A NamedTuple is not an exact tuple, so it stays tracked
+#: (a schedule_many of 200,000 ran at 165,000 tasks/s against 210,000): made by
+#: ``prepared_task``, read through the positions below.
 PreparedTask = tuple[str, int | None, int, str, bytes, int, int, int, bool]
 #: Positions in a PreparedTask.
 TASK_ID: Final = 0
