@@ -57,7 +57,7 @@ from benchlib import Server, git_revision, percentile
 
 import duetime
 from duetime import ManualClock, codec
-from duetime.scheduler import new_task_ids
+from duetime.client import new_task_ids
 from duetime.store import QueueKeys, scripts
 from duetime.store.operations import QueueOperations
 

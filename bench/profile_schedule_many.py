@@ -26,7 +26,7 @@ import redis
 from benchlib import Server
 
 import duetime
-from duetime import scheduler
+from duetime.client import QueueCore
 from duetime.store import operations, runner
 
 PAYLOAD = b"0123456789abcdef"
@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
     args = parser.parse_args()
     spent: dict[str, float] = {}
-    timed(spent, scheduler.QueueCore, "prepare_all")
+    timed(spent, QueueCore, "prepare_all")
     timed(spent, operations.QueueOperations, "schedule_calls")
     timed(spent, runner.SyncRunner, "_script_calls")
     collecting = {"began": 0.0}

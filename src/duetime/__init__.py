@@ -6,17 +6,7 @@ task_id = queue.schedule_task(1795320000, {"to": "a@example.com"})
 """
 
 from duetime.app import App
-from duetime.clock import ManualClock, ServerClock
-from duetime.dispatcher import Dispatcher
-from duetime.hooks import (
-    AttemptInfo,
-    AttemptOutcome,
-    AttemptResult,
-    DeadTaskInfo,
-    Hooks,
-    ScheduledTask,
-)
-from duetime.scheduler import (
+from duetime.client import (
     AsyncQueue,
     CronInfo,
     CronRun,
@@ -28,6 +18,16 @@ from duetime.scheduler import (
     TaskStatus,
     TaskSummary,
     known_queues,
+)
+from duetime.clock import ManualClock, ServerClock
+from duetime.dispatcher import Dispatcher
+from duetime.hooks import (
+    AttemptInfo,
+    AttemptOutcome,
+    AttemptResult,
+    DeadTaskInfo,
+    Hooks,
+    ScheduledTask,
 )
 from duetime.settings import Settings
 from duetime.worker import TaskContext, Worker, current_task

@@ -38,8 +38,9 @@ from rich.table import Column
 from rich.table import Table as RichTable
 from rich.text import Text as RichText
 
-from duetime import selection, startup, times, validation
+from duetime import CronInfo, DeadTask, TaskStatus, TaskSummary, startup, times, validation
 from duetime.app import App
+from duetime.client import Queue, known_queues, selection
 from duetime.dispatcher import Dispatcher
 from duetime.errors import (
     ConfigurationError,
@@ -49,7 +50,6 @@ from duetime.errors import (
     RedisUnavailableError,
     TaskNotFoundError,
 )
-from duetime.scheduler import CronInfo, DeadTask, Queue, TaskStatus, TaskSummary, known_queues
 from duetime.settings import Settings
 from duetime.states import TaskState
 from duetime.store.runner import mask_urls_in

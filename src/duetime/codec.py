@@ -12,7 +12,7 @@ import math
 import struct
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgpack
@@ -134,6 +134,11 @@ def encode_envelope(envelope: Envelope) -> bytes:
         envelope.timeout_ms,
         envelope.result_ttl_ms,
     )
+
+
+def rescheduled_envelope(blob: bytes, run_at_ms: float) -> bytes:
+    """The envelope ``blob`` with another run-at, the rest kept: what a reschedule writes."""
+    return encode_envelope(replace(decode_envelope(blob), run_at_ms=run_at_ms))
 
 
 def envelope_from_packed_data(

@@ -47,6 +47,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from duetime.client import Queue, QueueStats
 from duetime.errors import ConfigurationError
 from duetime.hooks import (
     AttemptInfo,
@@ -57,7 +58,6 @@ from duetime.hooks import (
     Hooks,
     ScheduledTask,
 )
-from duetime.scheduler import Queue, QueueStats
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store.runner import RedisSpec
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from duetime import AsyncQueue, Queue
 from duetime.cli import EXIT_ERROR, main
-from duetime.scheduler import TaskStatus
+from duetime.client import TaskStatus
 from duetime.store import QueueKeys
 from tests.servers import Server, command
 

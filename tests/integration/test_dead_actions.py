@@ -16,16 +16,16 @@ from click.testing import CliRunner, Result
 
 from duetime import AsyncQueue, Job, Queue
 from duetime.cli import EXIT_DECLINED, EXIT_USAGE, main
-from duetime.codec import ErrorRecord, encode_error
-from duetime.errors import InvalidInputError
-from duetime.scheduler import DeadTask
-from duetime.selection import (
+from duetime.client import (
     DeadFilter,
+    DeadTask,
     dead_matching,
     dead_matching_async,
     in_batches,
     select_dead,
 )
+from duetime.codec import ErrorRecord, encode_error
+from duetime.errors import InvalidInputError
 from duetime.store.keys import QueueLayout
 from tests.helpers import decoded
 

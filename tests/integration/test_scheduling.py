@@ -15,7 +15,8 @@ import pytest
 import redis
 
 import duetime
-from duetime import Job, Queue, Settings, scheduler
+from duetime import Job, Queue, Settings
+from duetime.client import ids as client_ids
 from duetime.errors import (
     InvalidInputError,
     InvalidNameError,
@@ -79,7 +80,7 @@ def test_same_id_twice_is_one_task(redis_url: str, raw: redis.Redis, queue_name:
 def colliding_ids(monkeypatch: pytest.MonkeyPatch, live_id: str) -> list[int]:
     """Make the first batch of generated ids start with ``live_id``; later batches are
     real. Returns the sizes of the batches asked for."""
-    real = scheduler.new_task_ids
+    real = client_ids.new_task_ids
     calls: list[int] = []
 
     def first_collides(count: int) -> list[str]:
@@ -87,13 +88,13 @@ def colliding_ids(monkeypatch: pytest.MonkeyPatch, live_id: str) -> list[int]:
         ids = real(count)
         return [live_id, *ids[1:]] if len(calls) == 1 else ids
 
-    monkeypatch.setattr(scheduler, "new_task_ids", first_collides)
-    monkeypatch.setattr(scheduler, "_id_pool", deque())  # single calls draw from it
+    monkeypatch.setattr(client_ids, "new_task_ids", first_collides)
+    monkeypatch.setattr(client_ids, "_id_pool", deque())  # single calls draw from it
     return calls
 
 
 def test_generated_ids_are_12_url_safe_characters() -> None:
-    ids = scheduler.new_task_ids(1000)
+    ids = client_ids.new_task_ids(1000)
     assert len(set(ids)) == 1000
     assert all(len(i) == 12 and re.fullmatch(r"[A-Za-z0-9._]+", i) for i in ids)
 

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from duetime.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
+from duetime.client import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
 
 
 class Refused(Exception):

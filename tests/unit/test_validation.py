@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from duetime import scheduler, validation
+from duetime import validation
+from duetime.client import QueueCore
+from duetime.client import ids as client_ids
 from duetime.errors import (
     InvalidInputError,
     InvalidNameError,
@@ -20,7 +22,6 @@ from duetime.errors import (
     InvalidPayloadError,
     InvalidTimestampError,
 )
-from duetime.scheduler import QueueCore
 from duetime.settings import Settings
 
 
@@ -221,7 +222,7 @@ _DATA = st.one_of(
 def test_an_at_data_pair_is_checked_as_a_single_call_checks_it(pairs: list[Any]) -> None:
     core = _core()
     ids = iter(f"id-{n}" for n in range(len(pairs)))
-    with patch.object(scheduler, "new_task_ids", lambda count: [next(ids) for _ in range(count)]):
+    with patch.object(client_ids, "new_task_ids", lambda count: [next(ids) for _ in range(count)]):
         many = _checked(lambda: core.prepare_all(pairs))
     expected: list[object] = []
     for position, (at, data) in enumerate(pairs):

@@ -31,6 +31,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from duetime import AsyncQueue, __version__, validation
+from duetime.client import DeadFilter
 from duetime.dashboard import views
 from duetime.dashboard.formatting import FILTERS, relative
 from duetime.dashboard.security import (
@@ -50,7 +51,6 @@ from duetime.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from duetime.selection import DeadFilter
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.states import TaskState
 from duetime.store.connections import mask_urls_in

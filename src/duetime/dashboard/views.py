@@ -25,12 +25,16 @@ from duetime import (
     MinuteFigures,
     QueueStats,
     TaskSummary,
-    validation,
+)
+from duetime.client import (
+    LISTED_STATES,
+    DeadFilter,
+    DeadSelection,
+    dead_matching_async,
+    in_batches_async,
+    select_dead_async,
 )
 from duetime.dashboard.charts import Chart, Column, Series, render_svg
-from duetime.errors import InvalidNameError
-from duetime.scheduler import LISTED_STATES
-from duetime.selection import BATCH_SIZE, DeadFilter, DeadSelection, dead_matching_async
 
 #: Tasks shown per page of a listing.
 PAGE_SIZE = 50
@@ -358,19 +362,8 @@ async def dead_page(queue: AsyncQueue, chosen: DeadFilter, page: int) -> DeadPag
 async def dead_ids(queue: AsyncQueue, chosen: DeadFilter) -> DeadSelection:
     """Every matching dead task's id (an action acts on all of them, so no bound), the
     first 20 in full to show, and how many carry an id the API refuses (written by hand),
-    which are left out as ``selection.select_dead`` leaves them out."""
-    ids: list[str] = []
-    sample: list[DeadTask] = []
-    unnameable = 0
-    async for dead in dead_matching_async(queue, chosen, page_size=DEAD_PAGE):
-        try:
-            ids.append(validation.task_id(dead.id))
-        except InvalidNameError:
-            unnameable += 1
-            continue
-        if len(sample) < 20:
-            sample.append(dead)
-    return DeadSelection(ids, sample, unnameable)
+    which are left out: ``selection.select_dead``, awaited."""
+    return await select_dead_async(queue, chosen, page_size=DEAD_PAGE)
 
 
 async def act_on_dead(queue: AsyncQueue, action: str, ids: Sequence[str] | None) -> int:
@@ -378,10 +371,7 @@ async def act_on_dead(queue: AsyncQueue, action: str, ids: Sequence[str] | None)
     step = queue.requeue_dead if action == "requeue" else queue.purge_dead
     if ids is None:
         return await step(None)
-    done = 0
-    for start in range(0, len(ids), BATCH_SIZE):
-        done += await step(list(ids[start : start + BATCH_SIZE]))
-    return done
+    return await in_batches_async(ids, step)
 
 
 # --- cron --------------------------------------------------------------------------------

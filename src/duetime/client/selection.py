@@ -7,16 +7,17 @@ dead-letter set, most recent death first, and ``requeue_dead(ids)`` / ``purge_de
 act on ids. Paging by offset is sound only while the set holds still, so a caller that
 changes it collects the matching ids first (``select_dead``), then acts on them in
 batches (``in_batches``): one script call per batch, never one call for everything.
+Each has an asyncio twin, named with ``_async``, for an ``AsyncQueue``.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from duetime.client.models import DeadTask
 from duetime.errors import InvalidInputError, InvalidNameError
-from duetime.scheduler import DeadTask
 from duetime.validation import task_id
 
 #: Dead tasks read per ``dead_tasks`` call while scanning (the call takes up to 10,000).
@@ -163,6 +164,28 @@ class DeadSelection:
     unnameable: int = 0
 
 
+@dataclass
+class _Picking:
+    """A selection being collected, shared by both flavours of ``select_dead``."""
+
+    sample: int
+    ids: list[str] = field(default_factory=list)
+    shown: list[DeadTask] = field(default_factory=list)
+    unnameable: int = 0
+
+    def add(self, dead: DeadTask) -> None:
+        try:
+            self.ids.append(task_id(dead.id))
+        except InvalidNameError:
+            self.unnameable += 1
+            return
+        if len(self.shown) < self.sample:
+            self.shown.append(dead)
+
+    def picked(self) -> DeadSelection:
+        return DeadSelection(self.ids, self.shown, self.unnameable)
+
+
 def select_dead(
     queue: DeadLetters,
     chosen: DeadFilter,
@@ -173,18 +196,25 @@ def select_dead(
 ) -> DeadSelection:
     """Every matching id (strings only, so 100,000 of them stay small), and the first
     ``sample`` matching tasks in full."""
-    ids: list[str] = []
-    shown: list[DeadTask] = []
-    unnameable = 0
+    picking = _Picking(sample)
     for dead in dead_matching(queue, chosen, page_size=page_size, on_page=on_page):
-        try:
-            ids.append(task_id(dead.id))
-        except InvalidNameError:
-            unnameable += 1
-            continue
-        if len(shown) < sample:
-            shown.append(dead)
-    return DeadSelection(ids, shown, unnameable)
+        picking.add(dead)
+    return picking.picked()
+
+
+async def select_dead_async(
+    queue: AsyncDeadLetters,
+    chosen: DeadFilter,
+    *,
+    sample: int = 20,
+    page_size: int = PAGE_SIZE,
+    on_page: Callable[[int], None] | None = None,
+) -> DeadSelection:
+    """``select_dead`` for an ``AsyncQueue``."""
+    picking = _Picking(sample)
+    async for dead in dead_matching_async(queue, chosen, page_size=page_size, on_page=on_page):
+        picking.add(dead)
+    return picking.picked()
 
 
 def in_batches(
@@ -197,12 +227,32 @@ def in_batches(
     """Apply ``action`` (e.g. ``queue.requeue_dead``) to ``ids``, ``batch_size`` at a
     time; returns the sum of what it returned (how many it acted on). ``on_batch`` is
     told the size of each batch once it is done."""
-    if batch_size < 1:
-        raise InvalidInputError(f"batch_size must be at least 1, got {batch_size}")
     total = 0
-    for start in range(0, len(ids), batch_size):
-        batch = list(ids[start : start + batch_size])
+    for batch in _batches(ids, batch_size):
         total += action(batch)
         if on_batch is not None:
             on_batch(len(batch))
     return total
+
+
+async def in_batches_async(
+    ids: Sequence[str],
+    action: Callable[[list[str]], Awaitable[int]],
+    *,
+    batch_size: int = BATCH_SIZE,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
+    """``in_batches`` for an ``AsyncQueue`` (e.g. ``queue.requeue_dead``)."""
+    total = 0
+    for batch in _batches(ids, batch_size):
+        total += await action(batch)
+        if on_batch is not None:
+            on_batch(len(batch))
+    return total
+
+
+def _batches(ids: Sequence[str], batch_size: int) -> Iterator[list[str]]:
+    if batch_size < 1:
+        raise InvalidInputError(f"batch_size must be at least 1, got {batch_size}")
+    for start in range(0, len(ids), batch_size):
+        yield list(ids[start : start + batch_size])

@@ -1,0 +1,75 @@
+"""The client side of duetime: ``Queue`` and ``AsyncQueue`` (schedule, cancel,
+reschedule, inspect and wait for tasks), the records they hand in and back, the choosing
+of dead tasks by filters, and the coalescing of single schedule calls.
+
+Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepared`` (a
+task checked and ready to write), ``shards``, ``preparing``, ``producing``,
+``inspection``, ``control`` and ``cron`` (the plans, joined by ``core.QueueCore``),
+``reports`` (records read from the store's replies), ``queue`` (``Queue``,
+``AsyncQueue``), ``selection`` and ``coalescing``.
+"""
+
+from duetime.client.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
+from duetime.client.core import QueueCore
+from duetime.client.ids import new_task_id, new_task_ids
+from duetime.client.models import (
+    LISTED_STATES,
+    CronInfo,
+    CronRun,
+    DeadTask,
+    Job,
+    MinuteFigures,
+    QueueStats,
+    TaskIds,
+    TaskOptions,
+    TaskRef,
+    TaskStatus,
+    TaskSummary,
+    Timestamp,
+)
+from duetime.client.queue import AsyncQueue, Queue, known_queues
+from duetime.client.selection import (
+    BATCH_SIZE,
+    DeadFilter,
+    DeadSelection,
+    dead_matching,
+    dead_matching_async,
+    in_batches,
+    in_batches_async,
+    select_dead,
+    select_dead_async,
+)
+
+__all__ = [
+    "BATCH_SIZE",
+    "LISTED_STATES",
+    "MOST_PER_ROUND_TRIP",
+    "AsyncQueue",
+    "CronInfo",
+    "CronRun",
+    "DeadFilter",
+    "DeadSelection",
+    "DeadTask",
+    "Job",
+    "MinuteFigures",
+    "Queue",
+    "QueueCore",
+    "QueueStats",
+    "TaskCoalescer",
+    "TaskIds",
+    "TaskOptions",
+    "TaskRef",
+    "TaskStatus",
+    "TaskSummary",
+    "ThreadCoalescer",
+    "Timestamp",
+    "dead_matching",
+    "dead_matching_async",
+    "in_batches",
+    "in_batches_async",
+    "known_queues",
+    "new_task_id",
+    "new_task_ids",
+    "select_dead",
+    "select_dead_async",
+]

@@ -1,0 +1,91 @@
+"""Changing what a queue holds or does, task by task or as a whole: cancel, reschedule,
+run now, pause and resume, requeue or purge dead tasks. The plans of ``QueueCore`` that
+act on tasks already written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from duetime import codec, validation
+from duetime.client.inspection import Inspection
+from duetime.client.models import TaskIds, Timestamp
+from duetime.errors import TaskNotFoundError, TaskStateError
+from duetime.states import RescheduleOutcome, TaskState
+from duetime.store.operations import Plan, QueueOperations
+
+
+class Control(Inspection):
+    """The plans that change tasks already written, or the whole queue (a task's state is
+    read first by some: ``run_now`` acts on a waiting task only)."""
+
+    def cancel_plan(self, task_id: str) -> Plan[bool]:
+        validation.task_id(task_id)
+        place = yield from self._first_found(task_id, lambda shard: shard.cancel(task_id))
+        if place == TaskState.RUNNING:
+            raise TaskStateError(
+                f"task {task_id} is running and cannot be cancelled; "
+                "it will finish or fail on its own"
+            )
+        return place is not None
+
+    def reschedule_plan(self, task_id: str, at: Timestamp) -> Plan[None]:
+        validation.task_id(task_id)
+        run_at_ms = validation.timestamp_ms(at)
+        outcome = yield from self._first_found(
+            task_id, lambda shard: shard.reschedule(task_id, run_at_ms, codec.rescheduled_envelope)
+        )
+        if outcome is None:
+            raise TaskNotFoundError(f"no live task {task_id!r} in queue {self.name!r}")
+        if outcome != RescheduleOutcome.OK:
+            raise TaskStateError(f"task {task_id} is {outcome} and cannot be rescheduled")
+
+    def pause_plan(self, paused: bool) -> Plan[bool]:
+        """Pause or resume every shard; True when any changed."""
+        changed = False
+        for shard in self.shards:
+            changed = (yield from shard.set_paused(paused)) or changed
+        return changed
+
+    def paused_plan(self) -> Plan[bool]:
+        for shard in self.shards:
+            if (yield from shard.is_paused()):
+                return True
+        return False
+
+    def run_now_plan(self, task_id: str) -> Plan[None]:
+        """Make a waiting (scheduled) task due now: a delayed task, or a retry waiting
+        out its back-off. Its run-at becomes the server's now."""
+        status = yield from self.status_plan(task_id)
+        if status is None:
+            raise self.not_found(task_id)
+        if status.state != TaskState.SCHEDULED:
+            raise TaskStateError(
+                f"task {task_id} is {status.state}, not scheduled: only a waiting task can "
+                "be run now"
+            )
+        now_ms = yield from self._home(task_id).now()
+        yield from self.reschedule_plan(task_id, now_ms / 1000)
+
+    def requeue_plan(self, task_ids: TaskIds) -> Plan[int]:
+        """Requeue the given dead tasks (one id, or a sequence), or all when None."""
+        return (yield from self._each_dead(task_ids, QueueOperations.requeue_dead))
+
+    def purge_plan(self, task_ids: TaskIds) -> Plan[int]:
+        """Delete the given dead tasks (one id, or a sequence), or all when None."""
+        return (yield from self._each_dead(task_ids, QueueOperations.purge_dead))
+
+    def _each_dead(
+        self, task_ids: TaskIds, step: Callable[[QueueOperations, Sequence[str]], Plan[int]]
+    ) -> Plan[int]:
+        """Apply a dead-letter step to the given ids, or to every dead task, in every
+        shard (a step leaves ids it does not find alone); returns how many it applied to."""
+        ids = None if task_ids is None else validation.task_ids(task_ids)
+        total = 0
+        for shard in self.shards:
+            if ids is not None:
+                total += yield from step(shard, ids)
+                continue
+            while batch := (yield from shard.dead_ids(1000)):
+                total += yield from step(shard, batch)
+        return total

@@ -1,0 +1,15 @@
+"""``QueueCore``: the validation and the plans that ``Queue`` and ``AsyncQueue`` share, so
+both behave the same by construction. Each kind of plan has its module; this joins them.
+"""
+
+from __future__ import annotations
+
+from duetime.client.control import Control
+from duetime.client.cron import CronPlans
+
+
+class QueueCore(CronPlans, Control):
+    """Validation and plans shared by ``Queue`` and ``AsyncQueue``: checking and writing
+    tasks (``Preparing``, ``Producing``), reading the queue (``Inspection``), changing it
+    (``Control``) and its cron jobs (``CronPlans``), all on its shards (``QueueShards``).
+    Every input is checked before anything is written."""

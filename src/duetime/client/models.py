@@ -1,0 +1,163 @@
+"""The public records of the client API: what a caller hands in (``Job``, the per-task
+options) and what it gets back (a task's status, a queue's figures, listings, dead tasks,
+cron jobs and their runs). Plain frozen data; nothing here talks to Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypedDict
+
+from duetime.states import TaskState
+
+Timestamp = int | float | datetime
+TaskRef = str | Any  # a task name, or a handler registered with duetime.App
+TaskIds = str | Sequence[str] | None  # one id, several, or None for every one
+
+
+class TaskOptions(TypedDict, total=False):
+    """Per-task options of the schedule_* calls (all optional)."""
+
+    task: TaskRef | None  # a registered handler or its name; default: the default handler
+    id: str | None  # your own id: scheduling the same live id again changes nothing
+    max_attempts: int | None  # default: Settings.max_attempts
+    timeout: float | None  # seconds one attempt may run; default: Settings.task_timeout
+    result_ttl: float | None  # keep the outcome this long for result(); default: none
+
+
+#: The option names TaskOptions allows.
+TASK_OPTIONS = frozenset(TaskOptions.__annotations__)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One task for ``schedule_many``: give ``at`` (epoch seconds or aware datetime)
+    or ``delay`` (seconds from now), not both."""
+
+    data: Any
+    at: Timestamp | None = None
+    delay: float | None = None
+    task: TaskRef | None = None
+    id: str | None = None
+    max_attempts: int | None = None
+    timeout: float | None = None
+    result_ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatus:
+    """What is known of one task. A finished task is known only while its result is
+    kept (``result_ttl``); then ``attempts`` is the attempt that finished."""
+
+    id: str
+    state: TaskState  # scheduled | ready | running | dead | finished
+    run_at: float | None  # epoch seconds, while scheduled
+    died_at: float | None
+    attempts: int  # attempts started (finished: the attempt that finished; 0 if unknown)
+    task: str | None
+    data: Any
+    last_error: str | None
+    last_traceback: str | None
+    result: Any
+    succeeded: bool | None  # for a finished task (or a dead one that kept its outcome)
+    finished_at: float | None = None  # epoch seconds, when the result was stored
+    problem: str | None = None  # a record of this task in Redis that duetime cannot read
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    queue: str
+    scheduled: int
+    ready: int
+    running: int
+    dead: int
+    workers: dict[str, float]  # worker id -> seconds since its last heartbeat
+    next_due: float | None  # epoch seconds of the earliest scheduled task
+    counters: dict[str, int] = field(default_factory=dict)
+    shards: list[QueueStats] = field(default_factory=list)  # each shard's, when sharded
+    paused: bool = False  # workers claim nothing (see Queue.pause)
+    #: Seconds the oldest due task has waited to be promoted (0: none is due), and the
+    #: oldest ready task to be claimed since its run-at (0: none is ready): the lag a
+    #: delayed-task system adds, before a handler starts.
+    oldest_due_age: float = 0.0
+    oldest_ready_age: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSummary:
+    """A task as ``Queue.tasks`` lists it. Times are epoch seconds by the server clock:
+    ``run_at`` from its envelope (the first attempt's), ``due_at`` while scheduled (when
+    it is next due: a retry's is after its back-off), ``lease_deadline`` while running,
+    ``died_at`` when dead; ``error`` is the last failure (of a task being retried, or
+    dead)."""
+
+    id: str
+    state: TaskState
+    task: str | None
+    data: Any
+    run_at: float | None
+    attempts: int
+    worker: str | None = None
+    lease_deadline: float | None = None
+    died_at: float | None = None
+    error: str | None = None
+    problem: str | None = None  # a record of this task that duetime cannot read
+    due_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteFigures:
+    """What a queue did in one minute (server clock): attempts completed, retried and
+    gone dead, and how late the completed ones started (seconds; None if none did)."""
+
+    start: float  # epoch seconds
+    completed: int
+    retried: int
+    dead: int
+    lateness_mean: float | None
+    lateness_max: float | None
+
+
+#: The states Queue.tasks lists.
+LISTED_STATES = (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING, TaskState.DEAD)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadTask:
+    id: str
+    died_at: float
+    task: str | None
+    data: Any
+    error: str
+    traceback: str
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class CronRun:
+    """The latest fired tick of a cron job."""
+
+    tick: float  # epoch seconds the tick was due
+    task_id: str
+    state: TaskState  # unknown: finished without a result kept, or its result expired
+    started: float | None  # when its last attempt started, if known
+    lateness_ms: float | None  # started - tick
+    succeeded: bool | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CronInfo:
+    name: str
+    expression: str
+    timezone: str
+    task: str
+    data: Any
+    missed: str
+    overlap: str
+    paused: bool
+    next_runs: list[float]  # epoch seconds of the next few ticks (none while paused)
+    last_run: CronRun | None
+    problem: str | None = None  # the stored definition cannot be used here (poison)

@@ -1,0 +1,335 @@
+"""``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
+wait for tasks; and ``known_queues``, the queues a server's dispatchers have served.
+
+``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
+synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
+same by construction. Every input is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any, Self, Unpack
+
+from duetime import cron, validation
+from duetime.checker import Violation
+from duetime.client.coalescing import TaskCoalescer, ThreadCoalescer
+from duetime.client.core import QueueCore
+from duetime.client.models import (
+    CronInfo,
+    DeadTask,
+    Job,
+    MinuteFigures,
+    QueueStats,
+    TaskIds,
+    TaskOptions,
+    TaskStatus,
+    TaskSummary,
+    Timestamp,
+)
+from duetime.client.prepared import PreparedTask
+from duetime.clock import Clock
+from duetime.errors import DuetimeError
+from duetime.hooks import Hooks
+from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.store import AsyncRunner, SyncRunner
+from duetime.store.operations import RegisteredQueue, registered_queues
+from duetime.store.runner import RedisSpec
+
+
+def known_queues(
+    redis: RedisSpec = None, settings: Settings = DEFAULT_SETTINGS
+) -> list[RegisteredQueue]:
+    """The queues dispatchers have served on this server (each noted when a dispatcher
+    starts), by name, with their shard count: what ``duetime queues`` lists."""
+    runner = SyncRunner(redis, settings)
+    try:
+        return runner.run(registered_queues())
+    finally:
+        runner.close()
+
+
+class Queue:
+    """A queue on a synchronous connection.
+
+    ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
+    $DUETIME_REDIS_URL or else the embedded server. ``durable=True`` makes schedule calls
+    wait for replicas to confirm them (see ``Settings.durable_replicas``). ``shards``
+    spreads the queue over that many hash tags, which Redis Cluster places on different
+    masters; give workers and dispatchers the same count (docs/deployment.md).
+    ``hooks`` (duetime.Hooks) hear about every task this object schedules.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        redis: RedisSpec = None,
+        *,
+        settings: Settings = DEFAULT_SETTINGS,
+        clock: Clock | None = None,
+        result_ttl: float | None = None,
+        durable: bool | None = None,
+        shards: int = 1,
+        hooks: Iterable[Hooks] = (),
+    ) -> None:
+        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
+        self.runner = SyncRunner(redis, settings)
+        self.name = self.core.name
+        self._coalescer: ThreadCoalescer[PreparedTask, str] | None = None
+        if settings.coalesce_schedules:
+            core, runner = self.core, self.runner  # not self: a cycle would outlive a drop
+            self._coalescer = ThreadCoalescer(
+                lambda item: runner.run(core.schedule_one_plan(item)),
+                lambda items: runner.run(core.schedule_together_plan(items)),
+            )
+
+    def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
+        """Run ``data`` at ``at`` (epoch seconds or aware datetime); returns the task id.
+        With an ``id`` that is already live, nothing changes and that id is returned."""
+        if at is None:
+            validation.timestamp_ms(at)  # the error speaks of the run-at, not of a delay
+        return self._schedule(self.core.prepare_call("schedule_task", data, at, None, options))
+
+    def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
+        """Run ``data`` ``delay`` seconds from now (server clock); 0 means right now."""
+        return self._schedule(self.core.prepare_call("schedule_in", data, None, delay, options))
+
+    def _schedule(self, item: PreparedTask) -> str:
+        if self._coalescer is None:
+            return self.runner.run(self.core.schedule_one_plan(item))
+        return self._coalescer.submit(item)
+
+    def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
+        return self.schedule_in(0, data, **options)
+
+    def schedule_many(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[str]:
+        """Schedule many tasks, one round trip per 1,000. All are validated first."""
+        return self.runner.run(self.core.schedule_plan(self.core.prepare_all(jobs)))
+
+    def cancel(self, task_id: str) -> bool:
+        """Remove a waiting or dead task; False if no live task has this id."""
+        return self.runner.run(self.core.cancel_plan(task_id))
+
+    def reschedule(self, task_id: str, at: Timestamp) -> None:
+        self.runner.run(self.core.reschedule_plan(task_id, at))
+
+    def status(self, task_id: str) -> TaskStatus | None:
+        return self.runner.run(self.core.status_plan(task_id))
+
+    def result(self, task_id: str, timeout: float | None = None) -> Any:
+        """Wait for the stored result of a task scheduled with ``result_ttl``."""
+        return self.runner.run(self.core.result_plan(task_id, timeout))
+
+    def stats(self) -> QueueStats:
+        return self.runner.run(self.core.stats_plan())
+
+    def tasks(self, state: str, limit: int = 50, offset: int = 0) -> list[TaskSummary]:
+        """Tasks in one state (scheduled, ready, running or dead), in serving order."""
+        return self.runner.run(self.core.tasks_plan(state, limit, offset))
+
+    def throughput(self, minutes: int = 60) -> list[MinuteFigures]:
+        """Per-minute figures of the last ``minutes`` (at most 60), oldest first."""
+        return self.runner.run(self.core.throughput_plan(minutes))
+
+    def pause(self) -> bool:
+        """Workers stop claiming from this queue (running tasks finish); scheduling and
+        promotion go on. True when it was not paused already."""
+        return self.runner.run(self.core.pause_plan(True))
+
+    def resume(self) -> bool:
+        """Workers claim again, at once. True when it was paused."""
+        return self.runner.run(self.core.pause_plan(False))
+
+    def is_paused(self) -> bool:
+        return self.runner.run(self.core.paused_plan())
+
+    def run_now(self, task_id: str) -> None:
+        """Make a scheduled task due now (TaskStateError if it is not waiting)."""
+        self.runner.run(self.core.run_now_plan(task_id))
+
+    def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
+        return self.runner.run(self.core.dead_plan(limit, offset))
+
+    def requeue_dead(self, task_ids: TaskIds = None) -> int:
+        return self.runner.run(self.core.requeue_plan(task_ids))
+
+    def purge_dead(self, task_ids: TaskIds = None) -> int:
+        return self.runner.run(self.core.purge_plan(task_ids))
+
+    def check(self) -> list[Violation]:
+        """Verify the invariants on the live server; an empty list means all hold."""
+        return self.runner.run(self.core.check_plan())
+
+    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
+        """A validated cron definition for ``sync_cron`` (options as for ``add_cron``)."""
+        return self.core.cron_job(name, expression, data, **options)
+
+    def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
+        """Create or update a recurring job; returns created, updated or unchanged.
+        Options: tz, task, missed (skip|once|all), overlap (allow|skip|delay),
+        max_attempts, timeout."""
+        job = self.core.cron_job(name, expression, data, **options)
+        return self.runner.run(self.core.declare_cron_plan([job]))[name]
+
+    def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
+        """Make the queue's cron jobs exactly ``jobs`` (declared in code); with ``prune``,
+        jobs no longer declared are removed. Returns name -> what happened."""
+        return self.runner.run(self.core.sync_cron_plan(jobs, prune))
+
+    def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
+        return self.runner.run(self.core.list_cron_plan(upcoming))
+
+    def pause_cron(self, name: str) -> None:
+        self.runner.run(self.core.pause_cron_plan(name, paused=True))
+
+    def resume_cron(self, name: str) -> None:
+        """Resume from the next tick after now (ticks while paused are not run)."""
+        self.runner.run(self.core.pause_cron_plan(name, paused=False))
+
+    def remove_cron(self, name: str) -> bool:
+        return self.runner.run(self.core.remove_cron_plan(name))
+
+    def trigger_cron(self, name: str) -> str:
+        """Run a cron job once now, outside its schedule; returns the task id."""
+        return self.runner.run(self.core.trigger_cron_plan(name))
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncQueue:
+    """The asyncio twin of ``Queue``: same arguments, same plans, awaited."""
+
+    def __init__(
+        self,
+        name: str,
+        redis: RedisSpec = None,
+        *,
+        settings: Settings = DEFAULT_SETTINGS,
+        clock: Clock | None = None,
+        result_ttl: float | None = None,
+        durable: bool | None = None,
+        shards: int = 1,
+        hooks: Iterable[Hooks] = (),
+    ) -> None:
+        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
+        self.runner = AsyncRunner(redis, settings)
+        self.name = self.core.name
+        self._coalescer: TaskCoalescer[PreparedTask, str] | None = None
+        if settings.coalesce_schedules:
+            core, runner = self.core, self.runner  # not self: a cycle would outlive a drop
+
+            async def one(item: PreparedTask) -> str:
+                return await runner.run(core.schedule_one_plan(item))
+
+            async def together(items: list[PreparedTask]) -> list[str | DuetimeError]:
+                return await runner.run(core.schedule_together_plan(items))
+
+            self._coalescer = TaskCoalescer(one, together)
+
+    async def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
+        if at is None:
+            validation.timestamp_ms(at)  # the error speaks of the run-at, not of a delay
+        prepared = self.core.prepare_call("schedule_task", data, at, None, options)
+        return await self._schedule(prepared)
+
+    async def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
+        prepared = self.core.prepare_call("schedule_in", data, None, delay, options)
+        return await self._schedule(prepared)
+
+    def _schedule(self, item: PreparedTask) -> Awaitable[str]:
+        # Not a coroutine itself: it hands over the one to await (a layer less per call).
+        if self._coalescer is None:
+            return self.runner.run(self.core.schedule_one_plan(item))
+        return self._coalescer.submit(item)
+
+    async def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
+        return await self.schedule_in(0, data, **options)
+
+    async def schedule_many(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[str]:
+        return await self.runner.run(self.core.schedule_plan(self.core.prepare_all(jobs)))
+
+    async def cancel(self, task_id: str) -> bool:
+        return await self.runner.run(self.core.cancel_plan(task_id))
+
+    async def reschedule(self, task_id: str, at: Timestamp) -> None:
+        await self.runner.run(self.core.reschedule_plan(task_id, at))
+
+    async def status(self, task_id: str) -> TaskStatus | None:
+        return await self.runner.run(self.core.status_plan(task_id))
+
+    async def result(self, task_id: str, timeout: float | None = None) -> Any:
+        return await self.runner.run(self.core.result_plan(task_id, timeout))
+
+    async def stats(self) -> QueueStats:
+        return await self.runner.run(self.core.stats_plan())
+
+    async def tasks(self, state: str, limit: int = 50, offset: int = 0) -> list[TaskSummary]:
+        return await self.runner.run(self.core.tasks_plan(state, limit, offset))
+
+    async def throughput(self, minutes: int = 60) -> list[MinuteFigures]:
+        return await self.runner.run(self.core.throughput_plan(minutes))
+
+    async def pause(self) -> bool:
+        return await self.runner.run(self.core.pause_plan(True))
+
+    async def resume(self) -> bool:
+        return await self.runner.run(self.core.pause_plan(False))
+
+    async def is_paused(self) -> bool:
+        return await self.runner.run(self.core.paused_plan())
+
+    async def run_now(self, task_id: str) -> None:
+        await self.runner.run(self.core.run_now_plan(task_id))
+
+    async def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
+        return await self.runner.run(self.core.dead_plan(limit, offset))
+
+    async def requeue_dead(self, task_ids: TaskIds = None) -> int:
+        return await self.runner.run(self.core.requeue_plan(task_ids))
+
+    async def purge_dead(self, task_ids: TaskIds = None) -> int:
+        return await self.runner.run(self.core.purge_plan(task_ids))
+
+    async def check(self) -> list[Violation]:
+        return await self.runner.run(self.core.check_plan())
+
+    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
+        return self.core.cron_job(name, expression, data, **options)
+
+    async def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
+        job = self.core.cron_job(name, expression, data, **options)
+        return (await self.runner.run(self.core.declare_cron_plan([job])))[name]
+
+    async def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
+        return await self.runner.run(self.core.sync_cron_plan(jobs, prune))
+
+    async def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
+        return await self.runner.run(self.core.list_cron_plan(upcoming))
+
+    async def pause_cron(self, name: str) -> None:
+        await self.runner.run(self.core.pause_cron_plan(name, paused=True))
+
+    async def resume_cron(self, name: str) -> None:
+        await self.runner.run(self.core.pause_cron_plan(name, paused=False))
+
+    async def remove_cron(self, name: str) -> bool:
+        return await self.runner.run(self.core.remove_cron_plan(name))
+
+    async def trigger_cron(self, name: str) -> str:
+        return await self.runner.run(self.core.trigger_cron_plan(name))
+
+    async def close(self) -> None:
+        await self.runner.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

@@ -1,0 +1,84 @@
+"""A queue's shards and where a task or a cron job is found among them: the state that
+every plan of ``QueueCore`` works on (its name, settings, hooks, layout, and one
+``QueueOperations`` per shard).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from duetime import validation
+from duetime.clock import Clock
+from duetime.hooks import HookChain, Hooks
+from duetime.settings import Settings
+from duetime.states import TaskState
+from duetime.store.keys import QueueLayout
+from duetime.store.operations import (
+    Durability,
+    Plan,
+    QueueOperations,
+    StatusReply,
+    shard_operations,
+)
+
+T = TypeVar("T")
+
+
+class QueueShards:
+    """What the plans of ``QueueCore`` share: the queue, its settings and its shards."""
+
+    def __init__(
+        self,
+        name: str,
+        settings: Settings,
+        clock: Clock | None,
+        result_ttl: float | None,
+        durable: bool | None = None,
+        shards: int = 1,
+        hooks: Iterable[Hooks] = (),
+    ) -> None:
+        self.name = validation.queue_name(name)
+        self.hooks = HookChain(hooks)
+        self.durability = Durability.wanted(settings, durable)
+        self.settings = settings
+        self.layout = QueueLayout(self.name, validation.shards(shards))
+        self.shards = shard_operations(self.layout, clock, settings.clock_resync_interval)
+        self.operations = self.shards[0]  # the queue itself, or its shard 0
+        self.clock = self.operations.clock
+        self.default_result_ttl_ms = (
+            0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")
+        )
+        self.default_timeout_ms = round(settings.task_timeout * 1000)
+        self._fsync_checked: set[int] = set()  # shards whose server can confirm fsyncs
+
+    def _home(self, task_id: str) -> QueueOperations:
+        """The shard a task id is written to."""
+        return self.shards[self.layout.of_task(task_id)]
+
+    def _search_order(self, home: int) -> list[QueueOperations]:
+        """Shards to look in for a task or cron job: its own first, then the others (it
+        may have been written while the queue had another shard count)."""
+        return [self.shards[home], *(s for i, s in enumerate(self.shards) if i != home)]
+
+    def _first_found(
+        self, task_id: str, step: Callable[[QueueOperations], Plan[T | None]]
+    ) -> Plan[T | None]:
+        """The first answer other than None of ``step`` in the task's shards, in search
+        order; None when no shard has one."""
+        for shard in self._search_order(self.layout.of_task(task_id)):
+            if (answer := (yield from step(shard))) is not None:
+                return answer
+        return None
+
+    def _locate(self, task_id: str) -> Plan[tuple[QueueOperations, StatusReply]]:
+        """The shard that knows the task and what it says (its home shard if none does)."""
+        home = self.layout.of_task(task_id)
+        found: tuple[QueueOperations, StatusReply] | None = None
+        for shard in self._search_order(home):
+            reply = yield from shard.status(task_id)
+            if reply.state != TaskState.UNKNOWN:
+                return shard, reply
+            found = found or (shard, reply)
+        assert found is not None
+        return found
