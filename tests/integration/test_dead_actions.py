@@ -1,4 +1,4 @@
-"""Choosing dead tasks by filters (duetime.selection) and the `duetime dead` commands
+"""Choosing dead tasks by filters (duetime.client.selection) and the `duetime dead` commands
 that act on them: dry runs, confirmation, JSON, batches, on a real server."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What each page shows, read through the public ``AsyncQueue`` API and shaped for the
 templates: queue cards with their throughput chart, the timeline of scheduled tasks,
 searches over task listings (bounded, and saying so), running tasks with their workers'
-heartbeats, dead tasks chosen by ``duetime.selection`` filters, and workers by queue.
+heartbeats, dead tasks chosen by ``duetime.client.selection`` filters, and workers by queue.
 
 Nothing here writes; the actions live in ``app``. Every scan has a bound so that one page
 view costs a bounded amount of Redis work, and every bounded result says it was bounded.
