@@ -21,8 +21,8 @@ import redis
 from click.testing import CliRunner
 
 from duetime import Queue
-from duetime import cli as cli_module
 from duetime.cli import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_VIOLATIONS, main
+from duetime.cli import daemons as cli_daemons
 from duetime.codec import ErrorRecord, encode_error
 from duetime.embedded import stop_server
 from duetime.store import QueueKeys
@@ -282,7 +282,7 @@ def test_daemons_log_a_banner_before_they_start(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     started: list[list[Any]] = []
-    monkeypatch.setattr(cli_module, "_run_daemons", started.append)
+    monkeypatch.setattr(cli_daemons, "run_daemons", started.append)
     caplog.set_level(logging.INFO, logger="duetime")
     url = redis_url.replace("redis://", "redis://someone:hunter2@")
     runner = CliRunner(env={"DUETIME_LEASE_DURATION": "30", "DUETIME_MAX_ATTEMPTS": "3"})

@@ -113,7 +113,7 @@ def test_only_the_command_line_chooses_code_by_name() -> None:
         visitor = _DynamicCode(path.name)
         visitor.visit(ast.parse(path.read_text("utf-8")))
         found += visitor.found
-    assert found == [("cli.py", "load_app", "import_module")]
+    assert found == [("daemons.py", "load_app", "import_module")]
 
 
 class _Bomb:

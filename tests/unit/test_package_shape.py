@@ -41,7 +41,6 @@ FORBIDDEN = {
 
 #: Modules still larger than the rule, each with its size today: the list only shrinks.
 OVERSIZED_MODULES: dict[str, int] = {
-    "duetime/cli.py": 1475,
     "duetime/store/operations.py": 1419,
     "duetime/worker.py": 1247,
     "duetime/metrics.py": 814,

@@ -1,0 +1,234 @@
+"""The commands that run long-lived processes: ``duetime dispatcher``, ``worker``, ``run``
+(both in one process) and ``dashboard``; and loading the APP whose handlers workers run."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from duetime import startup
+from duetime.app import App
+from duetime.cli.exits import guarded
+from duetime.cli.options import (
+    command_settings,
+    command_shards,
+    metrics_port_option,
+    queues_option,
+    redis_option,
+    resolve_redis_url,
+)
+from duetime.cli.processes import fork_workers, run_daemons
+from duetime.dispatcher import Dispatcher
+from duetime.errors import ConfigurationError
+from duetime.settings import Settings
+from duetime.worker import DEFAULT_CONCURRENCY, Worker
+
+concurrency_option = click.option(
+    "--concurrency",
+    "-c",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Tasks run at once by each worker.",
+)
+
+
+def load_app(target: str) -> App:
+    """Import MODULE:OBJECT (the current directory is importable) and coerce it to an App."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise click.BadParameter(f"expected MODULE:OBJECT, got {target!r}", param_hint="APP")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as error:
+        raise click.BadParameter(f"cannot load {target!r}: {error}", param_hint="APP") from None
+    except Exception as error:  # the module itself raised while being imported
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        raise click.BadParameter(
+            f"cannot load {target!r}: importing {module_name} raised "
+            f"{type(error).__name__}: {error} (at {where.filename}:{where.lineno})",
+            param_hint="APP",
+        ) from None
+    return App.coerce(found)
+
+
+@click.command()
+@queues_option
+@metrics_port_option
+@redis_option
+@guarded
+def dispatcher(queues: tuple[str, ...], redis_url: str | None) -> None:
+    """Promote due tasks, reap expired leases and dead workers. Run as many as you like.
+
+    \b
+    Example:
+      duetime dispatcher --queue emails --queue reports --redis redis://localhost:6379/0
+    """
+    settings = command_settings()
+    url = resolve_redis_url(redis_url)
+    startup.banner("dispatcher", queues, url, settings, shards=command_shards())
+    run_daemons([Dispatcher(list(queues), url, settings=settings, shards=command_shards())])
+
+
+def _workers(
+    app: App,
+    queues: tuple[str, ...],
+    url: str,
+    concurrency: int,
+    settings: Settings,
+    shards: int,
+) -> list[Worker]:
+    return [
+        Worker(app, q, url, concurrency=concurrency, settings=settings, shards=shards)
+        for q in queues
+    ]
+
+
+@click.command()
+@click.argument("app_path", metavar="APP")
+@queues_option
+@concurrency_option
+@click.option(
+    "--processes",
+    "-p",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 256),
+    help="Fork this many worker processes (for CPU-bound handlers).",
+)
+@metrics_port_option
+@redis_option
+@guarded
+def worker(
+    app_path: str, queues: tuple[str, ...], concurrency: int, processes: int, redis_url: str | None
+) -> None:
+    """Run the handlers of APP (MODULE:OBJECT: an App, a dict of functions or one function).
+
+    \b
+    Example:
+      duetime worker myapp:app --queue emails --concurrency 50 --processes 2
+    """
+    settings = command_settings()
+    app = load_app(app_path)
+    url = resolve_redis_url(redis_url)
+    details = [f"concurrency {concurrency} per queue", f"{processes} process(es)"]
+    startup.banner("worker", queues, url, settings, shards=command_shards(), details=details)
+
+    shards = command_shards()
+
+    def child(slot: int) -> None:
+        # Each forked process serves its metrics on a port of its own: the given one + slot.
+        port = settings.metrics_port and settings.metrics_port + slot
+        own = settings.replace(metrics_port=port) if port <= 65535 else settings
+        run_daemons(_workers(app, queues, url, concurrency, own, shards))
+
+    if processes == 1:
+        child(0)
+    else:
+        fork_workers(processes, child)
+
+
+@click.command()
+@click.argument("app_path", metavar="APP")
+@queues_option
+@concurrency_option
+@metrics_port_option
+@redis_option
+@guarded
+def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str | None) -> None:
+    """Dispatcher and worker in one process, for small deployments.
+
+    \b
+    Example:
+      duetime run myapp:app --queue emails
+    """
+    settings = command_settings()
+    app = load_app(app_path)
+    url = resolve_redis_url(redis_url)
+    details = [f"concurrency {concurrency} per queue"]
+    startup.banner(
+        "dispatcher + worker", queues, url, settings, shards=command_shards(), details=details
+    )
+    run_daemons(
+        [
+            Dispatcher(list(queues), url, settings=settings, shards=command_shards()),
+            *_workers(app, queues, url, concurrency, settings, command_shards()),
+        ]
+    )
+
+
+# Long: its five options and their help are most of it; the body is short.
+@click.command()
+@queues_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535))
+@click.option(
+    "--token",
+    envvar="DUETIME_DASHBOARD_TOKEN",
+    help="Access token, at least 16 characters (or $DUETIME_DASHBOARD_TOKEN).",
+)
+@click.option(
+    "--basic-auth",
+    envvar="DUETIME_DASHBOARD_BASIC_AUTH",
+    metavar="USER:PASSWORD",
+    help="HTTP basic authentication (or $DUETIME_DASHBOARD_BASIC_AUTH).",
+)
+@redis_option
+@guarded
+def dashboard(
+    queues: tuple[str, ...],
+    host: str,
+    port: int,
+    token: str | None,
+    basic_auth: str | None,
+    redis_url: str | None,
+) -> None:
+    """Serve the web dashboard for the queues (needs the `dashboard` extra).
+
+    Bound to anything but this host, it refuses to start without --token or
+    --basic-auth.
+
+    \b
+    Example:
+      duetime dashboard -q emails -q reports --port 8080
+    """
+    try:
+        from duetime.dashboard import serve
+    except ImportError as error:
+        raise ConfigurationError(
+            f"the dashboard needs its extra: pip install 'duetime[dashboard]' ({error})"
+        ) from None
+    settings = command_settings()
+    url = resolve_redis_url(redis_url)
+    startup.banner(
+        "dashboard",
+        queues,
+        url,
+        settings,
+        shards=command_shards(),
+        details=[f"http://{host}:{port}/"],
+    )
+    serve(
+        list(queues),
+        url,
+        host=host,
+        port=port,
+        shards=command_shards(),
+        settings=settings,
+        token=token,
+        basic_auth=basic_auth,
+        log_level=logging.getLevelName(logging.getLogger().level).lower(),
+    )
+
+
+COMMANDS = (dispatcher, worker, run, dashboard)

@@ -1,0 +1,105 @@
+"""How the commands show things: results on stdout (tables whose cells are shown safely,
+times in the zone asked for, a task's status as JSON), errors and remarks on stderr."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, tzinfo
+from typing import Any, NoReturn
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Column
+from rich.table import Table as RichTable
+from rich.text import Text as RichText
+
+from duetime import times
+from duetime.client import TaskStatus
+
+#: How the default handler (task name "") is shown, and may be named to --task.
+DEFAULT_HANDLER_SHOWN = "(default)"
+
+
+class Table(RichTable):
+    """A rich table that reads well in 80 columns, whose cells are shown safely: an id or
+    name read from Redis that is not UTF-8 (written by hand) is escaped, not a crash, and
+    never taken as markup.
+
+    The cells of the columns named in ``one_line`` stay on one line, cut with an
+    ellipsis when space is short (ids, error text); a ``no_wrap`` column is never
+    narrowed (times): rich takes the room from the other columns.
+    """
+
+    def __init__(
+        self, *headers: str | Column, one_line: Sequence[str] = (), **options: Any
+    ) -> None:
+        options.setdefault("box", box.SIMPLE_HEAD)  # no side borders: room for the text
+        options.setdefault("show_edge", False)
+        options.setdefault("pad_edge", False)
+        options.setdefault("collapse_padding", True)
+        super().__init__(*headers, **options)
+        self.one_line = {i for i, c in enumerate(self.columns) if c.header in one_line}
+
+    def add_row(self, *cells: Any, **options: Any) -> None:
+        shown_cells = []
+        for index, cell in enumerate(cells):
+            text = RichText(shown(str(cell)))
+            if index in self.one_line:
+                text.no_wrap, text.overflow = True, "ellipsis"
+            shown_cells.append(text)
+        super().add_row(*shown_cells, **options)
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print: what is not UTF-8 (read from Redis) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def stdout_console() -> Console:
+    # Made per use, not at import: it reads $COLUMNS and the stream of the moment.
+    return Console()
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True)
+
+
+def fail(message: str, code: int) -> NoReturn:
+    errors = stderr_console()
+    errors.print("[red]error:[/red] ", end="", highlight=False)
+    errors.print(shown(message), markup=False, highlight=False)  # user text is not markup
+    sys.exit(code)
+
+
+def say(message: str) -> None:
+    """A remark for the person at the terminal, on stderr (stdout stays for results)."""
+    stderr_console().print(shown(message), markup=False, highlight=False)
+
+
+def display_zone(preferred: tzinfo | None = None) -> tzinfo | None:
+    """The zone to show times in: UTC under --utc, else ``preferred`` (a cron job's
+    zone), else None: this host's local zone."""
+    context = click.get_current_context(silent=True)
+    if context is not None and context.meta.get("duetime.utc"):
+        return UTC
+    return preferred
+
+
+def shown_time(seconds: float | None, zone: tzinfo | None = None) -> str:
+    return times.format_time(seconds, display_zone(zone))
+
+
+_STATUS_TIMES = ("run_at", "died_at", "finished_at")
+
+
+def print_status(found: TaskStatus) -> None:
+    """A task's status as JSON, its times in ISO 8601 (local zone, or UTC with --utc)."""
+    report = dataclasses.asdict(found)
+    for name in _STATUS_TIMES:
+        if report.get(name) is not None:
+            report[name] = times.format_time(report[name], display_zone(), precise=True)
+    click.echo(json.dumps(report, default=str, indent=2))

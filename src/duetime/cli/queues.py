@@ -1,0 +1,153 @@
+"""The commands on whole queues: ``duetime inspect`` (counts, workers, the invariant
+check), ``queues`` (those served on this server) and ``pause``/``resume``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+
+import click
+from rich.table import Column
+
+from duetime.cli.exits import EXIT_VIOLATIONS, guarded
+from duetime.cli.options import (
+    command_settings,
+    open_queue,
+    queue_command,
+    redis_option,
+    resolve_redis_url,
+    shards_option,
+)
+from duetime.cli.output import Table, shown, shown_time, stdout_console
+from duetime.client import Queue, known_queues
+
+
+@queue_command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--check", is_flag=True, help="Verify the invariants; exit 1 on any violation.")
+def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> None:
+    """Counts per state, next due time, live workers, counters; --check verifies invariants.
+
+    \b
+    Example:
+      duetime inspect --queue emails --check
+    """
+    with open_queue(queue, redis_url) as client:
+        stats = client.stats()
+        violations = client.check() if check else []
+    report = dataclasses.asdict(stats)
+    if check:
+        report["violations"] = [str(v) for v in violations]
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        table = Table(title=f"queue {queue}", show_header=False)
+        for state in ("scheduled", "ready", "running", "dead"):
+            table.add_row(state, str(report[state]))
+        table.add_row("next due", shown_time(stats.next_due))
+        for index, shard in enumerate(stats.shards):
+            table.add_row(
+                f"shard {index}",
+                f"{shard.scheduled} scheduled, {shard.ready} ready, {shard.running} running, "
+                f"{shard.dead} dead ({shard.queue})",
+            )
+        for worker_id, age in sorted(stats.workers.items()):
+            table.add_row("worker", f"{worker_id} (heartbeat {age:.1f}s ago)")
+        for name, value in sorted(stats.counters.items()):
+            table.add_row(f"total {name}", str(value))
+        console = stdout_console()
+        console.print(table)
+        if check:
+            if violations:
+                for violation in violations:
+                    console.print("[red]violation[/red] ", end="", highlight=False)
+                    console.print(shown(str(violation)), markup=False, highlight=False)
+            else:
+                console.print("[green]invariants hold[/green]")
+    if violations:
+        sys.exit(EXIT_VIOLATIONS)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@redis_option
+@guarded
+def queues(as_json: bool, redis_url: str | None) -> None:
+    """The queues dispatchers have served on this server, with their depths.
+
+    A queue is listed once a dispatcher has started for it (each notes its queues).
+    """
+    url = resolve_redis_url(redis_url)
+    settings = command_settings()
+    rows = []
+    for known in known_queues(url, settings):
+        with Queue(known.name, url, settings=settings, shards=known.shards) as client:
+            stats = client.stats()
+        rows.append((known, stats))
+    if as_json:
+        report = [
+            {
+                "queue": known.name,
+                "shards": known.shards,
+                "seen": known.seen_ms / 1000,
+                "scheduled": stats.scheduled,
+                "ready": stats.ready,
+                "running": stats.running,
+                "dead": stats.dead,
+                "paused": stats.paused,
+                "workers": len(stats.workers),
+            }
+            for known, stats in rows
+        ]
+        click.echo(json.dumps(report, indent=2))
+        return
+    table = Table(
+        "queue",
+        Column("sched.", justify="right"),
+        Column("ready", justify="right"),
+        Column("running", justify="right"),
+        Column("dead", justify="right"),
+        Column("workers", justify="right"),
+        "state",
+        one_line=("queue",),
+    )
+    for known, stats in rows:
+        name = known.name if known.shards == 1 else f"{known.name} ({known.shards} shards)"
+        table.add_row(
+            name,
+            str(stats.scheduled),
+            str(stats.ready),
+            str(stats.running),
+            str(stats.dead),
+            str(len(stats.workers)),
+            "paused" if stats.paused else "active",
+        )
+    stdout_console().print(table)
+
+
+def _queue_switch(verb: str, paused: bool, summary: str) -> click.Command:
+    """``duetime pause`` or ``resume`` (one body, two verbs)."""
+
+    @click.command(verb, help=summary)
+    @click.argument("queue_name", metavar="QUEUE")
+    @shards_option
+    @redis_option
+    @guarded
+    def switch(queue_name: str, redis_url: str | None) -> None:
+        with open_queue(queue_name, redis_url) as client:
+            changed = client.pause() if paused else client.resume()
+        state = "paused" if paused else "resumed"
+        click.echo(f"{queue_name} {state}" if changed else f"{queue_name} was already {state}")
+
+    return switch
+
+
+pause = _queue_switch(
+    "pause",
+    True,
+    "Workers stop claiming from QUEUE (running tasks finish); scheduling and promotion go on.",
+)
+resume = _queue_switch("resume", False, "Workers claim from QUEUE again, at once.")
+
+COMMANDS = (inspect, queues, pause, resume)

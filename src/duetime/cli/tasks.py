@@ -1,0 +1,208 @@
+"""The commands on tasks: ``duetime schedule``, ``status``, ``cancel``, ``tasks`` (those in
+one state), ``task show`` and ``run-now``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import click
+from rich.table import Column
+
+from duetime.cli.options import open_queue, queue_command
+from duetime.cli.output import (
+    DEFAULT_HANDLER_SHOWN,
+    Table,
+    print_status,
+    shown_time,
+    stdout_console,
+)
+from duetime.cli.values import DURATION, TIME, json_argument
+from duetime.client import TaskSummary
+from duetime.errors import TaskNotFoundError
+
+#: ``duetime tasks --task``: tasks read per page, and how far a filtered listing reads.
+TASK_PAGE = 500
+MOST_TASKS_SCANNED = 100_000
+
+
+@queue_command()
+@click.option(
+    "--at",
+    "at",
+    type=TIME,
+    metavar="TIME",
+    help="Run at this time: ISO 8601 with a zone (2026-12-01T09:00+01:00, ...Z) or epoch seconds.",
+)
+@click.option(
+    "--in",
+    "delay",
+    type=DURATION,
+    metavar="DURATION",
+    help="Run this long from now: 90s, 5m, 1h30m, 1.5h, 2d, or seconds.",
+)
+@click.option("--id", "task_id", help="Task id (idempotent: the same id twice is one task).")
+@click.option("--task", "task_name", help="Registered handler name (default: the default handler).")
+@click.option("--max-attempts", type=int)
+@click.option(
+    "--timeout", type=DURATION, metavar="DURATION", help="How long one attempt may run (30s, 5m)."
+)
+@click.option("--result-ttl", type=DURATION, metavar="DURATION", help="Keep the result this long.")
+@click.argument("data")
+def schedule(
+    queue: str,
+    at: float | None,
+    delay: float | None,
+    task_id: str | None,
+    task_name: str | None,
+    max_attempts: int | None,
+    timeout: float | None,
+    result_ttl: float | None,
+    data: str,
+    redis_url: str | None,
+) -> None:
+    """Schedule a task whose data is the JSON document DATA; prints its id.
+
+    \b
+    Examples:
+      duetime schedule --queue emails --in 1h30m '{"to": "a@example.com"}'
+      duetime schedule --queue emails --at 2026-12-01T09:00+01:00 --id welcome-42 \
+          --task send '{}'
+    """
+    if (at is None) == (delay is None):
+        raise click.UsageError("give exactly one of --at or --in")
+    payload = json_argument(data)
+    with open_queue(queue, redis_url) as client:
+        options: dict[str, Any] = {
+            "task": task_name,
+            "id": task_id,
+            "max_attempts": max_attempts,
+            "timeout": timeout,
+            "result_ttl": result_ttl,
+        }
+        if at is not None:
+            click.echo(client.schedule_task(at, payload, **options))
+        else:
+            assert delay is not None
+            click.echo(client.schedule_in(delay, payload, **options))
+
+
+@queue_command()
+@click.argument("task_id")
+def status(queue: str, task_id: str, redis_url: str | None) -> None:
+    """Show where a task is and its last error, as JSON (times in ISO 8601, local zone
+    or UTC with --utc)."""
+    _show_status(queue, task_id, redis_url)
+
+
+def _show_status(queue: str, task_id: str, redis_url: str | None) -> None:
+    with open_queue(queue, redis_url) as client:
+        found = client.status(task_id)
+        if found is None:
+            raise client.core.not_found(task_id)
+    print_status(found)
+
+
+@queue_command()
+@click.argument("task_id")
+def cancel(queue: str, task_id: str, redis_url: str | None) -> None:
+    """Cancel a task that has not started (or is dead)."""
+    with open_queue(queue, redis_url) as client:
+        if not client.cancel(task_id):
+            raise TaskNotFoundError(f"no live task {task_id!r} in queue {queue!r}")
+    click.echo(f"cancelled {task_id}")
+
+
+@queue_command()
+@click.option(
+    "--state",
+    type=click.Choice(["scheduled", "ready", "running", "dead"]),
+    default="scheduled",
+    show_default=True,
+)
+@click.option("--task", "task_filter", metavar="NAME", help="Only tasks of this handler.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (times in epoch seconds).")
+def tasks(
+    queue: str,
+    state: str,
+    task_filter: str | None,
+    limit: int,
+    as_json: bool,
+    redis_url: str | None,
+) -> None:
+    """Tasks in one state, in the order they will be served (dead: latest first).
+
+    \b
+    Example:
+      duetime tasks -q emails --state running
+    """
+    wanted = None if task_filter is None else _handler_name(task_filter)
+    with open_queue(queue, redis_url) as client:
+        found: list[TaskSummary] = []
+        offset = 0
+        while len(found) < limit:  # a --task filter pages on until enough are found
+            page = client.tasks(state, limit=TASK_PAGE, offset=offset)
+            found += [t for t in page if wanted is None or t.task == wanted]
+            if len(page) < TASK_PAGE or offset >= MOST_TASKS_SCANNED:
+                break
+            offset += TASK_PAGE
+    found = found[:limit]
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(t) for t in found], default=str, indent=2))
+        return
+    stdout_console().print(_tasks_table(state, found))
+
+
+def _tasks_table(state: str, found: list[TaskSummary]) -> Table:
+    """The tasks of one state: each with the moment that matters in that state, and the
+    worker running it or its last error."""
+    when = {"scheduled": "run at", "ready": "due since", "running": "lease until", "dead": "died"}
+    table = Table(
+        "id",
+        Column(when[state], no_wrap=True),
+        "task",
+        Column("att.", justify="right"),
+        "worker" if state == "running" else "error",
+        one_line=("id", "task", "error", "worker"),
+    )
+    for task in found:
+        moment = {"running": task.lease_deadline, "dead": task.died_at}.get(state, task.run_at)
+        last = task.worker if state == "running" else (task.error or task.problem or "")
+        table.add_row(
+            task.id,
+            shown_time(moment),
+            task.task or DEFAULT_HANDLER_SHOWN,
+            str(task.attempts),
+            (last or "").splitlines()[0] if last else "",
+        )
+    return table
+
+
+def _handler_name(shown: str) -> str:
+    return "" if shown == DEFAULT_HANDLER_SHOWN else shown
+
+
+@click.group()
+def task() -> None:
+    """One task: show it, or run it now."""
+
+
+@queue_command("show", group=task)
+@click.argument("task_id")
+def task_show(queue: str, task_id: str, redis_url: str | None) -> None:
+    """Everything known of a task, as JSON (the same as `duetime status`)."""
+    _show_status(queue, task_id, redis_url)
+
+
+@queue_command("run-now")
+@click.argument("task_id")
+def run_now(queue: str, task_id: str, redis_url: str | None) -> None:
+    """Make a scheduled task (delayed, or waiting to retry) due now."""
+    with open_queue(queue, redis_url) as client:
+        client.run_now(task_id)
+    click.echo(f"{task_id} is due now")
+
+
+COMMANDS = (schedule, status, cancel, tasks, task, run_now)
