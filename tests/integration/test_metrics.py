@@ -346,7 +346,7 @@ def test_the_worker_tally_counts_as_the_hooks_do() -> None:
         outcome = rng.choice(list(AttemptOutcome))
         attempts.append((n, task, lateness, duration, outcome))
     hooks = PrometheusHooks(CollectorRegistry())
-    tally = metrics.AttemptTally(metrics._task_metrics(CollectorRegistry()), "q")
+    tally = metrics.AttemptTally(metrics.task_metrics(CollectorRegistry()), "q")
     for n, task, lateness, duration, outcome in attempts:
         info = AttemptInfo("q", f"id{n}", task, 1, 3, 100.0, 100.0 + lateness, "w")
         hooks.before_attempt(info)
