@@ -2,20 +2,7 @@
 cron ticks and keep each queue clean.
 
 Stateless; run as many as you like: every move is one atomic script, so two
-dispatchers never promote the same task twice. It never polls on a fixed interval:
-after each promotion it sleeps on a local timer until the earliest of the next due
-time, the next lease deadline and the moment the oldest worker heartbeat goes
-stale, and a long-lived BLPOP on the queue's wake list cuts the sleep short when a
-new earliest task is scheduled. (Server-side blocking timeouts tick at the server's
-``hz``, 100 ms by default, too coarse for punctuality; the local timer is exact.)
-Tasks are promoted ``promote_ahead`` (5 ms) before their run-at, with the run-at
-noted beside them; the claiming worker waits for it on a precise timer, so the
-promote and claim round trips happen before the task is due, not after.
-
-Each queue's loop runs under a ``Supervisor``: an unexpected exception is logged and
-the loop restarted; one that keeps failing stops the dispatcher with
-``DaemonFailedError``. A cron definition this host cannot use is a poison record:
-that job is paused and logged once, and every other job and queue goes on.
+dispatchers never promote the same task twice.
 
 ``dispatcher`` holds the daemon and each queue's loop (sleep, wake, promote);
 ``recoverer`` reaps expired leases and silent workers; ``cron`` fires cron jobs;

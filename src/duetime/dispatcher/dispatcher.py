@@ -1,13 +1,20 @@
 """The dispatcher daemon over many queues, and each queue's loop: one pass promotes the
 queue's due tasks and calls on its recoverer, cron firer and janitor in turn, then the
-loop sleeps until work may next be due or the queue's wake list says otherwise.
+loop sleeps until work may next be due.
 
 It never polls on a fixed interval: after each promotion it sleeps on a local timer
 until the earliest of the next due time, the next lease deadline and the moment the
 oldest worker heartbeat goes stale, and a long-lived BLPOP on the queue's wake list
 cuts the sleep short when a new earliest task is scheduled. (Server-side blocking
 timeouts tick at the server's ``hz``, 100 ms by default, too coarse for punctuality;
-the local timer is exact.)
+the local timer is exact.) Tasks are promoted ``promote_ahead`` (5 ms) before their
+run-at, with the run-at noted beside them; the claiming worker waits for it on a
+precise timer, so the promote and claim round trips happen before the task is due,
+not after.
+
+Each queue's loop runs under a ``Supervisor``: an unexpected exception is logged and
+the loop restarted; one that keeps failing stops the dispatcher with
+``DaemonFailedError``.
 """
 
 from __future__ import annotations
