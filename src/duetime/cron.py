@@ -1,4 +1,5 @@
-"""Recurring jobs: the definition, its validation, and which ticks are due.
+"""Recurring jobs: the definition, its validation, which ticks are due, and the task
+each becomes.
 
 A tick is one instant at which a cron job fires; each becomes an ordinary task with
 the deterministic id ``cron:<name>:<tick ms>``, so however many dispatchers fire the
@@ -249,3 +250,23 @@ def decode_job(blob: bytes) -> CronJob:
             "(install or update the tzdata package)"
         ) from None
     return CronJob(*fields[1:])
+
+
+# --- a cron job's tasks --------------------------------------------------------------
+
+
+def task_envelope(job: CronJob, run_at_ms: float) -> bytes:
+    """The envelope of a task of ``job`` that runs at ``run_at_ms``: the job's handler,
+    data, attempts and timeout, its outcome kept ``RESULT_TTL_MS``. The one conversion
+    of a cron job into a task: a tick's task (``tick_task``) and a run triggered now."""
+    return codec.encode_envelope(
+        codec.Envelope(
+            job.task, job.data, run_at_ms, job.max_attempts, job.timeout_ms, RESULT_TTL_MS
+        )
+    )
+
+
+def tick_task(job: CronJob, tick_ms: int) -> tuple[str, int, bytes]:
+    """The task of one tick, as ``fire_cron`` takes it: its deterministic id (one task
+    however many dispatchers fire the tick), its run-at (the tick) and its envelope."""
+    return job.tick_id(tick_ms), tick_ms, task_envelope(job, tick_ms)

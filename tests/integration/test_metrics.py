@@ -12,6 +12,7 @@ import socket
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +27,12 @@ from duetime.metrics import (
     DURATION_BUCKETS,
     LATENESS_BUCKETS,
     QUEUE_EVENTS,
+    CronCollector,
     MetricsEndpoint,
     PrometheusHooks,
 )
 from duetime.store import AsyncRunner
+from duetime.store.keys import shard_tag
 from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until, wait_until_sync
 from tests.servers import free_port
 
@@ -286,6 +289,34 @@ def test_cron_ticks_are_counted_per_job(redis_url: str, queue_name: str) -> None
     assert (events["cron_fired"], events["cron_skipped"]) == (4, 1)
 
 
+@dataclass
+class CountedTicks:
+    """What CronCollector reads of a dispatcher (a CronTickSource)."""
+
+    queue: str
+    cron_ticks: dict[tuple[str, str], int]
+
+
+def test_the_cron_ticks_of_a_sharded_queue_are_summed_under_its_name() -> None:
+    collector = CronCollector()
+    shards = [
+        CountedTicks("emails", {("daily", "fired"): 2}),
+        CountedTicks(shard_tag("emails", 3), {("daily", "fired"): 1, ("hourly", "missed"): 4}),
+    ]
+    collector.add(shards)
+    [family] = collector.collect()
+    labels = ("queue", "job", "outcome")
+    counted = {
+        tuple(sample.labels[label] for label in labels): sample.value
+        for sample in family.samples
+        if sample.value
+    }
+    assert counted == {("emails", "daily", "fired"): 3, ("emails", "hourly", "missed"): 4}
+    collector.remove(shards)
+    [family] = collector.collect()
+    assert family.samples == []
+
+
 @pytest.fixture
 def taken_port() -> Iterator[int]:
     with socket.socket() as holder:
@@ -346,7 +377,7 @@ def test_the_worker_tally_counts_as_the_hooks_do() -> None:
         outcome = rng.choice(list(AttemptOutcome))
         attempts.append((n, task, lateness, duration, outcome))
     hooks = PrometheusHooks(CollectorRegistry())
-    tally = metrics.AttemptTally(metrics._task_metrics(CollectorRegistry()), "q")
+    tally = metrics.AttemptTally(metrics.task_metrics(CollectorRegistry()), "q")
     for n, task, lateness, duration, outcome in attempts:
         info = AttemptInfo("q", f"id{n}", task, 1, 3, 100.0, 100.0 + lateness, "w")
         hooks.before_attempt(info)

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from freezegun import freeze_time
 
-from duetime import cron
+from duetime import codec, cron
 from duetime.errors import InvalidInputError, InvalidNameError, InvalidPayloadError
 
 
@@ -162,3 +162,15 @@ def test_definitions_round_trip_and_tick_ids() -> None:
                       task="send", missed="once", overlap="skip")  # fmt: skip
     assert cron.decode_job(cron.encode_job(job)) == job
     assert job.tick_id(1_800_000_000_000) == "cron:report:1800000000000"
+
+
+def test_a_tick_becomes_a_task_with_the_jobs_handler_data_and_limits() -> None:
+    job = cron.define(
+        "report", "* * * * *", {"k": [1, "x"]}, task="send", max_attempts=7, timeout=12.5
+    )
+    task_id, run_at_ms, envelope = cron.tick_task(job, 1_800_000_000_000)
+    assert (task_id, run_at_ms) == ("cron:report:1800000000000", 1_800_000_000_000)
+    assert envelope == cron.task_envelope(job, 1_800_000_000_000)
+    assert codec.decode_envelope(envelope) == codec.Envelope(
+        "send", {"k": [1, "x"]}, 1_800_000_000_000, 7, 12_500, cron.RESULT_TTL_MS
+    )

@@ -43,15 +43,11 @@ FORBIDDEN = {
 OVERSIZED_MODULES: dict[str, int] = {
     "duetime/store/operations.py": 1419,
     "duetime/worker.py": 1247,
-    "duetime/metrics.py": 814,
     "duetime/dashboard/app.py": 618,
     "duetime/store/runner.py": 602,
-    "duetime/dispatcher.py": 434,
 }
 #: Breaches still to mend (the package split removes them): the list only shrinks.
-KNOWN_BREACHES = {
-    "duetime.metrics imports duetime.dispatcher",
-}
+KNOWN_BREACHES: set[str] = set()
 
 
 def _modules() -> Iterator[tuple[str, Path]]:

@@ -264,3 +264,9 @@ class QueueLayout:
         """The first shard past ``count``: tasks there were written with more shards
         than this layout covers, and nothing here would ever run them."""
         return QueueKeys(shard_tag(self.queue, self.count))
+
+
+def queue_of_shard_tag(tag: str) -> str:
+    """The queue a shard's tag belongs to, the reverse of ``shard_tag``: "#" is not
+    allowed in a queue name, so the queue's name is all before it."""
+    return tag.partition("#")[0]
