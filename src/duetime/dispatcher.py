@@ -35,14 +35,10 @@ from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import freeze_startup_objects, register, warn_if_beyond, warn_if_evicting
 from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.cron_jobs import DueCron
+from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT, Promotion
 from duetime.store.keys import QueueLayout, shard_tag
-from duetime.store.operations import (
-    MINUTE_MS,
-    MINUTES_KEPT,
-    DueCron,
-    Promotion,
-    QueueOperations,
-)
+from duetime.store.operations import QueueOperations
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor, cancel_and_wait
 

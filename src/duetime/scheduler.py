@@ -36,22 +36,18 @@ from duetime.hooks import HookChain, Hooks, ScheduledTask
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.states import RescheduleOutcome, TaskState
 from duetime.store import AsyncRunner, SyncRunner
+from duetime.store.cron_jobs import CronTable
+from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
 from duetime.store.keys import QueueLayout
+from duetime.store.operating import Listed
 from duetime.store.operations import (
-    MINUTE_MS,
-    MINUTES_KEPT,
-    CronTable,
-    Durability,
-    Listed,
-    NewTask,
-    Plan,
     QueueOperations,
     RegisteredQueue,
-    StatusReply,
     registered_queues,
     shard_operations,
-    store_tasks,
 )
+from duetime.store.producing import NewTask, StatusReply, store_tasks
+from duetime.store.requests import Durability, Plan
 from duetime.store.runner import RedisSpec
 
 T = TypeVar("T")

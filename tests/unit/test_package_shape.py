@@ -44,11 +44,9 @@ FORBIDDEN = {
 OVERSIZED_MODULES: dict[str, int] = {
     "duetime/cli.py": 1475,
     "duetime/scheduler.py": 1440,
-    "duetime/store/operations.py": 1419,
     "duetime/worker.py": 1247,
     "duetime/metrics.py": 814,
     "duetime/dashboard/app.py": 618,
-    "duetime/store/runner.py": 602,
     "duetime/dispatcher.py": 434,
 }
 #: Breaches still to mend (the package split removes them): the list only shrinks.
