@@ -49,7 +49,7 @@ class _FoundKeys:
     lists: set[str] = field(default_factory=set)  # workers' processing lists
     buckets: list[str] = field(default_factory=list)  # delayed buckets
     results: list[str] = field(default_factory=list)
-    stray: list[str] = field(default_factory=list)  # none of the queue's keys
+    stray: list[str] = field(default_factory=list)  # in its tag space, but not duetime's
 
 
 class SnapshotPlans(QueueBase):
@@ -65,7 +65,7 @@ class SnapshotPlans(QueueBase):
             active_keys = sorted(found.lists | {k.active(as_text(w)) for w in registered})
             replies = yield Batch(_reads(k, active_keys, found), transaction=True, read_only=True)
             snap = Snapshot(now_ms=now)
-            workers = replies[5]
+            workers = replies[5]  # the workers and their heartbeats (see _reads)
             snap.workers = {
                 as_text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
             }
