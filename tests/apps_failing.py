@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 import duetime
 from duetime.store.operations import QueueOperations
+from duetime.store.working import WorkerPlans
 
 app = duetime.App()
 
@@ -18,7 +19,7 @@ def record(data: Any) -> None:
     del data
 
 
-def _broken_claim(self: QueueOperations, *args: Any, **kwargs: Any) -> NoReturn:
+def _broken_claim(self: WorkerPlans, *args: Any, **kwargs: Any) -> NoReturn:
     del self, args, kwargs
     raise ValueError("claim is broken in this process")
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from duetime import cron
 from duetime.errors import DuetimeError
 from duetime.store.keys import MAX_GENERATION, bucket_name, lease_member, split_lease_member
-from duetime.store.operations import Snapshot, count_or_none
+from duetime.store.replies import count_or_none
+from duetime.store.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,8 @@ from duetime.errors import DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store import AsyncRunner
 from duetime.store.keys import QueueLayout
-from duetime.store.operations import Durability, QueueOperations, register_queues
+from duetime.store.operations import QueueOperations, register_queues
+from duetime.store.requests import Durability
 from duetime.store.runner import mask_url
 
 log = logging.getLogger("duetime")

@@ -71,14 +71,10 @@ from duetime.startup import (
 )
 from duetime.store import AsyncRunner
 from duetime.store.keys import QueueLayout
-from duetime.store.operations import (
-    Claimed,
-    Durability,
-    Outcome,
-    QueueOperations,
-    shard_operations,
-)
+from duetime.store.operations import QueueOperations, shard_operations
+from duetime.store.requests import Durability
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
+from duetime.store.working import Claimed, Outcome
 from duetime.supervisor import Supervisor, cancel_and_wait
 
 if TYPE_CHECKING:

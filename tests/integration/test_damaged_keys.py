@@ -25,7 +25,8 @@ from duetime.clock import ManualClock
 from duetime.errors import DamagedKeyError
 from duetime.store import QueueKeys
 from duetime.store.keys import key_type
-from duetime.store.operations import Outcome, QueueOperations
+from duetime.store.operations import QueueOperations
+from duetime.store.working import Outcome
 from tests.conftest import require_binary
 from tests.helpers import as_bytes
 from tests.servers import Cluster

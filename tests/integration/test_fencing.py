@@ -14,7 +14,9 @@ import redis
 
 from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import Command, Outcome, Plan, QueueOperations
+from duetime.store.operations import QueueOperations
+from duetime.store.requests import Command, Plan
+from duetime.store.working import Outcome
 from tests.helpers import FAST, running, scheduled_score, wait_until, wait_until_sync
 
 

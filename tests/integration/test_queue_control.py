@@ -231,7 +231,7 @@ def test_dispatchers_keep_an_hour_of_minutes(redis_url: str, queue_name: str) ->
     import redis
 
     from duetime.store import QueueKeys
-    from duetime.store.operations import MINUTE_MS
+    from duetime.store.dispatching import MINUTE_MS
 
     client = redis.Redis.from_url(redis_url)
     minutes = QueueKeys(queue_name).minutes

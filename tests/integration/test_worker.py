@@ -16,7 +16,8 @@ import duetime
 from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.errors import ResultTimeoutError, TaskFailedError, TaskStateError
 from duetime.store import AsyncRunner, QueueKeys, SyncRunner
-from duetime.store.operations import Outcome, QueueOperations
+from duetime.store.operations import QueueOperations
+from duetime.store.working import Outcome
 from tests.helpers import FAST, decoded, running, take_waiting, wait_until
 
 

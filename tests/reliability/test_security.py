@@ -37,7 +37,6 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 import duetime
-import duetime.store.operations
 from duetime import App, Dispatcher, Job, Queue, Worker
 from duetime.cli import EXIT_UNAVAILABLE, main
 from duetime.errors import DuetimeError, RedisCommandError, RedisUnavailableError
@@ -256,8 +255,22 @@ def lua_commands() -> dict[str, set[str]]:
     }
 
 
+#: The modules that hold the plans, where every command duetime sends itself is written.
+PLAN_MODULES = (
+    "base",
+    "producing",
+    "dispatching",
+    "working",
+    "cron_jobs",
+    "operating",
+    "snapshot",
+    "server_checks",
+    "operations",
+)
+
+
 def direct_commands() -> set[str]:
-    source = Path(duetime.store.operations.__file__).read_text("utf-8")
+    source = "".join((PACKAGE / "store" / f"{name}.py").read_text("utf-8") for name in PLAN_MODULES)
     found = set()
     for name, sub in re.findall(r'Command\(\s*\(\s*"([A-Z]+)"(?:,\s*"([A-Z]+)")?', source):
         found.add(f"{name}|{sub}".lower() if name == "CONFIG" else name.lower())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from duetime import codec, cron
 from duetime.checker import check_invariants
-from duetime.store.operations import Snapshot
+from duetime.store.snapshot import Snapshot
 
 
 def job_blob(name: str, timezone: str = "UTC") -> bytes:

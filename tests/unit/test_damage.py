@@ -7,7 +7,7 @@ import pytest
 from duetime.store import QueueKeys
 from duetime.store.damage import damaged_key_error, suspects
 from duetime.store.keys import key_type
-from duetime.store.operations import Batch, Command, Eval, EvalMany
+from duetime.store.requests import Batch, Command, Eval, EvalMany
 from duetime.store.scripts import SCHEDULE_TASK, SCHEDULE_TASKS
 
 KEYS = QueueKeys("q")

@@ -12,7 +12,8 @@ from duetime.client.inspection import Inspection
 from duetime.client.models import TaskIds, Timestamp
 from duetime.errors import TaskNotFoundError, TaskStateError
 from duetime.states import RescheduleOutcome, TaskState
-from duetime.store.operations import Plan, QueueOperations
+from duetime.store.operations import QueueOperations
+from duetime.store.requests import Plan
 
 
 class Control(Inspection):

@@ -15,7 +15,8 @@ from duetime.client.preparing import task_name_of
 from duetime.client.producing import Producing
 from duetime.client.reports import result_record
 from duetime.errors import DecodeError, InvalidInputError, TaskNotFoundError
-from duetime.store.operations import CronTable, Plan
+from duetime.store.cron_jobs import CronTable
+from duetime.store.requests import Plan
 
 
 class CronPlans(Producing):

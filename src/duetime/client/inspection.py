@@ -38,7 +38,9 @@ from duetime.errors import (
     TaskStateError,
 )
 from duetime.states import TaskState
-from duetime.store.operations import MINUTE_MS, MINUTES_KEPT, Plan, QueueOperations
+from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
+from duetime.store.operations import QueueOperations
+from duetime.store.requests import Plan
 
 
 class Inspection(QueueShards):

@@ -15,7 +15,9 @@ from duetime.client.models import DeadTask, MinuteFigures, QueueStats, TaskStatu
 from duetime.codec import ResultRecord
 from duetime.errors import DecodeError
 from duetime.states import TaskState
-from duetime.store.operations import MINUTE_MS, DeadEntry, Listed, StatusReply
+from duetime.store.dispatching import MINUTE_MS
+from duetime.store.operating import DeadEntry, Listed
+from duetime.store.producing import StatusReply
 
 
 def queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:

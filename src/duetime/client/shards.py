@@ -14,13 +14,9 @@ from duetime.hooks import HookChain, Hooks
 from duetime.settings import Settings
 from duetime.states import TaskState
 from duetime.store.keys import QueueLayout
-from duetime.store.operations import (
-    Durability,
-    Plan,
-    QueueOperations,
-    StatusReply,
-    shard_operations,
-)
+from duetime.store.operations import QueueOperations, shard_operations
+from duetime.store.producing import StatusReply
+from duetime.store.requests import Durability, Plan
 
 T = TypeVar("T")
 

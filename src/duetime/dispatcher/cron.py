@@ -16,7 +16,8 @@ from duetime.clock import Clock
 from duetime.errors import DecodeError
 from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner
-from duetime.store.operations import DueCron, QueueOperations
+from duetime.store.cron_jobs import DueCron
+from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
 

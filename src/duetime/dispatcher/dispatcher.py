@@ -34,8 +34,9 @@ from duetime.errors import ConfigurationError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import freeze_startup_objects, register, warn_if_beyond, warn_if_evicting
 from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.dispatching import Promotion
 from duetime.store.keys import QueueLayout, shard_tag
-from duetime.store.operations import Promotion, QueueOperations
+from duetime.store.operations import QueueOperations
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor, cancel_and_wait
 

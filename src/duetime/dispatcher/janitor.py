@@ -7,7 +7,8 @@ import logging
 
 from duetime.settings import Settings
 from duetime.store import AsyncRunner
-from duetime.store.operations import MINUTE_MS, MINUTES_KEPT, QueueOperations
+from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
+from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
 

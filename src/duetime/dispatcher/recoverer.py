@@ -12,7 +12,8 @@ import time
 
 from duetime.settings import Settings
 from duetime.store import AsyncRunner
-from duetime.store.operations import Promotion, QueueOperations
+from duetime.store.dispatching import Promotion
+from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
 

@@ -151,6 +151,11 @@ class QueueKeys:
     def active_pattern(self) -> str:
         return self._key("active:*")
 
+    @property
+    def all_keys_pattern(self) -> str:
+        """A SCAN pattern matching every key of the queue."""
+        return self._key("*")
+
     def worker_of_active(self, key: str) -> str:
         return key.removeprefix(self._key("active:"))
 
