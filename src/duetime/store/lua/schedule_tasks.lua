@@ -29,6 +29,7 @@
 -- within Lua's stack.
 -- @include generation
 -- @include microseconds
+-- @include wake
 -- @include scheduling
 local now = tonumber(ARGV[1])
 local tasks = cmsgpack.unpack(ARGV[2])
@@ -38,7 +39,7 @@ for i = 1, #tasks, 5 do
   ids[#ids + 1] = tasks[i]
 end
 local live = redis.call('HMGET', KEYS[1], unpack(ids))
-local layout = read_layout()
+local layout = read_layout(KEYS[7])
 local soonest = math.huge  -- the earliest run-at (ms) of this batch's delayed tasks
 local refused = {}
 local taken = {}  -- ids of this batch already given a place: a repeat is live too
@@ -85,7 +86,7 @@ for n = 1, #ids do
     end
   end
 end
-local wake = soonest < math.huge and must_wake(soonest)
+local wake = must_wake(KEYS[4], soonest < math.huge and comes_first(soonest, KEYS[6], KEYS[2]))
 -- Every key written below is read first (see scheduling.lua), except the buckets: each
 -- is written with pcall, before anything else, and one of the wrong type takes the
 -- members just added out of the buckets written before it (they were not there: their
@@ -130,9 +131,9 @@ end
 if written > 0 then
   redis.call('HSET', KEYS[1], unpack(fields))
 end
-local generation = count_delayed(asked, delayed, layout)
+local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then
-  redis.call('RPUSH', KEYS[4], 1)
+  wake_dispatcher(KEYS[4])
 end
-count_scheduled(written)
+count_scheduled(KEYS[5], written)
 return {generation, #ids, refused}
