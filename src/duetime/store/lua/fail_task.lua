@@ -61,7 +61,7 @@ else
   redis.call('ZADD', KEYS[5], retry_at, id)
   redis.pcall('HSET', KEYS[11], id, ARGV[6]) -- pcall: a damaged key must not fail the step
   if wake then
-    wake_dispatcher(KEYS[7])
+    redis.call('RPUSH', KEYS[7], 1)
   end
   redis.pcall('HINCRBY', KEYS[8], 'retried', 1)
   redis.pcall('HINCRBY', KEYS[10], minute .. 'retried', 1)

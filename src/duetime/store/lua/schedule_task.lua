@@ -48,6 +48,6 @@ end
 redis.call('HSET', KEYS[1], id, ARGV[4])
 count_scheduled(KEYS[5], 1)
 if wake then
-  wake_dispatcher(KEYS[4])
+  redis.call('RPUSH', KEYS[4], 1)
 end
 return {count_delayed(asked, delayed, layout, KEYS[7], KEYS[6]), 1, {}}

@@ -133,7 +133,7 @@ if written > 0 then
 end
 local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then
-  wake_dispatcher(KEYS[4])
+  redis.call('RPUSH', KEYS[4], 1)
 end
 count_scheduled(KEYS[5], written)
 return {generation, #ids, refused}

@@ -11,21 +11,17 @@ local function comes_before(at, head)
 end
 
 -- Whether a change that puts something before what the dispatcher waits for (``earlier``)
--- must wake it: no wake-up waits in the list. The list is read only then; asked before a
--- script's first write, a wake list of the wrong type fails the call with nothing written.
+-- must wake it: no wake-up waits in the list. The list is read only then. A script asks
+-- before its first write (a wake list of the wrong type then fails the call with nothing
+-- written), and pushes the wake-up (RPUSH 1) after its writes.
 local function must_wake(wake_key, earlier)
   return earlier and redis.call('LLEN', wake_key) == 0
 end
 
--- Wake the dispatcher, once must_wake said so.
-local function wake_dispatcher(wake_key)
-  redis.call('RPUSH', wake_key, 1)
-end
-
--- must_wake, then wake_dispatcher: for a script that read the wake list before its first
--- write (then asking after a write fails nothing half way).
+-- Wake the dispatcher if must_wake says so, at once: for a script that read the wake list
+-- before its first write already.
 local function wake_if(wake_key, earlier)
   if must_wake(wake_key, earlier) then
-    wake_dispatcher(wake_key)
+    redis.call('RPUSH', wake_key, 1)
   end
 end
