@@ -22,7 +22,7 @@
 -- reply of 1,000 integers cost the server a quarter of a µs a task.)
 -- A task due later goes into a small bucket (compact on the server) picked by a hash of
 -- its id; a bucket's earliest run-at is its score in `delayed`, which dispatchers follow.
--- How the buckets grow, and when a dispatcher is woken: scheduling.lua.
+-- How the buckets grow, and when a dispatcher is woken: scheduling.lua (and wake.lua).
 -- schedule_task.lua stores the one task of a single call in fewer steps.
 -- One HMGET finds the live ids, then one ZADD per bucket, one RPUSH and one HSET write
 -- the rest. Clients send at most 1,000 tasks per call, so the unpack()ed lists stay
