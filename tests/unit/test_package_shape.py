@@ -47,7 +47,6 @@ OVERSIZED_MODULES: dict[str, int] = {
     "duetime/store/operations.py": 1419,
     "duetime/worker.py": 1247,
     "duetime/metrics.py": 814,
-    "duetime/dashboard/app.py": 618,
     "duetime/store/runner.py": 602,
     "duetime/dispatcher.py": 434,
 }

@@ -120,8 +120,9 @@ def test_keys_come_only_from_KEYS_and_are_declared(path: Path) -> None:
     own = source
     for function in functions.values():
         own = own.replace(function.text, "")
-    parts = [(path.name, own, set())]
-    parts += [(f"{path.name}: {name}()", f.text, set(f.keys)) for name, f in functions.items()]
+    parts: list[tuple[str, str, set[str]]] = [(path.name, own, set())]
+    for name, function in functions.items():
+        parts.append((f"{path.name}: {name}()", function.text, set(function.keys)))
     for where, part, given in parts:
         for call in calls(part):
             command = call[0].strip("'\"").upper()
