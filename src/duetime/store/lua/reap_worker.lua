@@ -24,6 +24,7 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include chunks
+-- @include hash_values
 -- @include wake
 -- @include early
 local now = tonumber(ARGV[1])

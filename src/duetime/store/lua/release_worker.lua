@@ -21,6 +21,7 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include chunks
+-- @include hash_values
 -- @include early
 local worker = ARGV[1]
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)

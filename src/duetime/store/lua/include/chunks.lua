@@ -7,16 +7,3 @@ local function in_chunks(list, call)
     call(first, math.min(first + CHUNK - 1, #list))
   end
 end
-
--- The values of ``fields`` in the hash at ``hash_key`` (false for a field it lacks), in
--- their order, read with one HMGET per chunk.
-local function hash_values(hash_key, fields)
-  local values = {}
-  in_chunks(fields, function(first, last)
-    local found = redis.call('HMGET', hash_key, unpack(fields, first, last))
-    for n = first, last do
-      values[n] = found[n - first + 1]
-    end
-  end)
-  return values
-end
