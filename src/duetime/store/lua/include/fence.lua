@@ -14,7 +14,7 @@ end
 -- fail_task, heartbeat) is compared as text, and one given as a number (unpacked from
 -- msgpack: ack_tasks) as a number. The two differ only for a counter written by hand in
 -- another spelling of the number ("03", "3.0", " 3"): ack_tasks takes it for the
--- attempt, fail_task and heartbeat fence it, as each did before this was written once.
+-- attempt, fail_task and heartbeat fence it (each keeps what it always did).
 local function is_attempt(stored, attempt)
   return stored == attempt or tonumber(stored) == attempt
 end
