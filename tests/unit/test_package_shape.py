@@ -42,7 +42,6 @@ FORBIDDEN = {
 #: Modules still larger than the rule, each with its size today: the list only shrinks.
 OVERSIZED_MODULES: dict[str, int] = {
     "duetime/worker.py": 1247,
-    "duetime/dashboard/app.py": 618,
 }
 #: Breaches still to mend (the package split removes them): the list only shrinks.
 KNOWN_BREACHES: set[str] = set()

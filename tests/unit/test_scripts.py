@@ -1,10 +1,13 @@
 """Every Lua script touches only keys it is given in KEYS, and declares them in its
 header: a key built inside Lua would break on Redis Cluster (CROSSSLOT, or a key on
-another node) and on proxies that check declared keys. Checked by reading each script."""
+another node) and on proxies that check declared keys. Checked by reading each script.
+A function of an include (lua/include/) is given the keys it touches as parameters
+named ``*_key``: each caller must fill them from KEYS (or pass on its own)."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +28,10 @@ KEY_ARGUMENTS = {
 CALL = re.compile(r"redis\.p?call\(")
 KEY = re.compile(r"KEYS\[(.+)\]")
 DECLARED = re.compile(r"^-- KEYS\[(\d+)(\.\.)?\]", re.MULTILINE)
+INCLUDED = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
+#: A function of an include: from "local function" at the start of a line to the first
+#: "end" alone on a line (its body is indented).
+FUNCTION = re.compile(r"^local function (\w+)\(([^)]*)\)\n.*?^end$", re.MULTILINE | re.DOTALL)
 
 
 def arguments(source: str, start: int) -> list[str]:
@@ -57,6 +64,33 @@ def code(path: Path) -> str:
     return re.sub(r"--.*", "", expanded(path.read_text()))
 
 
+@dataclass(frozen=True)
+class Included:
+    """A function of an include: its text (comments out), and its key parameters by
+    name and position."""
+
+    text: str
+    keys: dict[str, int]
+
+
+def included(path: Path) -> dict[str, Included]:
+    """The functions of the includes the script at ``path`` includes, by name."""
+    found = {}
+    for name in INCLUDED.findall(path.read_text()):
+        source = re.sub(r"--.*", "", (LUA / "include" / f"{name}.lua").read_text())
+        for match in FUNCTION.finditer(source):
+            parameters = [parameter.strip() for parameter in match[2].split(",")]
+            keys = {name: n for n, name in enumerate(parameters) if name.endswith("_key")}
+            found[match[1]] = Included(match[0], keys)
+    return found
+
+
+def calls_of(name: str, source: str) -> list[list[str]]:
+    """The arguments of each call of the function ``name`` in the source."""
+    pattern = rf"(?<![\w.])(?<!function ){name}\("
+    return [arguments(source, match.end()) for match in re.finditer(pattern, source)]
+
+
 def key_indices(source: str) -> list[str]:
     """What each KEYS[...] in the source indexes with (brackets may nest)."""
     found = []
@@ -80,13 +114,31 @@ def test_keys_come_only_from_KEYS_and_are_declared(path: Path) -> None:
     declared = {int(n) for n, _ in DECLARED.findall(header)}
     open_ended = [int(n) for n, more in DECLARED.findall(header) if more]
     assert declared, f"{path.name} declares no KEYS in its header"
-    for call in calls(source):
-        command = call[0].strip("'\"").upper()
-        assert command in KEY_ARGUMENTS, f"{path.name}: {command} is not a known command"
-        for argument in call[1 : 1 + KEY_ARGUMENTS[command]]:
-            assert KEY.fullmatch(argument), (
-                f"{path.name}: {command} is given the key {argument!r}, not one of KEYS"
-            )
+    functions = included(path)
+    # The script's own code (and whatever of its includes is not in a function) may touch
+    # only KEYS; the body of an included function also the keys given as its parameters.
+    own = source
+    for function in functions.values():
+        own = own.replace(function.text, "")
+    parts: list[tuple[str, str, set[str]]] = [(path.name, own, set())]
+    for name, function in functions.items():
+        parts.append((f"{path.name}: {name}()", function.text, set(function.keys)))
+    for where, part, given in parts:
+        for call in calls(part):
+            command = call[0].strip("'\"").upper()
+            assert command in KEY_ARGUMENTS, f"{where}: {command} is not a known command"
+            for argument in call[1 : 1 + KEY_ARGUMENTS[command]]:
+                assert KEY.fullmatch(argument) or argument in given, (
+                    f"{where}: {command} is given the key {argument!r}, not one of KEYS"
+                )
+        for name, function in functions.items():
+            for call in calls_of(name, part):
+                for parameter, n in function.keys.items():
+                    assert KEY.fullmatch(call[n]) or call[n] in given, (
+                        f"{where}: {name}() is given the {parameter} {call[n]!r}, not one of KEYS"
+                    )
+        for parameter in given:  # no name glued together from a key given either
+            assert not re.search(rf"\b{parameter}\s*\.\.|\.\.\s*{parameter}\b", part), where
     for index in key_indices(source):
         if index.isdigit():
             number = int(index)

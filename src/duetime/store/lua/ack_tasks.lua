@@ -20,6 +20,8 @@
 -- variadic command per step for the whole batch (ZMSCORE, HMGET, ZREM, HDEL): a script's
 -- commands cost the server more than their work. A worker acks at most 500 tasks per
 -- call, well within what unpack() can spread on Lua's stack. LREM goes id by id.
+-- @include fence
+-- @include result
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -28,7 +30,7 @@ local done, done_members = {}, {}
 local finished = {} -- ids acked earlier in this batch: a second outcome finds no lease
 local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
-local result_key = 8
+local result_index = 8
 local quints = cmsgpack.unpack(ARGV[3])
 if #quints == 0 then
   return out
@@ -45,11 +47,11 @@ for n = 1, #ids do
   local i = 5 * n - 4
   local id, ttl, member = ids[n], quints[i + 2], members[n]
   if ttl > 0 then
-    results[n] = result_key
-    result_key = result_key + 1
+    results[n] = result_index
+    result_index = result_index + 1
   end
   local deadline = not finished[id] and deadlines[n]
-  if deadline and tonumber(deadline) > now and tonumber(attempts[n]) == quints[i + 1] then
+  if lease_runs(deadline, now) and is_attempt(attempts[n], quints[i + 1]) then
     finished[id] = true
     done[#done + 1] = id
     done_members[#done_members + 1] = member
@@ -81,9 +83,7 @@ for n = 1, #ids do
     redis.call('LREM', KEYS[1], 1, ids[n])
     local key = results[n]
     if key then
-      redis.call('DEL', KEYS[key])
-      redis.call('RPUSH', KEYS[key], quints[5 * n - 1])
-      redis.call('PEXPIRE', KEYS[key], quints[5 * n - 2])
+      keep_result(KEYS[key], quints[5 * n - 1], quints[5 * n - 2])
     end
   end
 end

@@ -23,7 +23,7 @@ local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], id) == 0 then
   return false
 end
-local generation = current_generation(10)
+local generation = current_generation(KEYS[10])
 if generation ~= tonumber(ARGV[2]) then
   return generation
 end
@@ -35,9 +35,9 @@ redis.call('HGET', KEYS[5], '')
 redis.call('HGET', KEYS[6], '')
 redis.call('HGET', KEYS[8], '')
 local place
-if remove_delayed(id, 11, 9, 10) then
+if remove_delayed(id, 11, KEYS[9], KEYS[10]) then
   place = 'scheduled'
-  forget_layout_if_empty(9, 10)
+  forget_layout_if_empty(KEYS[9], KEYS[10])
 elseif redis.call('ZREM', KEYS[2], id) == 1 then
   place = 'scheduled'
 elseif redis.call('ZREM', KEYS[4], id) == 1 then

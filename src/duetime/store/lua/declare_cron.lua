@@ -6,6 +6,7 @@
 -- ARGV[2] definition
 -- ARGV[3] first tick after now (ms), used when the job is new or changed
 -- Returns: 0 unchanged, 1 created, 2 updated (a paused job stays paused).
+-- @include wake
 local name = ARGV[1]
 local current = redis.call('HGET', KEYS[1], name)
 if current == ARGV[2] then
@@ -21,7 +22,5 @@ if current and not redis.call('ZSCORE', KEYS[2], name) then
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('ZADD', KEYS[2], ARGV[3], name)
-if (not head[2] or tonumber(ARGV[3]) < tonumber(head[2])) and redis.call('LLEN', KEYS[3]) == 0 then
-  redis.call('RPUSH', KEYS[3], 1)
-end
+wake_if(KEYS[3], comes_before(tonumber(ARGV[3]), head))
 return current and 2 or 1

@@ -21,11 +21,13 @@
 -- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include fence
+-- @include wake
+-- @include result
 local now = tonumber(ARGV[1])
 local id = ARGV[3]
 local member = ARGV[2] .. '|' .. id
-local deadline = redis.call('ZSCORE', KEYS[2], member)
-if not (deadline and tonumber(deadline) > now and redis.call('HGET', KEYS[3], id) == ARGV[4]) then
+if not holds_lease(KEYS[2], KEYS[3], member, id, ARGV[4], now) then
   redis.pcall('HINCRBY', KEYS[8], 'fenced', 1)
   return 0
 end
@@ -40,7 +42,7 @@ if retry_at < 0 then
   redis.call('ZSCORE', KEYS[6], '')
 else
   head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
-  wake = (not head[2] or retry_at < tonumber(head[2])) and redis.call('LLEN', KEYS[7]) == 0
+  wake = must_wake(KEYS[7], comes_before(retry_at, head))
 end
 redis.call('LREM', KEYS[1], 1, id)
 redis.call('ZREM', KEYS[2], member)
@@ -53,9 +55,7 @@ if retry_at < 0 then
   redis.pcall('HINCRBY', KEYS[10], minute .. 'dead', 1)
   local ttl = tonumber(ARGV[7])
   if ttl > 0 then
-    redis.call('DEL', KEYS[9])
-    redis.call('RPUSH', KEYS[9], ARGV[8])
-    redis.call('PEXPIRE', KEYS[9], ttl)
+    keep_result(KEYS[9], ARGV[8], ttl)
   end
 else
   redis.call('ZADD', KEYS[5], retry_at, id)

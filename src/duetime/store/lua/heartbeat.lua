@@ -17,6 +17,7 @@
 -- whose BLMOVE reply it never got.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include fence
 local now = tonumber(ARGV[1])
 local worker = ARGV[3]
 local known = redis.call('ZSCORE', KEYS[1], worker) and 1 or 0
@@ -27,8 +28,7 @@ local lost = {}
 for i = 5, #ARGV, 2 do
   local id = ARGV[i]
   local member = worker .. '|' .. id
-  local deadline = redis.call('ZSCORE', KEYS[2], member)
-  if deadline and tonumber(deadline) > now and redis.call('HGET', KEYS[3], id) == ARGV[i + 1] then
+  if holds_lease(KEYS[2], KEYS[3], member, id, ARGV[i + 1], now) then
     redis.call('ZADD', KEYS[2], 'XX', ARGV[2], member)
   else
     lost[#lost + 1] = id

@@ -111,11 +111,11 @@ for key, taken in pairs(from_buckets) do
   if #taken > 0 then
     redis.call('ZREM', KEYS[key], unpack(taken))
   end
-  reindex(key, 9)
+  reindex(KEYS[key], KEYS[9])
 end
 if bucketed > 0 then
   redis.pcall('HINCRBY', KEYS[10], 'tasks', -bucketed)
-  forget_layout_if_empty(9, 10)
+  forget_layout_if_empty(KEYS[9], KEYS[10])
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '-1'
 -- The buckets still due for promotion or staging (more than one call could take), or else

@@ -15,6 +15,7 @@
 -- and is counted as dropped_unknown, never re-entered.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include wake
 local now = tonumber(ARGV[1])
 local count, unknown = 0, 0
 -- What is written below is read here first: a key of the wrong type fails the call
@@ -48,9 +49,7 @@ for i = 2, #ARGV, 2 do
   end
 end
 if count > 0 then
-  if redis.call('LLEN', KEYS[3]) == 0 then
-    redis.call('RPUSH', KEYS[3], 1)
-  end
+  wake_if(KEYS[3], true) -- re-entered tasks are due now
   redis.pcall('HINCRBY', KEYS[4], 'expired_leases', count)
 end
 if unknown > 0 then

@@ -24,6 +24,9 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include chunks
+-- @include hash_values
+-- @include wake
+-- @include early
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local beat = redis.call('ZSCORE', KEYS[1], worker)
@@ -32,17 +35,15 @@ if beat and tonumber(beat) > tonumber(ARGV[3]) then
   return -1
 end
 local listed = redis.call('LRANGE', KEYS[2], 0, -1)
+local envelopes = hash_values(KEYS[8], listed)
 local ids, unknown = {}, 0
-in_chunks(listed, function(first, last)
-  local envelopes = redis.call('HMGET', KEYS[8], unpack(listed, first, last))
-  for n = first, last do
-    if envelopes[n - first + 1] then
-      ids[#ids + 1] = listed[n]
-    else
-      unknown = unknown + 1
-    end
+for n, id in ipairs(listed) do
+  if envelopes[n] then
+    ids[#ids + 1] = id
+  else
+    unknown = unknown + 1
   end
-end)
+end
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('ZSCORE', KEYS[3], '')
@@ -54,11 +55,7 @@ for _, id in ipairs(listed) do
 end
 for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[4], now, id)
-  -- HGET then HSET: a worker runs this too, and its ACL grants no set-if-absent. pcall:
-  -- a damaged key must not fail the step.
-  if not redis.pcall('HGET', KEYS[9], id) then
-    redis.pcall('HSET', KEYS[9], id, ARGV[1])
-  end
+  note_due_at(KEYS[9], id, ARGV[1])
 end
 redis.call('DEL', KEYS[2])
 if redis.call('ZREM', KEYS[1], worker) == 1 then
@@ -70,9 +67,7 @@ else
   redis.call('ZREM', KEYS[7], worker)
 end
 if #ids > 0 then
-  if redis.call('LLEN', KEYS[5]) == 0 then
-    redis.call('RPUSH', KEYS[5], 1)
-  end
+  wake_if(KEYS[5], true) -- re-entered tasks are due now
   redis.pcall('HINCRBY', KEYS[6], 'reaped_tasks', #ids)
 end
 if unknown > 0 then

@@ -21,15 +21,11 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include chunks
+-- @include hash_values
+-- @include early
 local worker = ARGV[1]
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
-local envelopes = {}
-in_chunks(ids, function(first, last)
-  local found = redis.call('HMGET', KEYS[8], unpack(ids, first, last))
-  for n = first, last do
-    envelopes[n] = found[n - first + 1]
-  end
-end)
+local envelopes = hash_values(KEYS[8], ids)
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('ZSCORE', KEYS[1], '')
@@ -57,11 +53,7 @@ for i = #ids, 1, -1 do
       end
     end
     redis.call('LPUSH', KEYS[5], id)
-    -- HGET then HSET: the worker's ACL grants no set-if-absent. pcall: a damaged key
-    -- must not fail the step.
-    if not redis.pcall('HGET', KEYS[9], id) then
-      redis.pcall('HSET', KEYS[9], id, ARGV[4])
-    end
+    note_due_at(KEYS[9], id, ARGV[4])
     handed = handed + 1
   end
 end

@@ -23,6 +23,7 @@
 -- @include generation
 -- @include delayed_buckets
 -- @include microseconds
+-- @include wake
 local now, id, run_at = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local current = redis.call('HGET', KEYS[1], id)
 if not current then
@@ -31,7 +32,7 @@ end
 if current ~= ARGV[4] then
   return 'changed'
 end
-local generation = current_generation(8)
+local generation = current_generation(KEYS[8])
 if generation ~= tonumber(ARGV[6]) then
   return generation
 end
@@ -44,7 +45,7 @@ redis.call('ZSCORE', KEYS[#KEYS], '')
 redis.call('LLEN', KEYS[3])
 redis.call('LLEN', KEYS[5])
 redis.call('HGET', KEYS[6], '')
-if not remove_delayed(id, 9, 7, 8) and redis.call('ZREM', KEYS[2], id) == 0 then
+if not remove_delayed(id, 9, KEYS[7], KEYS[8]) and redis.call('ZREM', KEYS[2], id) == 0 then
   if redis.call('ZSCORE', KEYS[4], id) then
     return 'dead'
   end
@@ -56,7 +57,7 @@ redis.pcall('HDEL', KEYS[6], id) -- a note of a ready, retried or re-entered tas
 redis.call('HSET', KEYS[1], id, ARGV[5])
 if run_at <= now then
   redis.call('RPUSH', KEYS[3], id)
-  forget_layout_if_empty(7, 8)
+  forget_layout_if_empty(KEYS[7], KEYS[8])
 else
   local retry = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   local bucket = redis.call('ZRANGE', KEYS[7], 0, 0, 'WITHSCORES')
@@ -64,14 +65,12 @@ else
     bucket[2] and tonumber(bucket[2]) / 1000 or math.huge)
   if tonumber(ARGV[7]) >= MOST_US then
     redis.call('ZADD', KEYS[2], run_at, id)
-    forget_layout_if_empty(7, 8)
+    forget_layout_if_empty(KEYS[7], KEYS[8])
   else
     redis.call('ZADD', KEYS[#KEYS], ARGV[7], id)
     redis.call('ZADD', KEYS[7], 'LT', ARGV[7], string.sub(KEYS[#KEYS], #KEYS[7] + 2))
     redis.pcall('HINCRBY', KEYS[8], 'tasks', 1)
   end
-  if run_at < earliest and redis.call('LLEN', KEYS[5]) == 0 then
-    redis.call('RPUSH', KEYS[5], 1)
-  end
+  wake_if(KEYS[5], run_at < earliest)
 end
 return 'ok'

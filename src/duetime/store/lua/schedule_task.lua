@@ -21,20 +21,21 @@
 -- already live (nothing changed), else {generation, 1, {}}.
 -- @include generation
 -- @include microseconds
+-- @include wake
 -- @include scheduling
 local now, id, run_at, asked = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 if redis.call('HEXISTS', KEYS[1], id) == 1 then
-  return {count_delayed(asked, 0, read_layout()), 1, {1}}
+  return {count_delayed(asked, 0, read_layout(KEYS[7]), KEYS[7], KEYS[6]), 1, {1}}
 end
 -- Every key written below is read first, or is the first write (see scheduling.lua).
-local layout = read_layout()
+local layout = read_layout(KEYS[7])
 if run_at <= now then
   redis.call('RPUSH', KEYS[3], id)
   redis.call('HSET', KEYS[1], id, ARGV[4])
-  count_scheduled(1)
-  return {count_delayed(asked, 0, layout), 1, {}}
+  count_scheduled(KEYS[5], 1)
+  return {count_delayed(asked, 0, layout, KEYS[7], KEYS[6]), 1, {}}
 end
-local wake = must_wake(run_at)
+local wake = must_wake(KEYS[4], comes_first(run_at, KEYS[6], KEYS[2]))
 local delayed = 0
 if run_at * 1000 >= MOST_US then
   redis.call('ZADD', KEYS[2], run_at, id)
@@ -45,8 +46,8 @@ else
   delayed = 1
 end
 redis.call('HSET', KEYS[1], id, ARGV[4])
-count_scheduled(1)
+count_scheduled(KEYS[5], 1)
 if wake then
   redis.call('RPUSH', KEYS[4], 1)
 end
-return {count_delayed(asked, delayed, layout), 1, {}}
+return {count_delayed(asked, delayed, layout, KEYS[7], KEYS[6]), 1, {}}

@@ -22,13 +22,14 @@
 -- reply of 1,000 integers cost the server a quarter of a µs a task.)
 -- A task due later goes into a small bucket (compact on the server) picked by a hash of
 -- its id; a bucket's earliest run-at is its score in `delayed`, which dispatchers follow.
--- How the buckets grow, and when a dispatcher is woken: scheduling.lua.
+-- How the buckets grow, and when a dispatcher is woken: scheduling.lua (and wake.lua).
 -- schedule_task.lua stores the one task of a single call in fewer steps.
 -- One HMGET finds the live ids, then one ZADD per bucket, one RPUSH and one HSET write
 -- the rest. Clients send at most 1,000 tasks per call, so the unpack()ed lists stay
 -- within Lua's stack.
 -- @include generation
 -- @include microseconds
+-- @include wake
 -- @include scheduling
 local now = tonumber(ARGV[1])
 local tasks = cmsgpack.unpack(ARGV[2])
@@ -38,7 +39,7 @@ for i = 1, #tasks, 5 do
   ids[#ids + 1] = tasks[i]
 end
 local live = redis.call('HMGET', KEYS[1], unpack(ids))
-local layout = read_layout()
+local layout = read_layout(KEYS[7])
 local soonest = math.huge  -- the earliest run-at (ms) of this batch's delayed tasks
 local refused = {}
 local taken = {}  -- ids of this batch already given a place: a repeat is live too
@@ -85,7 +86,7 @@ for n = 1, #ids do
     end
   end
 end
-local wake = soonest < math.huge and must_wake(soonest)
+local wake = must_wake(KEYS[4], soonest < math.huge and comes_first(soonest, KEYS[6], KEYS[2]))
 -- Every key written below is read first (see scheduling.lua), except the buckets: each
 -- is written with pcall, before anything else, and one of the wrong type takes the
 -- members just added out of the buckets written before it (they were not there: their
@@ -130,9 +131,9 @@ end
 if written > 0 then
   redis.call('HSET', KEYS[1], unpack(fields))
 end
-local generation = count_delayed(asked, delayed, layout)
+local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then
   redis.call('RPUSH', KEYS[4], 1)
 end
-count_scheduled(written)
+count_scheduled(KEYS[5], written)
 return {generation, #ids, refused}

@@ -6,6 +6,7 @@
 -- ARGV[1] job name
 -- ARGV[2] next tick (ms), or -1 to pause
 -- Returns: 1 done, 0 no such job.
+-- @include wake
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], name) == 0 then
   return 0
@@ -19,8 +20,6 @@ if tonumber(ARGV[2]) < 0 then
   redis.call('ZREM', KEYS[2], name)
 else
   redis.call('ZADD', KEYS[2], ARGV[2], name)
-  if redis.call('LLEN', KEYS[4]) == 0 then
-    redis.call('RPUSH', KEYS[4], 1)
-  end
+  wake_if(KEYS[4], true) -- a resumed job may be due before what the dispatcher waits for
 end
 return 1

@@ -26,7 +26,7 @@ local result = redis.call('LINDEX', KEYS[7], 0) or false
 if not envelope then
   return {result and 'finished' or 'unknown', false, false, false, false, result}
 end
-local generation = current_generation(8)
+local generation = current_generation(KEYS[8])
 if generation ~= tonumber(ARGV[2]) then
   return generation
 end

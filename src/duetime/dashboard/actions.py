@@ -1,0 +1,167 @@
+"""The dashboard's actions: POST routes that change a queue through the public
+``AsyncQueue`` API (pause, resume, run now, cancel, requeue or delete dead tasks, pause,
+resume or trigger cron jobs).
+
+An action is POST only (a GET on one is a 405), carries the session's CSRF token, and
+answers with a redirect back to a page and a one-shot notice (post/redirect/get, so a
+reload never repeats an action).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import Response
+
+from duetime import AsyncQueue, validation
+from duetime.dashboard import views
+from duetime.dashboard.inputs import dead_filter, form_text, local_path
+from duetime.dashboard.security import verified_form
+from duetime.dashboard.site import Dashboard, Notice
+from duetime.errors import DecodeError, InvalidInputError, TaskNotFoundError, TaskStateError
+
+
+class Actions:
+    """Each action of the dashboard, answered with what ``site`` shares."""
+
+    def __init__(self, site: Dashboard) -> None:
+        self.site = site
+
+    async def _act(
+        self,
+        request: Request,
+        default_back: str,
+        action: Callable[[AsyncQueue, FormData], Awaitable[Notice]],
+    ) -> Response:
+        """Check the form, run ``action``, and go back with its notice (or its error)."""
+        _, queue = self.site.queue(request)
+        form = await verified_form(request, self.site.sessions)
+        back = local_path(form_text(form, "back"), default_back)
+        try:
+            notice = await action(queue, form)
+        except (InvalidInputError, TaskNotFoundError, TaskStateError) as error:
+            notice = Notice(str(error), "error")
+        except DecodeError as error:
+            notice = Notice(f"Cannot read what Redis holds: {error}", "error")
+        return self.site.redirect(request, back, notice)
+
+    def _task_id(self, form: FormData) -> str:
+        return validation.task_id(form_text(form, "id"))
+
+    async def pause_queue(self, request: Request) -> Response:
+        async def pause(queue: AsyncQueue, form: FormData) -> Notice:
+            changed = await queue.pause()
+            if changed:
+                return Notice(f"Paused {queue.name}: workers claim nothing until it is resumed.")
+            return Notice(f"{queue.name} was already paused.")
+
+        return await self._act(request, "/", pause)
+
+    async def resume_queue(self, request: Request) -> Response:
+        async def resume(queue: AsyncQueue, form: FormData) -> Notice:
+            changed = await queue.resume()
+            return Notice(f"Resumed {queue.name}." if changed else f"{queue.name} was not paused.")
+
+        return await self._act(request, "/", resume)
+
+    async def run_now(self, request: Request) -> Response:
+        async def run(queue: AsyncQueue, form: FormData) -> Notice:
+            task_id = self._task_id(form)
+            await queue.run_now(task_id)
+            return Notice(f"Task {task_id} is due now.")
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/tasks", run)
+
+    async def cancel(self, request: Request) -> Response:
+        async def cancel(queue: AsyncQueue, form: FormData) -> Notice:
+            task_id = self._task_id(form)
+            if await queue.cancel(task_id):
+                return Notice(f"Cancelled task {task_id}.")
+            return Notice(f"Task {task_id} was no longer waiting: nothing cancelled.", "error")
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/tasks", cancel)
+
+    async def dead_action(self, request: Request) -> Response:
+        """Requeue or delete one dead task (a row's button) or the checked ones."""
+
+        async def act(queue: AsyncQueue, form: FormData) -> Notice:
+            for action in ("requeue", "delete"):
+                one = form_text(form, f"{action}_one")
+                if one:
+                    return _dead_notice(action, await views.act_on_dead(queue, action, [one]))
+            action = form_text(form, "selected")
+            if action not in ("requeue", "delete"):
+                return Notice("Choose requeue or delete.", "error")
+            ids = [value for value in form.getlist("ids") if isinstance(value, str) and value]
+            if not ids:
+                return Notice("No task selected: tick the boxes of the tasks first.", "error")
+            return _dead_notice(action, await views.act_on_dead(queue, action, ids))
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/dead", act)
+
+    async def dead_matching(self, request: Request) -> Response:
+        """Requeue or delete every dead task a filter matches (after dead_confirm)."""
+
+        async def act(queue: AsyncQueue, form: FormData) -> Notice:
+            action = form_text(form, "action")
+            if action not in ("requeue", "delete"):
+                return Notice("Choose requeue or delete.", "error")
+            chosen, _, error = dead_filter(form)
+            if error is not None:
+                return Notice(error, "error")
+            if chosen.selects_everything:
+                return _dead_notice(action, await views.act_on_dead(queue, action, None))
+            picked = await views.dead_ids(queue, chosen)
+            return _dead_notice(action, await views.act_on_dead(queue, action, picked.ids))
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/dead", act)
+
+    async def cron_pause(self, request: Request) -> Response:
+        return await self._cron_switch(request, AsyncQueue.pause_cron, "Paused cron job {}.")
+
+    async def cron_resume(self, request: Request) -> Response:
+        said = "Resumed cron job {} from its next tick."
+        return await self._cron_switch(request, AsyncQueue.resume_cron, said)
+
+    async def _cron_switch(
+        self,
+        request: Request,
+        switch: Callable[[AsyncQueue, str], Awaitable[object]],
+        said: str,
+    ) -> Response:
+        """Pause or resume the cron job the form names."""
+
+        async def act(queue: AsyncQueue, form: FormData) -> Notice:
+            name = form_text(form, "name")
+            await switch(queue, name)
+            return Notice(said.format(name))
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/cron", act)
+
+    async def cron_trigger(self, request: Request) -> Response:
+        """Run a cron job's task with its data now, as a task of its own (its ticks go on)."""
+
+        async def trigger(queue: AsyncQueue, form: FormData) -> Notice:
+            name = form_text(form, "name")
+            job = await views.cron_job(queue, name)
+            if job is None:
+                return Notice(f"No cron job {name!r} in {queue.name}.", "error")
+            if job.problem is not None:
+                return Notice(f"Cron job {name} cannot be used here: {job.problem}", "error")
+            task_id = await queue.trigger_cron(name)
+            return Notice(
+                f"Triggered {name}: task {task_id} is due now.",
+                link=f"/q/{queue.name}/task?id={task_id}",
+            )
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/cron", trigger)
+
+
+def _dead_notice(action: str, count: int) -> Notice:
+    verb = "Requeued" if action == "requeue" else "Deleted"
+    plural = "" if count == 1 else "s"
+    if count == 0:
+        return Notice(f"{verb} nothing: no such dead task (any more).", "error")
+    return Notice(f"{verb} {count:,} dead task{plural}.")
