@@ -255,15 +255,19 @@ def decode_job(blob: bytes) -> CronJob:
 # --- a cron job's tasks --------------------------------------------------------------
 
 
-def task_envelope(job: CronJob, run_at_ms: float) -> bytes:
-    """The envelope of a task of ``job`` that runs at ``run_at_ms``: the job's handler,
-    data, attempts and timeout, its outcome kept ``RESULT_TTL_MS``. The one conversion
-    of a cron job into a task: a tick's task (``tick_task``) and a run triggered now."""
-    return codec.encode_envelope(
-        codec.Envelope(
-            job.task, job.data, run_at_ms, job.max_attempts, job.timeout_ms, RESULT_TTL_MS
-        )
+def task_of(job: CronJob, run_at_ms: float) -> codec.Envelope:
+    """The task a run of ``job`` at ``run_at_ms`` is: the job's handler, data, attempts and
+    timeout, its outcome kept ``RESULT_TTL_MS``. The one conversion of a cron job into a
+    task: a tick's task (``tick_task``) and a run triggered now (the client's
+    ``trigger_cron``)."""
+    return codec.Envelope(
+        job.task, job.data, run_at_ms, job.max_attempts, job.timeout_ms, RESULT_TTL_MS
     )
+
+
+def task_envelope(job: CronJob, run_at_ms: float) -> bytes:
+    """The envelope of the task of ``job`` that runs at ``run_at_ms`` (``task_of``)."""
+    return codec.encode_envelope(task_of(job, run_at_ms))
 
 
 def tick_task(job: CronJob, tick_ms: int) -> tuple[str, int, bytes]:

@@ -12,7 +12,7 @@ import pytest
 import redis
 
 import duetime
-from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
+from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker, codec, cron
 from duetime.dispatcher import QueueDispatcher
 from duetime.errors import InvalidInputError, TaskNotFoundError
 from duetime.store import AsyncRunner, QueueKeys
@@ -191,6 +191,31 @@ def test_a_per_second_job_runs_end_to_end_and_reports_its_last_run(
         assert last is not None and last.task_id.startswith("cron:pulse:")
         assert last.succeeded is True and last.lateness_ms is not None and last.lateness_ms >= 0
         assert queue.check() == []
+
+
+def test_a_triggered_run_is_the_task_a_tick_would_be(redis_url: str, queue_name: str) -> None:
+    # A job without a task name goes to the default handler, as its ticks do (a trigger
+    # once refused it), with the timeout as stored (it once went through seconds and back).
+    with Queue(queue_name, redis_url) as queue:
+        queue.add_cron("sweep", "0 3 * * *", [1, "two"], max_attempts=4, timeout=2.007)
+        task_id = queue.trigger_cron("sweep")
+        keys = QueueKeys(queue_name)
+        with redis.Redis.from_url(redis_url) as raw:
+            stored = codec.decode_envelope(raw.hget(keys.tasks, task_id))
+            job = cron.decode_job(raw.hget(keys.cron, "sweep"))
+        tick = codec.decode_envelope(cron.tick_task(job, 1_000)[2])
+        assert stored.task == tick.task == ""
+        assert (stored.data, stored.max_attempts, stored.timeout_ms, stored.result_ttl_ms) == (
+            tick.data,
+            tick.max_attempts,
+            tick.timeout_ms,
+            tick.result_ttl_ms,
+        )
+        assert (tick.data, tick.max_attempts, tick.result_ttl_ms) == (
+            [1, "two"],
+            4,
+            cron.RESULT_TTL_MS,
+        )
 
 
 def test_trigger_runs_a_job_once_now_with_its_definition(redis_url: str, queue_name: str) -> None:

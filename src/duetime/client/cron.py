@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from duetime import codec, cron
-from duetime.client.models import CronInfo, CronRun, Job, TaskRef
+from duetime import codec, cron, validation
+from duetime.client.ids import new_task_id
+from duetime.client.models import CronInfo, CronRun, TaskRef
+from duetime.client.prepared import prepared_task
 from duetime.client.preparing import task_name_of
 from duetime.client.producing import Producing
 from duetime.client.reports import result_record
@@ -107,12 +109,22 @@ class CronPlans(Producing):
             blob = table.definitions.get(name)
             if blob is None:
                 continue
-            job = cron.decode_job(blob)
-            options = Job(
-                job.data, delay=0, task=job.task, max_attempts=job.max_attempts,
-                timeout=job.timeout_ms / 1000, result_ttl=cron.RESULT_TTL_MS / 1000,
-            )  # fmt: skip
-            return (yield from self.schedule_one_plan(self.prepare(options)))
+            task = cron.task_of(cron.decode_job(blob), 0)  # runs now: its run-at is moot
+            packed_data = codec.pack(task.data)
+            limit = self.settings.max_payload_bytes
+            validation.payload(task.data, len(packed_data), limit, packed_data)
+            item = prepared_task(
+                new_task_id(),
+                None,
+                0,
+                task.task,
+                packed_data,
+                task.max_attempts,
+                task.timeout_ms,
+                task.result_ttl_ms,
+                generated=True,
+            )
+            return (yield from self.schedule_one_plan(item))
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
     def remove_cron_plan(self, name: str) -> Plan[bool]:
