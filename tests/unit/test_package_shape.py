@@ -45,7 +45,6 @@ OVERSIZED_MODULES: dict[str, int] = {
     "duetime/cli.py": 1475,
     "duetime/scheduler.py": 1440,
     "duetime/store/operations.py": 1419,
-    "duetime/worker.py": 1247,
     "duetime/metrics.py": 814,
     "duetime/dashboard/app.py": 618,
     "duetime/store/runner.py": 602,
