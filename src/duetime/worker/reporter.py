@@ -51,7 +51,7 @@ def _info(attempt: Attempt) -> AttemptInfo | None:
 class Reporter:
     """Sends the outcomes of a worker's attempts to Redis and counts what came of them."""
 
-    def __init__(self, setup: WorkerSetup, state: WorkerState, durable: Durability | None):
+    def __init__(self, setup: WorkerSetup, state: WorkerState, durable: Durability | None) -> None:
         self._setup = setup
         self._state = state
         self._durable = durable
