@@ -1,12 +1,16 @@
-"""Checks every daemon makes when it starts."""
+"""What every daemon does as it starts and as it ends: the checks of the server, the
+metrics export, and the close of both (see ``DaemonStartup``)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import metadata
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from duetime.clock import ServerClock
 from duetime.errors import DuetimeError
@@ -15,7 +19,10 @@ from duetime.store import AsyncRunner
 from duetime.store.keys import QueueLayout
 from duetime.store.operations import QueueOperations, register_queues
 from duetime.store.requests import Durability
-from duetime.store.runner import mask_url
+from duetime.store.runner import RedisSpec, mask_url
+
+if TYPE_CHECKING:
+    from duetime.metrics.cron import CronTickSource
 
 log = logging.getLogger("duetime")
 
@@ -73,8 +80,10 @@ async def warn_if_beyond(runner: AsyncRunner, layout: QueueLayout) -> None:
             "!!! queue %s holds tasks or cron jobs in shard %d, but this process serves %d "
             "shard(s): they will not run; give every worker, dispatcher and client the "
             "shard count the queue was written with (--shards)",
-            layout.queue, layout.count, layout.count,
-        )  # fmt: skip
+            layout.queue,
+            layout.count,
+            layout.count,
+        )
 
 
 async def check_durability(
@@ -85,6 +94,77 @@ async def check_durability(
     if durability is not None and durability.fsync:
         for operations in shards:
             await runner.run(operations.check_fsync())
+
+
+class DaemonStartup:
+    """The start and the end a worker and a dispatcher share, as ``async with``: it
+    opens the daemon's Redis runner; ``prepare`` then exports the daemon's metrics and
+    makes its checks of the server, in order; on the way out the runner is closed,
+    then the steps given to ``after_runner_closed`` run, then the metrics export is
+    taken back (off the loop)::
+
+        async with DaemonStartup(redis, settings) as startup:
+            await startup.prepare(layouts, operations, register)
+            ...  # the daemon's loops, until it stops
+    """
+
+    def __init__(self, redis: RedisSpec, settings: Settings) -> None:
+        self.runner = AsyncRunner(redis, settings)
+        self._redis = redis
+        self._settings = settings
+        self._unexport: Callable[[], None] | None = None
+        self._after_runner_closed: list[Callable[[], Awaitable[None]]] = []
+
+    async def __aenter__(self) -> DaemonStartup:
+        return self
+
+    async def __aexit__(
+        self,
+        error_type: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.runner.close()
+        for step in self._after_runner_closed:
+            await step()
+        if self._unexport is not None:  # may wait for a scrape in flight: off the loop
+            await asyncio.to_thread(self._unexport)
+
+    def after_runner_closed(self, step: Callable[[], Awaitable[None]]) -> None:
+        """Run ``step`` on the way out, once the runner is closed (e.g. to collect the
+        commands its close ended) and before the metrics export is taken back."""
+        self._after_runner_closed.append(step)
+
+    async def prepare(
+        self,
+        layouts: Sequence[QueueLayout],
+        operations: QueueOperations,
+        register: Callable[[], Awaitable[None]],
+        *,
+        dispatchers: Sequence[CronTickSource] = (),
+        durable_shards: Sequence[QueueOperations] = (),
+        durability: Durability | None = None,
+    ) -> None:
+        """Before the daemon's loops start, in this order: export the metrics of its
+        ``layouts`` (queues and shard count; and the cron ticks of its ``dispatchers``)
+        when ``metrics_port`` is set; warn if the server of ``operations`` may evict keys,
+        and of tasks beyond each layout's shards; check that ``durable_shards`` can
+        confirm fsyncs when the ``durability`` wants it; ``register`` the daemon; and
+        freeze the objects made so far."""
+        settings = self._settings
+        if settings.metrics_port:
+            from duetime import metrics  # imported only when metrics are wanted
+
+            queues = [layout.queue for layout in layouts]
+            self._unexport = metrics.export(
+                settings, self._redis, queues, layouts[0].count, dispatchers
+            )
+        await warn_if_evicting(self.runner, operations)
+        for layout in layouts:
+            await warn_if_beyond(self.runner, layout)
+        await check_durability(self.runner, durable_shards, durability)
+        await register()
+        freeze_startup_objects(settings)
 
 
 def banner(

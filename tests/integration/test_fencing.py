@@ -17,6 +17,8 @@ from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import QueueOperations
 from duetime.store.requests import Command, Plan
 from duetime.store.working import Outcome
+from duetime.worker.heartbeater import Heartbeater
+from duetime.worker.reporter import Reporter
 from tests.helpers import FAST, running, scheduled_score, wait_until, wait_until_sync
 
 
@@ -195,10 +197,10 @@ def test_stop_now_acks_what_finished_and_hands_back_the_rest_at_once(
     finished is acked (not run again after worker_ttl) and the rest is handed back."""
     keys = QueueKeys(queue_name)
 
-    async def acker_stalled(self: Worker) -> None:  # outcomes pile up, unsent
-        await self._closing.wait()
+    async def acker_stalled(self: Reporter) -> None:  # outcomes pile up, unsent
+        await self._state.closing.wait()
 
-    monkeypatch.setattr(Worker, "_ack_loop", acker_stalled)
+    monkeypatch.setattr(Reporter, "loop", acker_stalled)
     finished: list[object] = []
 
     async def handler(data: dict[str, str]) -> None:
@@ -235,13 +237,13 @@ def test_a_finished_attempt_keeps_its_lease_until_its_late_ack(
     heartbeat renews it, so the ack, three leases later, is applied, not fenced."""
     keys = QueueKeys(queue_name)
     settings = FAST.replace(lease_duration=0.3, heartbeat_interval=0.05, worker_ttl=0.5)
-    real_ack_loop = Worker._ack_loop
+    real_ack_loop = Reporter.loop
 
-    async def acker_late(self: Worker) -> None:
+    async def acker_late(self: Reporter) -> None:
         await asyncio.sleep(3 * settings.lease_duration)
         await real_ack_loop(self)
 
-    monkeypatch.setattr(Worker, "_ack_loop", acker_late)
+    monkeypatch.setattr(Reporter, "loop", acker_late)
     runs: list[object] = []
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_now({"n": 1})
@@ -267,10 +269,10 @@ def test_an_attempt_whose_lease_ran_out_before_its_start_is_not_started(
     does not start a second copy."""
     keys = QueueKeys(queue_name)
 
-    async def heartbeats_held_back(self: Worker) -> None:
-        await self._closing.wait()
+    async def heartbeats_held_back(self: Heartbeater) -> None:
+        await self._state.closing.wait()
 
-    monkeypatch.setattr(Worker, "_heartbeat_loop", heartbeats_held_back)
+    monkeypatch.setattr(Heartbeater, "loop", heartbeats_held_back)
     t0 = server_ms(raw)
     clock = ManualClock(t0)
     started: list[object] = []

@@ -326,13 +326,13 @@ def test_a_worker_waits_for_the_later_of_a_note_and_the_run_at() -> None:
     a task promoted ahead and claimed once already: the note must not make it early."""
     from duetime.codec import Envelope
     from duetime.store.working import Claimed
-    from duetime.worker import Worker
+    from duetime.worker.attempt import not_before
 
     clock = ManualClock(1_000_000)
     ahead = Envelope("", {}, 1_000_500, 5, 1000, 0)
     due = Envelope("", {}, 999_000, 5, 1000, 0)
-    assert Worker._not_before(clock, Claimed("a", 2, b"", 999_990), ahead) == 1_000_500
-    assert Worker._not_before(clock, Claimed("a", 2, b"", 1_000_700), ahead) == 1_000_700
-    assert Worker._not_before(clock, Claimed("a", 1, b""), ahead) == 1_000_500
-    assert Worker._not_before(clock, Claimed("a", 2, b"", 999_990), due) == 999_990
-    assert Worker._not_before(clock, Claimed("a", 1, b""), due) is None
+    assert not_before(clock, Claimed("a", 2, b"", 999_990), ahead) == 1_000_500
+    assert not_before(clock, Claimed("a", 2, b"", 1_000_700), ahead) == 1_000_700
+    assert not_before(clock, Claimed("a", 1, b""), ahead) == 1_000_500
+    assert not_before(clock, Claimed("a", 2, b"", 999_990), due) == 999_990
+    assert not_before(clock, Claimed("a", 1, b""), due) is None

@@ -20,6 +20,7 @@ the loop restarted; one that keeps failing stops the dispatcher with
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
@@ -32,7 +33,7 @@ from duetime.dispatcher.janitor import Janitor
 from duetime.dispatcher.recoverer import Recoverer
 from duetime.errors import ConfigurationError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.startup import freeze_startup_objects, register, warn_if_beyond, warn_if_evicting
+from duetime.startup import DaemonStartup, register
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.dispatching import Promotion
 from duetime.store.keys import QueueLayout, shard_tag
@@ -212,27 +213,20 @@ class Dispatcher:
     async def run(self) -> None:
         """Dispatch until ``stop()``. Raises DaemonFailedError (after stopping every
         queue) when one queue's loop kept failing."""
-        runner = AsyncRunner(self._redis, self.settings)
-        dispatchers: list[QueueDispatcher] = []
-        unexport: Callable[[], None] | None = None
-        try:
+        async with DaemonStartup(self._redis, self.settings) as startup:
             dispatchers = [
-                QueueDispatcher(q, runner, self.settings, self._clock(), shard)
+                QueueDispatcher(q, startup.runner, self.settings, self._clock(), shard)
                 for q in self.queues
                 for shard in range(self.shards)
             ]
-            if self.settings.metrics_port:
-                from duetime import metrics  # imported only when metrics are wanted
-
-                unexport = metrics.export(
-                    self.settings, self._redis, self.queues, self.shards, dispatchers
-                )
-            await warn_if_evicting(runner, dispatchers[0].operations)
+            startup.after_runner_closed(functools.partial(self._end_wakes, dispatchers))
             layouts = [QueueLayout(queue, self.shards) for queue in self.queues]
-            for layout in layouts:
-                await warn_if_beyond(runner, layout)
-            await register(runner, layouts)
-            freeze_startup_objects(self.settings)
+            await startup.prepare(
+                layouts,
+                dispatchers[0].operations,
+                functools.partial(register, startup.runner, layouts),
+                dispatchers=dispatchers,
+            )
             loops = [
                 asyncio.create_task(
                     self.supervisor.keep_running(f"queue {d.queue}", d.loop(self._stop))
@@ -246,14 +240,14 @@ class Dispatcher:
                 self._stop.set()
             await asyncio.wait(loops)
             failing.cancel()
-        finally:
-            await runner.close()
-            unfinished = [d.unfinished_wake for d in dispatchers if d.unfinished_wake]
-            if unfinished:  # their connections are closed now: they end at once
-                await asyncio.wait(unfinished, timeout=self.settings.block_timeout + BLOCK_MARGIN)
-                for task in unfinished:
-                    if task.done() and not task.cancelled():
-                        task.exception()  # retrieved: the connection was closed under it
-            if unexport is not None:  # may wait for a scrape in flight: off the loop
-                await asyncio.to_thread(unexport)
         self.supervisor.raise_if_failed()
+
+    async def _end_wakes(self, dispatchers: list[QueueDispatcher]) -> None:
+        """Once the runner is closed: the wake BLPOPs left unfinished end at once (their
+        connections are closed under them)."""
+        unfinished = [d.unfinished_wake for d in dispatchers if d.unfinished_wake]
+        if unfinished:
+            await asyncio.wait(unfinished, timeout=self.settings.block_timeout + BLOCK_MARGIN)
+            for task in unfinished:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: the connection was closed under it
