@@ -28,8 +28,8 @@ FORBIDDEN = {
         "duetime.dashboard",
     ),
     "duetime.metrics": ("duetime.dispatcher", "duetime.cli", "duetime.dashboard"),
-    "duetime.worker": ("duetime.dispatcher", "duetime.cli", "duetime.dashboard"),
-    "duetime.dispatcher": ("duetime.worker", "duetime.cli", "duetime.dashboard"),
+    "duetime.worker": ("duetime.client", "duetime.dispatcher", "duetime.cli", "duetime.dashboard"),
+    "duetime.dispatcher": ("duetime.client", "duetime.worker", "duetime.cli", "duetime.dashboard"),
     "duetime.client": (
         "duetime.worker",
         "duetime.dispatcher",
