@@ -28,7 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py
 	$(BIN)/python bench/bench_enqueue.py
 
-# duetime against RQ, arq, Dramatiq, Huey, Celery, SAQ and BullMQ; installs the peers
+# duetime against RQ, arq, Dramatiq, Huey, Celery, SAQ, BullMQ and Docket; installs the peers
 # into bench/.venv-peers (not into .venv). Long: use --quick via ARGS for a smoke run.
 bench-peers: $(STAMP)
 	$(BIN)/python bench/peers/run.py $(ARGS)

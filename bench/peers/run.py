@@ -1,4 +1,4 @@
-"""duetime side by side with RQ, arq, Dramatiq, Huey, Celery, SAQ and BullMQ.
+"""duetime side by side with RQ, arq, Dramatiq, Huey, Celery, SAQ, BullMQ and Docket.
 
 Run from the project root with any Python 3.11+:
 

@@ -42,7 +42,9 @@ SCENARIOS = ("punctuality", "throughput", "enqueue", "memory", "scale", "recover
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="bench/peers/run.py",
-        description="duetime side by side with RQ, arq, Dramatiq, Huey, Celery, SAQ and BullMQ.",
+        description=(
+            "duetime side by side with RQ, arq, Dramatiq, Huey, Celery, SAQ, BullMQ and Docket."
+        ),
     )
     parser.add_argument(
         "--scenario",
