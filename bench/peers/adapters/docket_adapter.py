@@ -2,7 +2,11 @@
 module:tasks`` and ``docket.add(task, when=...)(...)`` for delayed tasks;
 ``docket.add_many`` of ``docket.call(task, when=...)(...)`` specs is its bulk API. Due
 tasks are moved from the docket's sorted set to its stream by each worker's scheduler
-loop every ``--scheduling-resolution`` (250 ms by default).
+loop every ``--scheduling-resolution`` (250 ms by default). A worker whose
+``--concurrency`` slots are all taken sleeps ``--minimum-check-interval`` (100 ms by
+default for ``docket worker``) before it reads the stream again, so with the defaults one
+worker starts at most about concurrency / 0.1 s tasks a second (500/s at the 50 every
+system gets here), however short they are.
 
 Every scenario runs. Recovery keeps its defaults: a message whose worker died is claimed
 again by another worker only once it has sat idle ``--redelivery-timeout`` (5 min by
@@ -87,7 +91,8 @@ class DocketAdapter:
             "handler": "async def",
             "scheduling": "future tasks in a sorted set, moved to a stream (consumer group) "
             "by each worker every --scheduling-resolution=250 ms (default); the worker "
-            "checks for work every --minimum-check-interval=100 ms (default)",
+            "blocks on the stream for new work, and sleeps --minimum-check-interval=100 ms "
+            "(default) whenever all its slots are taken",
             "recovery settings": "defaults (--redelivery-timeout 5 min: an idle message "
             "is claimed again by another worker after it)",
             "log level": "WARNING (--logging-level)",
