@@ -206,8 +206,14 @@ def as_float(value: object) -> float | None:
         return math.inf if value > 0 else -math.inf
 
 
+def seconds_of(value: object) -> object:
+    """A ``timedelta`` as its seconds; any other value as it is, for the caller to check.
+    Every duration duetime takes may be given either way."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
 def positive_seconds(value: object, what: str) -> float:
-    seconds = as_float(value)
+    seconds = as_float(seconds_of(value))
     if seconds is None:
         raise InvalidOptionError(f"{what} must be a number of seconds, got {shown(value)}")
     if not math.isfinite(seconds) or not 0 < seconds <= LONGEST_SECONDS:
@@ -227,7 +233,7 @@ def wait_seconds(value: object, what: str) -> float | None:
     """A wait: None (for ever) or a finite number of seconds from 0 up."""
     if value is None:
         return None
-    seconds = as_float(value)
+    seconds = as_float(seconds_of(value))
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         raise InvalidOptionError(
             f"{what} must be a finite number of seconds from 0 up (or None to wait for ever), "

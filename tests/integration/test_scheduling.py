@@ -8,14 +8,14 @@ import math
 import re
 import time
 from collections import deque
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 import redis
 
 import duetime
-from duetime import Job, Queue, Settings
+from duetime import Job, Queue, Settings, codec
 from duetime.client import ids as client_ids
 from duetime.errors import (
     InvalidInputError,
@@ -208,6 +208,38 @@ def test_bad_input_is_refused_and_nothing_is_written(
     settings = Settings(max_payload_bytes=1024)
     with Queue(queue_name, redis_url, settings=settings) as queue, pytest.raises(error):
         call(queue)
+    assert raw.dbsize() == 0
+
+
+def test_durations_may_be_timedeltas(redis_url: str, raw: redis.Redis, queue_name: str) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        before_ms = raw.time()[0] * 1000
+        later = queue.schedule_in(timedelta(minutes=10), {"n": 1}, timeout=timedelta(seconds=2))
+        now = queue.schedule_in(timedelta(0), {"n": 2}, result_ttl=timedelta(hours=1))
+        run_at_ms = scheduled_score(raw, keys, later)
+        assert run_at_ms is not None and before_ms + 600_000 <= run_at_ms <= before_ms + 602_000
+        assert decoded(raw.lrange(keys.ready, 0, -1)) == [now]
+        envelope = codec.decode_envelope(raw.hget(keys.tasks, later))  # type: ignore[arg-type]
+        assert envelope.timeout_ms == 2000
+        assert codec.decode_envelope(raw.hget(keys.tasks, now)).result_ttl_ms == 3_600_000  # type: ignore[arg-type]
+        [job_id] = queue.schedule_many([Job({"n": 3}, delay=timedelta(seconds=30))])
+        job_run_at_ms = scheduled_score(raw, keys, job_id)
+        assert job_run_at_ms is not None and job_run_at_ms >= before_ms + 30_000
+        with pytest.raises(InvalidOptionError, match="delay"):
+            queue.schedule_in(timedelta(seconds=-1), {"n": 4})
+
+
+def test_a_function_not_registered_with_an_app_is_named_in_the_refusal(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    def send_email(data: Any) -> None: ...
+
+    with Queue(queue_name, redis_url) as queue:
+        with pytest.raises(InvalidNameError, match="send_email is not registered with an App"):
+            queue.schedule_now({"a": 1}, task=send_email)
+        with pytest.raises(InvalidNameError, match="not registered with an App"):
+            queue.schedule_many([Job({"a": 1}, delay=1, task=send_email)])
     assert raw.dbsize() == 0
 
 

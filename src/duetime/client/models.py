@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from duetime.states import TaskState
 
 Timestamp = int | float | datetime
+#: A duration: seconds, or a ``timedelta``.
+Duration = int | float | timedelta
 TaskRef = str | Any  # a task name, or a handler registered with duetime.App
 TaskIds = str | Sequence[str] | None  # one id, several, or None for every one
 
@@ -23,8 +25,8 @@ class TaskOptions(TypedDict, total=False):
     task: TaskRef | None  # a registered handler or its name; default: the default handler
     id: str | None  # your own id: scheduling the same live id again changes nothing
     max_attempts: int | None  # default: Settings.max_attempts
-    timeout: float | None  # seconds one attempt may run; default: Settings.task_timeout
-    result_ttl: float | None  # keep the outcome this long for result(); default: none
+    timeout: Duration | None  # how long one attempt may run; default: Settings.task_timeout
+    result_ttl: Duration | None  # keep the outcome this long for result(); default: none
 
 
 #: The option names TaskOptions allows.
@@ -38,12 +40,12 @@ class Job:
 
     data: Any
     at: Timestamp | None = None
-    delay: float | None = None
+    delay: Duration | None = None
     task: TaskRef | None = None
     id: str | None = None
     max_attempts: int | None = None
-    timeout: float | None = None
-    result_ttl: float | None = None
+    timeout: Duration | None = None
+    result_ttl: Duration | None = None
 
 
 @dataclass(frozen=True, slots=True)

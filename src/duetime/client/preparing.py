@@ -10,10 +10,10 @@ from typing import Any
 from duetime import codec, validation
 from duetime.client import ids
 from duetime.client.ids import new_task_id
-from duetime.client.models import TASK_OPTIONS, Job, TaskOptions, TaskRef, Timestamp
+from duetime.client.models import TASK_OPTIONS, Duration, Job, TaskOptions, TaskRef, Timestamp
 from duetime.client.prepared import TASK_ID, PreparedTask, prepared_task
 from duetime.client.shards import QueueShards
-from duetime.errors import InvalidInputError
+from duetime.errors import InvalidInputError, InvalidNameError
 
 
 def task_name_of(task: TaskRef | None) -> str:
@@ -22,6 +22,12 @@ def task_name_of(task: TaskRef | None) -> str:
     if task is None:
         return ""
     name = getattr(task, "duetime_name", task)
+    if callable(name):
+        shown = getattr(name, "__qualname__", None) or type(name).__name__
+        raise InvalidNameError(
+            f"{shown} is not registered with an App: decorate it with @app.task (the "
+            "workers' App), or give the task's name"
+        )
     return validation.task_name(name)
 
 
@@ -47,7 +53,7 @@ class Preparing(QueueShards):
         call: str,
         data: Any,
         at: Timestamp | None,
-        delay: float | None,
+        delay: Duration | None,
         options: TaskOptions,
     ) -> PreparedTask:
         """Check the arguments of one schedule_* call, as ``prepare`` checks a Job."""
@@ -69,19 +75,19 @@ class Preparing(QueueShards):
         self,
         data: Any,
         at: Timestamp | None,
-        delay: float | None,
+        delay: Duration | None,
         task: TaskRef | None,
         task_id: str | None,
         max_attempts: int | None,
-        timeout: float | None,
-        result_ttl: float | None,
+        timeout: Duration | None,
+        result_ttl: Duration | None,
         generated_id: str | None = None,
     ) -> PreparedTask:
         if (at is None) == (delay is None):
             raise InvalidInputError("give exactly one of a run-at time or a delay")
         at_us = None if at is None else validation.timestamp_us(at)
         delay_ms = 0
-        if delay is not None and delay != 0:
+        if delay is not None and validation.seconds_of(delay) != 0:
             delay_ms = validation.milliseconds(delay, "delay")
         generated = task_id is None
         if task_id is not None:

@@ -18,6 +18,7 @@ from duetime.client.core import QueueCore
 from duetime.client.models import (
     CronInfo,
     DeadTask,
+    Duration,
     Job,
     MinuteFigures,
     QueueStats,
@@ -90,8 +91,9 @@ class Queue:
             validation.timestamp_ms(at)  # the error speaks of the run-at, not of a delay
         return self._schedule(self.core.prepare_call("schedule_task", data, at, None, options))
 
-    def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
-        """Run ``data`` ``delay`` seconds from now (server clock); 0 means right now."""
+    def schedule_in(self, delay: Duration, data: Any, **options: Unpack[TaskOptions]) -> str:
+        """Run ``data`` ``delay`` seconds (or a ``timedelta``) from now, by the server's
+        clock; 0 means right now."""
         return self._schedule(self.core.prepare_call("schedule_in", data, None, delay, options))
 
     def _schedule(self, item: PreparedTask) -> str:
@@ -239,7 +241,7 @@ class AsyncQueue:
         prepared = self.core.prepare_call("schedule_task", data, at, None, options)
         return await self._schedule(prepared)
 
-    async def schedule_in(self, delay: float, data: Any, **options: Unpack[TaskOptions]) -> str:
+    async def schedule_in(self, delay: Duration, data: Any, **options: Unpack[TaskOptions]) -> str:
         prepared = self.core.prepare_call("schedule_in", data, None, delay, options)
         return await self._schedule(prepared)
 
