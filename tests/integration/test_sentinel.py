@@ -249,7 +249,11 @@ def test_durable_writes_survive_a_failover_only_when_every_replica_confirms(
         assert group.master is not None and group.master.process is not None
         lagging = group.replicas[1]  # replica 0 has priority 0: never promoted
         assert lagging.process is not None
-        settings = FAST.replace(durable_timeout=0.5, durable_replicas=durable_replicas)
+        # Short waits: Sentinel passes over a replica whose link to the master went down
+        # more than 10 down-after periods (10 s) before the master did, and the stopped
+        # one's link is down from here until the master is killed. 20 refused writes wait
+        # 20 durable timeouts: 10 s at 0.5 s (the failover sometimes never came), 6 s now.
+        settings = FAST.replace(durable_timeout=0.3, durable_replicas=durable_replicas)
         with (
             Queue("orders", group.url, settings=settings) as durable,
             Queue("orders", group.url, settings=FAST) as plain,
