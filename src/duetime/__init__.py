@@ -21,6 +21,7 @@ from duetime.client import (
 )
 from duetime.clock import ManualClock, ServerClock
 from duetime.dispatcher import Dispatcher
+from duetime.flow import KeyLimits, Limits, Rate
 from duetime.hooks import (
     AttemptInfo,
     AttemptOutcome,
@@ -47,10 +48,13 @@ __all__ = [
     "Dispatcher",
     "Hooks",
     "Job",
+    "KeyLimits",
+    "Limits",
     "ManualClock",
     "MinuteFigures",
     "Queue",
     "QueueStats",
+    "Rate",
     "ScheduledTask",
     "ServerClock",
     "Settings",

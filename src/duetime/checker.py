@@ -2,7 +2,8 @@
 place where the data model is broken.
 
 Checked: a live task id is in exactly one place (scheduled: a staged, retried or
-re-entered task, or a delayed bucket; ready, one processing list, dead) and every id in
+re-entered task, or a delayed bucket; ready, due under flow control, one processing
+list, dead) and every id in
 a place has its envelope (invariant 1); each delayed bucket is where lookups and
 dispatchers find it (its tasks' ids hash to it, the index holds its earliest run-at, the
 layout counts its tasks and covers its generation); nothing is left behind that would
@@ -58,6 +59,7 @@ def _placement(snapshot: Snapshot) -> list[Violation]:
             for name, entries in snapshot.delayed.items()
         ),
         ("ready", snapshot.ready),
+        ("due", snapshot.due),
         ("dead", snapshot.dead),
         *((f"active:{worker}", ids) for worker, ids in snapshot.active.items()),
     ):
@@ -81,16 +83,26 @@ def _placement(snapshot: Snapshot) -> list[Violation]:
 def _leaks(snapshot: Snapshot) -> list[Violation]:
     """Per-task entries of tasks that are gone, and leases without their task."""
     found: list[Violation] = []
-    for name, entries in (("attempts", set(snapshot.attempts)), ("errors", snapshot.errors)):
+    per_task = (
+        ("attempts", set(snapshot.attempts)),
+        ("errors", snapshot.errors),
+        ("flow record", snapshot.flow_records),
+    )
+    for name, entries in per_task:
         for task_id in sorted(entries - snapshot.tasks):
             found.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
 
     # Retried and re-entered tasks wait in scheduled with the time they are due from.
-    waiting = set(snapshot.ready).union(snapshot.scheduled, *snapshot.active.values())
+    waiting = set(snapshot.ready).union(
+        snapshot.scheduled, snapshot.due, *snapshot.active.values()
+    )
     for task_id in sorted(set(snapshot.early) - waiting):
-        detail = "early run-at of a task not in ready, scheduled or a worker's list"
+        detail = "early run-at of a task not in ready, due, scheduled or a worker's list"
         found.append(Violation("leak", task_id, detail))
 
+    for member in sorted(set(snapshot.running) - set(snapshot.leases)):
+        detail = "flow control slot held by a task without its lease"
+        found.append(Violation("leak", member, detail))
     for member in sorted(snapshot.leases):
         worker, task_id = split_lease_member(member)
         if task_id not in snapshot.active.get(worker, []):

@@ -80,7 +80,7 @@ def schedule(raw: redis.Redis, keys: QueueKeys, asked: int, run_at_us: int, sing
         script, keys_and_args = SCHEDULE_TASK, (call.keys, call.args)
     else:
         calls, _ = operations.schedule_calls(
-            NOW_MS, [(TASK_ID, run_at_us, None)], lambda _, __: b"envelope"
+            NOW_MS, [(TASK_ID, run_at_us, None)], lambda _, __: b"envelope", lambda _: ""
         )
         script, keys_and_args = SCHEDULE_TASKS, calls[0]
     script_keys, script_args = keys_and_args

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from duetime.client.control import Control
 from duetime.client.cron import CronPlans
+from duetime.client.limiting import Limiting
 
 
-class QueueCore(CronPlans, Control):
+class QueueCore(CronPlans, Limiting, Control):
     """Validation and plans shared by ``Queue`` and ``AsyncQueue``: checking and writing
     tasks (``Preparing``, ``Producing``), reading the queue (``Inspection``), changing it
-    (``Control``) and its cron jobs (``CronPlans``), all on its shards (``QueueShards``).
+    (``Control``), its cron jobs (``CronPlans``) and its limits (``Limiting``), all on its shards (``QueueShards``).
     Every input is checked before anything is written."""

@@ -27,6 +27,9 @@ class TaskOptions(TypedDict, total=False):
     max_attempts: int | None  # default: Settings.max_attempts
     timeout: Duration | None  # how long one attempt may run; default: Settings.task_timeout
     result_ttl: Duration | None  # keep the outcome this long for result(); default: none
+    priority: int  # among due tasks, ranks as if due this many seconds earlier; default 0
+    limit_key: str | None  # the tasks of one key share its limits and take turns with others
+    cost: int  # what one start spends of the rate limits; default 1
 
 
 #: The option names TaskOptions allows.
@@ -46,6 +49,9 @@ class Job:
     max_attempts: int | None = None
     timeout: Duration | None = None
     result_ttl: Duration | None = None
+    priority: int = 0
+    limit_key: str | None = None
+    cost: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from duetime import codec, validation
+from duetime import codec, flow, validation
 from duetime.client import ids
 from duetime.client.ids import new_task_id
 from duetime.client.models import TASK_OPTIONS, Duration, Job, TaskOptions, TaskRef, Timestamp
@@ -46,6 +46,9 @@ class Preparing(QueueShards):
             job.timeout,
             job.result_ttl,
             generated_id,
+            job.priority,
+            job.limit_key,
+            job.cost,
         )
 
     def prepare_call(
@@ -69,6 +72,10 @@ class Preparing(QueueShards):
             options.get("max_attempts"),
             options.get("timeout"),
             options.get("result_ttl"),
+            None,
+            options.get("priority", 0),
+            options.get("limit_key"),
+            options.get("cost", 1),
         )
 
     def prepare_fields(
@@ -82,6 +89,9 @@ class Preparing(QueueShards):
         timeout: Duration | None,
         result_ttl: Duration | None,
         generated_id: str | None = None,
+        priority: int = 0,
+        limit_key: str | None = None,
+        cost: int = 1,
     ) -> PreparedTask:
         if (at is None) == (delay is None):
             raise InvalidInputError("give exactly one of a run-at time or a delay")
@@ -110,6 +120,7 @@ class Preparing(QueueShards):
         packed_data = codec.pack(data)
         validation.payload(data, len(packed_data), self.settings.max_payload_bytes, packed_data)
         task_name = "" if task is None else task_name_of(task)
+        record = flow.checked_record(priority, limit_key, cost)
         return prepared_task(
             task_id,
             at_us,
@@ -120,6 +131,7 @@ class Preparing(QueueShards):
             timeout_ms,
             result_ttl_ms,
             generated,
+            record,
         )
 
     def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[PreparedTask]:

@@ -11,6 +11,7 @@ from typing import Final
 from duetime import validation
 from duetime.client.ids import fresh_ids
 from duetime.client.prepared import (
+    FLOW,
     GENERATED,
     TASK_ID,
     TASK_NAME,
@@ -27,6 +28,10 @@ from duetime.store.requests import Plan
 #: Rounds of fresh ids for generated ids that collided with live ones. One collision of
 #: 72 random bits is already rare; this many in a row means something else is wrong.
 MAX_ID_ROUNDS: Final = 8
+
+
+def _record_of(item: PreparedTask) -> str:
+    return item[FLOW]
 
 
 class Producing(Preparing):
@@ -97,6 +102,7 @@ class Producing(Preparing):
                 nows[shard],
                 items if len(positions) == len(items) else [items[p] for p in positions],
                 envelope_of,
+                _record_of,
             )
             calls.append((operations, shard_calls))
             placed.append((positions, written))
@@ -141,7 +147,7 @@ class Producing(Preparing):
         if shard.generation is None:
             yield from shard.learn_generation()
         refused = shard.refused(
-            (yield shard.schedule_call(now, task_id, run_at, envelope, run_at_us))
+            (yield shard.schedule_call(now, task_id, run_at, envelope, run_at_us, item[FLOW]))
         )
         if refused and item[GENERATED]:
             # Our own write resent after a dropped reply, or a collision: sorted out there.

@@ -31,9 +31,11 @@ from duetime.client.models import (
 from duetime.client.prepared import PreparedTask
 from duetime.clock import Clock
 from duetime.errors import DuetimeError
+from duetime.flow import KeyLimits, Limits
 from duetime.hooks import Hooks
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store import AsyncRunner, SyncRunner
+from duetime.store.flow_control import FlowState
 from duetime.store.operations import RegisteredQueue, registered_queues
 from duetime.store.runner import RedisSpec
 
@@ -148,6 +150,21 @@ class Queue:
     def run_now(self, task_id: str) -> None:
         """Make a scheduled task due now (TaskStateError if it is not waiting)."""
         self.runner.run(self.core.run_now_plan(task_id))
+
+    def set_limits(self, limits: Limits) -> None:
+        """Make the queue's limits exactly ``limits`` (see docs/flow.md)."""
+        self.runner.run(self.core.set_limits_plan(limits))
+
+    def set_key_limits(self, key: str, limits: KeyLimits | None) -> None:
+        """Set one limit key's own limits, or drop them (None), at run time."""
+        self.runner.run(self.core.set_key_limits_plan(key, limits))
+
+    def limits(self) -> Limits | None:
+        return self.runner.run(self.core.limits_plan())
+
+    def flow(self, most_keys: int = 50) -> FlowState:
+        """What holds the due tasks: per limit key, waiting, running, throttled until."""
+        return self.runner.run(self.core.flow_plan(most_keys))
 
     def dead_tasks(self, limit: int = 100, offset: int = 0) -> list[DeadTask]:
         return self.runner.run(self.core.dead_plan(limit, offset))
@@ -277,6 +294,18 @@ class AsyncQueue:
 
     async def throughput(self, minutes: int = 60) -> list[MinuteFigures]:
         return await self.runner.run(self.core.throughput_plan(minutes))
+
+    async def set_limits(self, limits: Limits) -> None:
+        await self.runner.run(self.core.set_limits_plan(limits))
+
+    async def set_key_limits(self, key: str, limits: KeyLimits | None) -> None:
+        await self.runner.run(self.core.set_key_limits_plan(key, limits))
+
+    async def limits(self) -> Limits | None:
+        return await self.runner.run(self.core.limits_plan())
+
+    async def flow(self, most_keys: int = 50) -> FlowState:
+        return await self.runner.run(self.core.flow_plan(most_keys))
 
     async def pause(self) -> bool:
         return await self.runner.run(self.core.pause_plan(True))

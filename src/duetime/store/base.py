@@ -50,6 +50,8 @@ class QueueBase:
             keys.stats,
             keys.delayed,
             keys.delayed_layout,
+            keys.limits,
+            keys.flow_records,
         )
 
     def now(self) -> Plan[int]:

@@ -53,6 +53,8 @@ class DispatcherPlans(QueueBase):
             k.reaped,
             k.delayed,
             k.delayed_layout,
+            *k.flow_keys,
+            k.wake,
         )
         moved, staged, passed = 0, 0, set[str]()
         # A script touches only the keys it is given: the buckets passed are those the
@@ -119,13 +121,23 @@ class DispatcherPlans(QueueBase):
         for raw in members:
             member = as_text(raw)
             worker_id, _ = split_lease_member(member)
-            index = active_keys.setdefault(k.active(worker_id), 7 + len(active_keys))
+            index = active_keys.setdefault(k.active(worker_id), 15 + len(active_keys))
             args += (member, index)
         return int(
             (
                 yield Eval(
                     scripts.REAP_EXPIRED_LEASES,
-                    (k.leases, k.scheduled, k.wake, k.stats, k.tasks, k.early, *active_keys),
+                    (
+                        k.leases,
+                        k.scheduled,
+                        k.wake,
+                        k.stats,
+                        k.tasks,
+                        k.early,
+                        *k.flow_keys,
+                        k.ready,
+                        *active_keys,
+                    ),
                     args,
                 )
             )
@@ -154,6 +166,8 @@ class DispatcherPlans(QueueBase):
                         k.reaped,
                         k.tasks,
                         k.early,
+                        *k.flow_keys,
+                        k.ready,
                     ),
                     (now, worker_id, stale_before_ms, look_at),
                 )

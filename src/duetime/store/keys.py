@@ -143,6 +143,60 @@ class QueueKeys:
         on it (non-destructively), so a resume wakes them all at once."""
         return self._key("resumed")
 
+    @property
+    def limits(self) -> str:
+        """HASH: the queue's flow control ("cap", "rate", "each_concurrency", "each_rate",
+        "concurrency:<key>", "rate:<key>", "since"). While it exists the queue is under
+        flow control: due tasks wait in ``due`` and start by rank, turns and limits."""
+        return self._key("limits")
+
+    @property
+    def flow_records(self) -> str:
+        """HASH task id -> "<priority>|<cost>|<rank>|<limit key>", for tasks of a queue
+        under flow control (rank: set once the task is due)."""
+        return self._key("flow")
+
+    @property
+    def due(self) -> str:
+        """ZSET, scores 0: "<limit key>\0<rank>\0<task id>": due tasks of a queue under
+        flow control, waiting for their turn; BYLEX, a key's best-ranked task first."""
+        return self._key("due")
+
+    @property
+    def turns(self) -> str:
+        """ZSET limit key -> its turn: the keys whose due tasks are taken in turn."""
+        return self._key("turns")
+
+    @property
+    def throttled(self) -> str:
+        """ZSET limit key (or "\0", the queue) -> when its rate limit lets it start (ms)."""
+        return self._key("throttled")
+
+    @property
+    def rate_state(self) -> str:
+        """ZSET limit key (or "\0", the queue) -> its rate's theoretical arrival time
+        (GCRA, ms); entries in the past mean nothing and are dropped."""
+        return self._key("rates")
+
+    @property
+    def running(self) -> str:
+        """ZSET, scores 0: "<limit key>\0<worker>|<task id>": started tasks of a queue
+        under flow control, while they hold their lease (the slots its limits count)."""
+        return self._key("running")
+
+    @property
+    def flow_keys(self) -> tuple[str, str, str, str, str, str, str]:
+        """The keys of flow control, in the order the scripts take them (flow.lua)."""
+        return (
+            self.limits,
+            self.flow_records,
+            self.due,
+            self.turns,
+            self.throttled,
+            self.rate_state,
+            self.running,
+        )
+
     def active(self, worker_id: str) -> str:
         """LIST of task ids a worker has taken (its BLMOVE destination)."""
         return self._key(f"active:{worker_id}")
@@ -172,7 +226,9 @@ _KEY_TYPES = {
     "workers": "zset", "attempts": "hash", "errors": "hash", "dead": "zset",
     "reaped": "zset", "wake": "list", "stats": "hash", "cron": "hash", "cron_next": "zset",
     "cron_last": "hash", "cron_held": "hash", "minutes": "hash", "paused": "string",
-    "resumed": "list", "active:": "list", "result:": "list",
+    "resumed": "list", "active:": "list", "result:": "list", "limits": "hash",
+    "flow": "hash", "due": "zset", "turns": "zset", "throttled": "zset", "rates": "zset",
+    "running": "zset",
 }  # fmt: skip
 
 

@@ -154,7 +154,7 @@ class OperatorPlans(QueueBase):
             (
                 yield Eval(
                     scripts.PURGE_DEAD,
-                    (k.dead, k.tasks, k.attempts, k.errors),
+                    (k.dead, k.tasks, k.attempts, k.errors, k.flow_records),
                     (died_before_ms, keep_at_most, limit, *task_ids),
                 )
             )

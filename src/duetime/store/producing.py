@@ -72,12 +72,16 @@ class ProducerPlans(QueueBase):
             self.generation = 0 if stored is None else number if in_range else MAX_GENERATION
 
     def schedule_calls(
-        self, now: int, items: Sequence[NewTask], envelope: Callable[[Any, float], bytes]
+        self,
+        now: int,
+        items: Sequence[NewTask],
+        envelope: Callable[[Any, float], bytes],
+        record: Callable[[Any], str],
     ) -> tuple[Sequence[ScriptCall], list[int]]:
         """The schedule_tasks calls storing tasks, one per SCHEDULE_BATCH items, and the
         positions of the items in the order they are written. The calls are made on
         demand, each task's envelope with them: ``envelope(source, run_at_ms)``, from
-        the last element of its item. ``now`` must come from this queue's own server
+        the last element of its item, and its flow record, ``record(source)``. ``now`` must come from this queue's own server
         clock, and the generation must be known (``learn_generation``). A large call
         opens a generation with room for all its tasks (BUCKET_FILL a bucket), and writes
         them bucket by bucket: each script call then writes a few buckets, not one per
@@ -110,13 +114,20 @@ class ProducerPlans(QueueBase):
                     envelope(source, run_at_ms),
                     index,
                     str(run_at_us),
+                    record(source),
                 )
             return keys, [now, packed_arguments(flat), generation]
 
         return MadeOnDemand(-(-len(order) // SCHEDULE_BATCH), call), order
 
     def schedule_call(
-        self, now: int, task_id: str, run_at_ms: float, envelope: bytes, run_at_us: int
+        self,
+        now: int,
+        task_id: str,
+        run_at_ms: float,
+        envelope: bytes,
+        run_at_us: int,
+        record: str = "",
     ) -> Eval:
         """The schedule_task call storing one task, in the generation known (see
         ``refused`` for its reply, ``store_tasks`` for many, durable or in several
@@ -124,7 +135,7 @@ class ProducerPlans(QueueBase):
         assert self.generation is not None
         name = bucket_name(task_id, self.generation)
         keys = (*self._schedule_keys, self.keys.delayed_bucket(name))
-        arguments = (now, task_id, run_at_ms, envelope, str(run_at_us), self.generation)
+        arguments = (now, task_id, run_at_ms, envelope, str(run_at_us), self.generation, record)
         return Eval(scripts.SCHEDULE_TASK, keys, arguments)
 
     def refused(self, reply: list[Any]) -> list[int]:
@@ -180,6 +191,8 @@ class ProducerPlans(QueueBase):
             k.early,
             k.delayed,
             k.delayed_layout,
+            k.flow_records,
+            k.due,
         )
         place = yield from self._looked_up(
             task_id,
@@ -206,6 +219,8 @@ class ProducerPlans(QueueBase):
             k.early,
             k.delayed,
             k.delayed_layout,
+            k.flow_records,
+            k.due,
         )
         while True:
             current = yield Command(("HGET", k.tasks, task_id))
@@ -237,6 +252,8 @@ class ProducerPlans(QueueBase):
             k.errors,
             k.result(task_id),
             k.delayed_layout,
+            k.flow_records,
+            k.due,
         )
         state, score, attempts, error, envelope, result = yield from self._looked_up(
             task_id,

@@ -38,6 +38,9 @@ class Snapshot:
     cron: dict[str, bytes] = field(default_factory=dict)  # job name -> definition
     cron_entries: dict[str, set[str]] = field(default_factory=dict)  # key part -> names
     cron_held: dict[str, bytes] = field(default_factory=dict)  # job name -> held tick
+    due: list[str] = field(default_factory=list)  # ids waiting under flow control
+    flow_records: set[str] = field(default_factory=set)  # ids with a flow record
+    running: list[str] = field(default_factory=list)  # lease members holding a slot
     results_without_ttl: list[str] = field(default_factory=list)
     stray_keys: list[str] = field(default_factory=list)
 
@@ -101,6 +104,7 @@ class SnapshotPlans(QueueBase):
             k.minutes,
             k.delayed,
             k.delayed_layout,
+            *k.flow_keys,
         }
         cursor: Any = 0
         while True:
@@ -142,6 +146,9 @@ def _reads(k: QueueKeys, active_keys: list[str], found: _FoundKeys) -> tuple[Com
         Command(("ZRANGE", k.reaped, 0, -1)),
         Command(("ZRANGE", k.delayed, 0, -1, "WITHSCORES")),
         Command(("HGETALL", k.delayed_layout)),
+        Command(("ZRANGE", k.due, 0, -1)),
+        Command(("HKEYS", k.flow_records)),
+        Command(("ZRANGE", k.running, 0, -1)),
         *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
         *(Command(("PTTL", key)) for key in found.results),
         *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in found.buckets),
@@ -154,8 +161,8 @@ def _fill(
     """The snapshot's records (its workers aside) from the replies to ``_reads``."""
     tasks, scheduled, ready, dead, leases, _, attempts, errors, wake = replies[:9]
     cron, cron_next, cron_last, cron_held, early, stats, reaped = replies[9:16]
-    delayed_index, delayed_layout = replies[16:18]
-    rest = replies[18:]
+    delayed_index, delayed_layout, due, flow_records, running = replies[16:21]
+    rest = replies[21:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
     buckets = rest[len(active_keys) + len(found.results) :]
@@ -194,3 +201,7 @@ def _fill(
         key for key, ttl in zip(found.results, ttls, strict=True) if int(ttl) == -1
     ]
     snap.stray_keys = found.stray
+    # Members "<limit key>\0<rank>\0<id>" and "<limit key>\0<worker>|<id>".
+    snap.due = [as_text(i).split("\0", 2)[-1] for i in due]
+    snap.flow_records = {as_text(i) for i in flow_records}
+    snap.running = [as_text(i).partition("\0")[2] for i in running]

@@ -87,6 +87,8 @@ class WorkerPlans(QueueBase):
                 k.early,
                 k.paused,
                 k.stats,
+                *k.flow_keys,
+                k.wake,
             ),
             (now, now + lease_ms, worker_id, most, *taken),
         )
@@ -131,7 +133,18 @@ class WorkerPlans(QueueBase):
     ) -> Plan[list[bool]]:
         now = yield from self.now()
         k = self.keys
-        keys = [k.active(worker_id), k.leases, k.attempts, k.tasks, k.errors, k.stats, k.minutes]
+        keys = [
+            k.active(worker_id),
+            k.leases,
+            k.attempts,
+            k.tasks,
+            k.errors,
+            k.stats,
+            k.minutes,
+            *k.flow_keys,
+            k.wake,
+            k.ready,
+        ]
         flat: list[Any] = []
         for outcome in outcomes:
             flat += (
@@ -182,6 +195,8 @@ class WorkerPlans(QueueBase):
                 k.result(task_id),
                 k.minutes,
                 k.early,
+                *k.flow_keys,
+                k.ready,
             ),
             (
                 now,
@@ -218,6 +233,8 @@ class WorkerPlans(QueueBase):
                         k.reaped,
                         k.tasks,
                         k.early,
+                        *k.flow_keys,
+                        k.wake,
                     ),
                     (worker_id, now + look_again_in_ms, fenced_outcomes, now),
                 )

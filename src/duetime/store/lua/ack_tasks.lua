@@ -6,7 +6,17 @@
 -- KEYS[5] errors     HASH  task id -> last error record
 -- KEYS[6] stats      HASH
 -- KEYS[7] minutes    HASH  "<minute>:<figure>" -> per-minute figures
--- KEYS[8..] result keys, one per task whose result TTL is > 0, in the order of the quints
+-- KEYS[8] limits    HASH  flow control (flow.lua: config_key); while it exists, the
+--          tasks' slots are freed and a task that may start is put in ready
+-- KEYS[9] flow records HASH  (flow.lua)
+-- KEYS[10] due          ZSET  (flow.lua)
+-- KEYS[11] turns        ZSET  (flow.lua)
+-- KEYS[12] throttled    ZSET  (flow.lua)
+-- KEYS[13] rate state   ZSET  (flow.lua)
+-- KEYS[14] running      ZSET  (flow.lua)
+-- KEYS[15] wake      LIST
+-- KEYS[16] ready     LIST
+-- KEYS[17..] result keys, one per task whose result TTL is > 0, in the order of the quints
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] msgpack array, flat quints: task id, attempt, result TTL (ms, 0 = keep none),
@@ -22,6 +32,9 @@
 -- call, well within what unpack() can spread on Lua's stack. LREM goes id by id.
 -- @include fence
 -- @include result
+-- @include chunks
+-- @include flow_records
+-- @include flow
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -30,7 +43,7 @@ local done, done_members = {}, {}
 local finished = {} -- ids acked earlier in this batch: a second outcome finds no lease
 local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
-local result_index = 8
+local result_index = 17
 local quints = cmsgpack.unpack(ARGV[3])
 if #quints == 0 then
   return out
@@ -78,6 +91,12 @@ if #done > 0 then
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
+local flowing = #done > 0 and flow_on(KEYS[8])
+if flowing then
+  redis.call('LLEN', KEYS[16])
+  redis.call('LLEN', KEYS[15])
+  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
+end
 for n = 1, #ids do
   if out[n] == 1 then
     redis.call('LREM', KEYS[1], 1, ids[n])
@@ -92,6 +111,10 @@ if #done > 0 then
   redis.call('HDEL', KEYS[3], unpack(done))
   redis.call('HDEL', KEYS[4], unpack(done))
   redis.call('HDEL', KEYS[5], unpack(done))
+end
+if flowing then
+  release_and_feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],
+    KEYS[2], KEYS[15], KEYS[16], done, done_members, true, now)
 end
 if acked > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'completed', acked)

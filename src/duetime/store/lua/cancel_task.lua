@@ -9,7 +9,9 @@
 -- KEYS[8] early           HASH  task id -> run-at, for ids promoted ahead of it
 -- KEYS[9] delayed         ZSET  bucket name -> earliest run-at in that bucket
 -- KEYS[10] delayed_layout HASH  generation, tasks
--- KEYS[11..] the task's delayed bucket in each generation, 0 to ARGV[2]
+-- KEYS[11] flow records  HASH  task id -> its flow record (flow_records.lua)
+-- KEYS[12] due            ZSET  due tasks of a queue under flow control (flow.lua)
+-- KEYS[13..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
 -- ARGV[2] the current generation of delayed buckets, as the caller knows it
 -- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
@@ -19,6 +21,7 @@
 -- hand) is left alone and never fails the step.
 -- @include generation
 -- @include delayed_buckets
+-- @include flow_records
 local id = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], id) == 0 then
   return false
@@ -34,8 +37,10 @@ redis.call('ZSCORE', KEYS[9], '')
 redis.call('HGET', KEYS[5], '')
 redis.call('HGET', KEYS[6], '')
 redis.call('HGET', KEYS[8], '')
+redis.call('HGET', KEYS[11], '')
+local due = due_member_of(KEYS[11], KEYS[12], id)
 local place
-if remove_delayed(id, 11, KEYS[9], KEYS[10]) then
+if remove_delayed(id, 13, KEYS[9], KEYS[10]) then
   place = 'scheduled'
   forget_layout_if_empty(KEYS[9], KEYS[10])
 elseif redis.call('ZREM', KEYS[2], id) == 1 then
@@ -44,6 +49,9 @@ elseif redis.call('ZREM', KEYS[4], id) == 1 then
   place = 'dead'
 elseif redis.call('LREM', KEYS[3], 1, id) == 1 then
   place = 'ready'
+elseif due then
+  redis.call('ZREM', KEYS[12], due)
+  place = 'ready'
 else
   return 'running'
 end
@@ -51,5 +59,6 @@ redis.pcall('HDEL', KEYS[8], id) -- a note of a ready, retried or re-entered tas
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[5], id)
 redis.call('HDEL', KEYS[6], id)
+redis.call('HDEL', KEYS[11], id)
 redis.pcall('HINCRBY', KEYS[7], 'cancelled', 1)
 return place

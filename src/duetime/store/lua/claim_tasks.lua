@@ -8,10 +8,21 @@
 -- KEYS[7] early      HASH  task id -> run-at (ms), for ids promoted before their run-at
 -- KEYS[8] paused     STRING present while the queue is paused
 -- KEYS[9] stats      HASH  counters
+-- KEYS[10] limits    HASH  flow control (flow.lua: config_key); while it exists, every
+--          id taken is checked against the limits as it starts, and more are picked
+--          from the due set by turns and rank rather than from ready alone
+-- KEYS[11] flow records HASH  (flow.lua)
+-- KEYS[12] due          ZSET  (flow.lua)
+-- KEYS[13] turns        ZSET  (flow.lua)
+-- KEYS[14] throttled    ZSET  (flow.lua)
+-- KEYS[15] rate state   ZSET  (flow.lua)
+-- KEYS[16] running      ZSET  (flow.lua)
+-- KEYS[17] wake      LIST  the dispatchers' alarm, rung when a rate limit's wait begins
 -- ARGV[1] now (ms)
 -- ARGV[2] lease deadline (ms)
 -- ARGV[3] worker id
--- ARGV[4] most ids to move from ready
+-- ARGV[4] most ids to move from ready (under flow control: to start, from ready first,
+--         then from the due set)
 -- ARGV[5..] ids the worker already moved into its list with BLMOVE
 -- Returns: flat quintuples {task id, attempt, envelope, run-at, problem}. run-at (ms) is
 -- given for an id promoted ahead of it (the worker waits until then), false otherwise.
@@ -31,7 +42,11 @@
 -- most (it is also recorded for replication). Measured on Redis 7.0, this takes 10 to 20%
 -- off a claim's server time per task. The early-note lookup is skipped while no note
 -- exists.
+-- Under flow control an id that may not start yet (its group or the queue is at its
+-- limit) goes back to the due set, and is not returned: nothing about it is spent.
 -- @include chunks
+-- @include flow_records
+-- @include flow
 
 local worker = ARGV[3]
 -- A script that fails half way keeps the writes it made: every key written below is
@@ -50,16 +65,68 @@ if redis.call('EXISTS', KEYS[8]) == 1 then
   end
   return 'paused'
 end
+local now = tonumber(ARGV[1])
+local flowing = flow_on(KEYS[10])
+if flowing then
+  redis.call('LLEN', KEYS[1])
+  redis.call('LLEN', KEYS[2])
+  redis.call('ZSCORE', KEYS[3], '')
+  redis.call('HGET', KEYS[11], '')
+  redis.call('ZSCORE', KEYS[12], '')
+  redis.call('ZSCORE', KEYS[13], '')
+  redis.call('ZSCORE', KEYS[14], '')
+  redis.call('ZSCORE', KEYS[15], '')
+  redis.call('ZSCORE', KEYS[16], '')
+end
+-- Whether an id taken from ready may start now: if so it is counted as started (its slot
+-- and its cost of the rates); if not it goes back to the due set, and its group (or the
+-- whole queue) waits as the limit says.
+local function admit(id)
+  local _, cost, _, group = parse_record(redis.call('HGET', KEYS[11], id))
+  local hold, at, queue_tat = hold_of(KEYS[10], KEYS[16], KEYS[3], KEYS[15], group, cost, now)
+  if not hold then
+    start_task(KEYS[16], KEYS[15], group, worker .. '|' .. id, at, queue_tat)
+    return true
+  end
+  refile(KEYS[11], KEYS[12], id, now)
+  hold_group(KEYS[13], KEYS[14], KEYS[17], group, hold, at)
+  if hold == 'cap' or hold == 'queue' then
+    give_turn(KEYS[13], KEYS[14], group)
+  end
+  return false
+end
 local ids = {}
 for i = 5, #ARGV do
   -- A dead-worker sweep may have taken the id back between BLMOVE and this call.
   if redis.call('LPOS', KEYS[2], ARGV[i]) then
-    ids[#ids + 1] = ARGV[i]
+    if not flowing or admit(ARGV[i]) then
+      ids[#ids + 1] = ARGV[i]
+    else
+      redis.call('LREM', KEYS[2], 1, ARGV[i])
+    end
   end
 end
 local most = tonumber(ARGV[4])
 -- What LMOVE would move id by id: RPUSHed to the worker's list, LTRIMmed from ready below.
 local moved = most > 0 and redis.call('LRANGE', KEYS[1], 0, most - 1) or {}
+local trim = #moved
+if flowing then
+  local waiting = moved
+  moved = {}
+  for _, id in ipairs(waiting) do
+    if admit(id) then
+      moved[#moved + 1] = id
+    end
+  end
+  while #moved < most do
+    local id = pick(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
+      KEYS[3], KEYS[17], now, worker)
+    if not id then
+      break
+    end
+    moved[#moved + 1] = id
+  end
+end
 for _, id in ipairs(moved) do
   ids[#ids + 1] = id
 end
@@ -84,11 +151,11 @@ if #ids > 0 then
   end
 end
 redis.call('ZADD', KEYS[6], ARGV[1], worker)
-if #moved > 0 then
-  in_chunks(moved, function(first, last)
-    redis.call('RPUSH', KEYS[2], unpack(moved, first, last))
-  end)
-  redis.call('LTRIM', KEYS[1], #moved, -1)
+in_chunks(moved, function(first, last)
+  redis.call('RPUSH', KEYS[2], unpack(moved, first, last))
+end)
+if trim > 0 then
+  redis.call('LTRIM', KEYS[1], trim, -1)
 end
 local out, counted, leased, noted = {}, {}, {}, {}
 local unknown = 0
@@ -143,5 +210,9 @@ in_chunks(noted, function(first, last)
 end)
 if unknown > 0 then
   redis.pcall('HINCRBY', KEYS[9], 'dropped_unknown', unknown)
+end
+if flowing then
+  feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[3], KEYS[17],
+    KEYS[1], now)
 end
 return out

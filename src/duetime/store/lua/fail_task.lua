@@ -11,6 +11,15 @@
 -- KEYS[10] minutes   HASH  "<minute>:<figure>" -> per-minute figures
 -- KEYS[11] early     HASH  task id -> the time a retry is due (ms), which its lateness is
 --          measured from (the envelope keeps the first run-at)
+-- KEYS[12] limits    HASH  flow control (flow.lua: config_key); while it exists, the
+--          tasks' slots are freed and a task that may start is put in ready
+-- KEYS[13] flow records HASH  (flow.lua)
+-- KEYS[14] due          ZSET  (flow.lua)
+-- KEYS[15] turns        ZSET  (flow.lua)
+-- KEYS[16] throttled    ZSET  (flow.lua)
+-- KEYS[17] rate state   ZSET  (flow.lua)
+-- KEYS[18] running      ZSET  (flow.lua)
+-- KEYS[19] ready     LIST
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] task id
@@ -24,6 +33,9 @@
 -- @include fence
 -- @include wake
 -- @include result
+-- @include chunks
+-- @include flow_records
+-- @include flow
 local now = tonumber(ARGV[1])
 local id = ARGV[3]
 local member = ARGV[2] .. '|' .. id
@@ -43,6 +55,11 @@ if retry_at < 0 then
 else
   head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   wake = must_wake(KEYS[7], comes_before(retry_at, head))
+end
+local flowing = flow_on(KEYS[12])
+if flowing then
+  redis.call('LLEN', KEYS[19])
+  probe_flow(KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18])
 end
 redis.call('LREM', KEYS[1], 1, id)
 redis.call('ZREM', KEYS[2], member)
@@ -65,5 +82,9 @@ else
   end
   redis.pcall('HINCRBY', KEYS[8], 'retried', 1)
   redis.pcall('HINCRBY', KEYS[10], minute .. 'retried', 1)
+end
+if flowing then
+  release_and_feed(KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18],
+    KEYS[2], KEYS[7], KEYS[19], {id}, {member}, false, now)
 end
 return 1

@@ -11,7 +11,16 @@
 -- KEYS[8] reaped          ZSET  reaped worker id -> when to look at its list once more (ms)
 -- KEYS[9] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[10] delayed_layout HASH  generation, tasks (how many the buckets hold)
--- KEYS[11..] delayed buckets the caller saw due (ZSET task id -> run-at in µs), each named
+-- KEYS[11] limits        HASH  the queue's flow control (flow.lua: config_key); while it
+--         exists, due tasks go to the due set by rank and turns, not to ready
+-- KEYS[12] flow records  HASH  task id -> priority, cost, rank, group (flow.lua)
+-- KEYS[13] due           ZSET  due tasks of a queue under flow control, by group and rank
+-- KEYS[14] turns         ZSET  group -> its turn
+-- KEYS[15] throttled     ZSET  group -> when its rate limit lets it start (ms)
+-- KEYS[16] rate state    ZSET  group -> theoretical arrival time (ms)
+-- KEYS[17] running       ZSET  "<group>\0<lease member>" of started tasks
+-- KEYS[18] wake          LIST  the dispatchers' alarm: rung to go on feeding
+-- KEYS[19..] delayed buckets the caller saw due (ZSET task id -> run-at in µs), each named
 --         KEYS[9] .. ':' .. its name in `delayed`
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] promote ids due up to this time (ms, >= now): moving a task a few ms ahead
@@ -31,12 +40,19 @@
 -- buckets to pass next time (a script touches only the keys it is given).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- Under flow control (flow.lua), the promoted tasks are filed in the due set instead of
+-- ready, groups whose rate limit has let go get their turn back, spent rates are
+-- forgotten, and one task that may start is put in ready to wake a worker; the next
+-- run-at returned is then also the earliest time a rate limit lets go.
 -- @include delayed_buckets
 -- @include microseconds
+-- @include chunks
+-- @include flow_records
+-- @include flow
 local NEXT_BUCKETS = 16
 local now, upto, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local stage_upto = math.max(upto, tonumber(ARGV[4]) or upto)
-local ids, ahead = {}, {}
+local ids, ahead, run_ats = {}, {}, {}
 local staged, staged_count = {}, 0  -- run-at (ms text), id, ... for scheduled
 local upto_us = upto * 1000
 -- Take entries {id, score, ...}: those due by upto are promoted, the rest (only from a
@@ -53,6 +69,7 @@ local function take(entries, us)
       staged_count = staged_count + 1
     else
       ids[#ids + 1] = entries[i]
+      run_ats[#ids] = us and score / 1000 or score
       if (us and score > now * 1000) or (not us and score > now) then
         ahead[#ahead + 1] = entries[i]
         ahead[#ahead + 1] = us and ms_text(score) or entries[i + 1]
@@ -70,7 +87,7 @@ local from_scheduled = take(redis.call('ZRANGE', KEYS[1], '-inf', upto, 'BYSCORE
 local stage_text = string.format('%d', stage_upto * 1000)
 local from_buckets = {}  -- KEYS index -> ids taken from that bucket
 local bucketed = 0
-for key = 11, #KEYS do
+for key = 19, #KEYS do
   local room = most - #ids - staged_count
   if room <= 0 then
     break
@@ -90,11 +107,22 @@ local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 if #ahead > 0 then
   redis.call('HGET', KEYS[7], '')
 end
-if #KEYS >= 11 then
+if #KEYS >= 19 then
   redis.call('ZSCORE', KEYS[9], '')
 end
+local flowing = flow_on(KEYS[11])
+if flowing then
+  redis.call('HGET', KEYS[12], '')
+  redis.call('ZSCORE', KEYS[13], '')
+  redis.call('ZSCORE', KEYS[14], '')
+  redis.call('ZSCORE', KEYS[16], '')
+end
 if #ids > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ids))
+  if flowing then
+    file_due(KEYS[12], KEYS[13], KEYS[14], KEYS[15], ids, run_ats)
+  else
+    redis.call('RPUSH', KEYS[2], unpack(ids))
+  end
   if #ahead > 0 then
     redis.call('HSET', KEYS[7], unpack(ahead))
   end
@@ -118,6 +146,24 @@ if bucketed > 0 then
   forget_layout_if_empty(KEYS[9], KEYS[10])
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '-1'
+if flowing then
+  local released = redis.call('ZRANGE', KEYS[15], '-inf', now, 'BYSCORE')
+  if #released > 0 then
+    redis.call('ZREM', KEYS[15], unpack(released))
+    for _, group in ipairs(released) do
+      if group ~= QUEUE_GROUP and first_of(KEYS[13], group) then
+        give_turn(KEYS[14], KEYS[15], group)
+      end
+    end
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', now)
+  feed(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[3], KEYS[18],
+    KEYS[2], now)
+  local throttled = redis.call('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')[2]
+  if throttled and (next_due == '-1' or tonumber(throttled) < tonumber(next_due)) then
+    next_due = throttled
+  end
+end
 -- The buckets still due for promotion or staging (more than one call could take), or else
 -- the next few to be: a caller that wakes for them passes every one due by then in one call.
 local earliest = redis.call('ZRANGE', KEYS[9], '-inf', stage_text, 'BYSCORE', 'LIMIT', 0, most,

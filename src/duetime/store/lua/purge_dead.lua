@@ -3,6 +3,7 @@
 -- KEYS[2] tasks      HASH
 -- KEYS[3] attempts   HASH
 -- KEYS[4] errors     HASH
+-- KEYS[5] flow records HASH  task id -> its flow record (flow_records.lua)
 -- ARGV[1] died before (ms): also purge up to ARGV[3] tasks that died before this; -1 = none
 -- ARGV[2] keep at most this many dead tasks (oldest purged first, up to ARGV[3]); -1 = no cap
 -- ARGV[3] most tasks purged by retention in one call
@@ -13,6 +14,7 @@
 redis.call('HGET', KEYS[2], '')
 redis.call('HGET', KEYS[3], '')
 redis.call('HGET', KEYS[4], '')
+redis.call('HGET', KEYS[5], '')
 local ids = {}
 for i = 4, #ARGV do
   ids[#ids + 1] = ARGV[i]
@@ -42,6 +44,7 @@ for _, id in ipairs(ids) do
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
+    redis.call('HDEL', KEYS[5], id)
     count = count + 1
   end
 end

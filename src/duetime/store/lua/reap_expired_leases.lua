@@ -6,7 +6,16 @@
 -- KEYS[5] tasks      HASH  task id -> envelope
 -- KEYS[6] early      HASH  task id -> now: the next attempt's lateness counts from here (a
 --          note already there, of an id never claimed, is the earlier due time: kept)
--- KEYS[7..] the processing lists of the lease holders
+-- KEYS[7] limits    HASH  flow control (flow.lua: config_key); while it exists, the
+--          tasks' slots are freed and a task that may start is put in ready
+-- KEYS[8] flow records HASH  (flow.lua)
+-- KEYS[9] due          ZSET  (flow.lua)
+-- KEYS[10] turns        ZSET  (flow.lua)
+-- KEYS[11] throttled    ZSET  (flow.lua)
+-- KEYS[12] rate state   ZSET  (flow.lua)
+-- KEYS[13] running      ZSET  (flow.lua)
+-- KEYS[14] ready     LIST
+-- KEYS[15..] the processing lists of the lease holders
 -- ARGV[1] now (ms)
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
@@ -16,6 +25,9 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include wake
+-- @include chunks
+-- @include flow_records
+-- @include flow
 local now = tonumber(ARGV[1])
 local count, unknown = 0, 0
 -- What is written below is read here first: a key of the wrong type fails the call
@@ -24,9 +36,15 @@ redis.call('ZSCORE', KEYS[1], '')
 redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[3])
 redis.call('HGET', KEYS[5], '')
-for key = 7, #KEYS do
+for key = 15, #KEYS do
   redis.call('LLEN', KEYS[key])
 end
+local flowing = flow_on(KEYS[7])
+if flowing then
+  redis.call('LLEN', KEYS[14])
+  probe_flow(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13])
+end
+local ended, ended_leases = {}, {}
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
@@ -37,6 +55,8 @@ for i = 2, #ARGV, 2 do
   -- A member without "|" was not written by duetime: dropped above, nothing to re-enter.
   if bar and deadline and tonumber(deadline) <= now then
     local id = string.sub(member, bar + 1)
+    ended[#ended + 1] = id
+    ended_leases[#ended_leases + 1] = member
     if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
       if redis.call('HEXISTS', KEYS[5], id) == 1 then
         redis.call('ZADD', KEYS[2], now, id)
@@ -47,6 +67,10 @@ for i = 2, #ARGV, 2 do
       end
     end
   end
+end
+if flowing and #ended > 0 then
+  release_and_feed(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
+    KEYS[1], KEYS[3], KEYS[14], ended, ended_leases, false, now)
 end
 if count > 0 then
   wake_if(KEYS[3], true) -- re-entered tasks are due now

@@ -10,6 +10,15 @@
 -- KEYS[8] tasks      HASH  task id -> envelope
 -- KEYS[9] early      HASH  task id -> now: the next attempt's lateness counts from here (a
 --          note already there, of an id never claimed, is the earlier due time: kept)
+-- KEYS[10] limits    HASH  flow control (flow.lua: config_key); while it exists, the
+--          tasks' slots are freed and a task that may start is put in ready
+-- KEYS[11] flow records HASH  (flow.lua)
+-- KEYS[12] due          ZSET  (flow.lua)
+-- KEYS[13] turns        ZSET  (flow.lua)
+-- KEYS[14] throttled    ZSET  (flow.lua)
+-- KEYS[15] rate state   ZSET  (flow.lua)
+-- KEYS[16] running      ZSET  (flow.lua)
+-- KEYS[17] ready     LIST
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
@@ -27,6 +36,8 @@
 -- @include hash_values
 -- @include wake
 -- @include early
+-- @include flow_records
+-- @include flow
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local beat = redis.call('ZSCORE', KEYS[1], worker)
@@ -50,8 +61,19 @@ redis.call('ZSCORE', KEYS[3], '')
 redis.call('ZSCORE', KEYS[4], '')
 redis.call('ZSCORE', KEYS[7], '')
 redis.call('LLEN', KEYS[5])
+local flowing = flow_on(KEYS[10])
+if flowing then
+  redis.call('LLEN', KEYS[17])
+  probe_flow(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16])
+end
+local members = {}
 for _, id in ipairs(listed) do
+  members[#members + 1] = worker .. '|' .. id
   redis.call('ZREM', KEYS[3], worker .. '|' .. id)
+end
+if flowing and #listed > 0 then
+  release_and_feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
+    KEYS[3], KEYS[5], KEYS[17], listed, members, false, now)
 end
 for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[4], now, id)

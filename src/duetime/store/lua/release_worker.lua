@@ -10,6 +10,15 @@
 -- KEYS[8] tasks      HASH  task id -> envelope
 -- KEYS[9] early      HASH  task id -> ARGV[4]: the next attempt's lateness counts from the
 --          hand-back (a note already there, of an id never claimed, is kept)
+-- KEYS[10] limits    HASH  flow control (flow.lua: config_key); while it exists, the
+--          tasks' slots are freed and a task that may start is put in ready
+-- KEYS[11] flow records HASH  (flow.lua)
+-- KEYS[12] due          ZSET  (flow.lua)
+-- KEYS[13] turns        ZSET  (flow.lua)
+-- KEYS[14] throttled    ZSET  (flow.lua)
+-- KEYS[15] rate state   ZSET  (flow.lua)
+-- KEYS[16] running      ZSET  (flow.lua)
+-- KEYS[17] wake      LIST
 -- ARGV[1] worker id
 -- ARGV[2] when to look at the list once more (ms): a BLMOVE the stop cut off on the
 --         client side may still be pending on the server and land an id there
@@ -23,7 +32,10 @@
 -- @include chunks
 -- @include hash_values
 -- @include early
+-- @include flow_records
+-- @include flow
 local worker = ARGV[1]
+local now = tonumber(ARGV[4])
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
 local envelopes = hash_values(KEYS[8], ids)
 -- What is written below is read here first: a key of the wrong type fails the call
@@ -33,6 +45,15 @@ redis.call('ZSCORE', KEYS[3], '')
 redis.call('ZSCORE', KEYS[7], '')
 redis.call('HGET', KEYS[4], '')
 redis.call('LLEN', KEYS[5])
+local flowing = flow_on(KEYS[10])
+if flowing then
+  redis.call('LLEN', KEYS[17])
+  probe_flow(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16])
+end
+local members = {}
+for i, id in ipairs(ids) do
+  members[i] = worker .. '|' .. id
+end
 local handed, unknown = 0, 0
 -- Walk backwards so LPUSH keeps their order at the head of ready.
 for i = #ids, 1, -1 do
@@ -58,6 +79,10 @@ for i = #ids, 1, -1 do
   end
 end
 redis.call('DEL', KEYS[2])
+if flowing and #ids > 0 then
+  release_and_feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
+    KEYS[3], KEYS[17], KEYS[5], ids, members, false, now)
+end
 redis.call('ZREM', KEYS[1], worker)
 redis.call('ZADD', KEYS[7], ARGV[2], worker)
 if handed > 0 then

@@ -7,7 +7,9 @@
 -- KEYS[6] early           HASH  task id -> run-at, for ids promoted ahead of it
 -- KEYS[7] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[8] delayed_layout  HASH  generation, tasks
--- KEYS[9..] the task's delayed bucket in each generation, 0 to ARGV[6]; the last one
+-- KEYS[9] flow records   HASH  task id -> its flow record (flow_records.lua)
+-- KEYS[10] due           ZSET  due tasks of a queue under flow control (flow.lua)
+-- KEYS[11..] the task's delayed bucket in each generation, 0 to ARGV[6]; the last one
 --         (the current generation's) is where it goes when it is due later
 -- ARGV[1] now (ms)
 -- ARGV[2] task id
@@ -24,6 +26,7 @@
 -- @include delayed_buckets
 -- @include microseconds
 -- @include wake
+-- @include flow_records
 local now, id, run_at = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local current = redis.call('HGET', KEYS[1], id)
 if not current then
@@ -45,11 +48,14 @@ redis.call('ZSCORE', KEYS[#KEYS], '')
 redis.call('LLEN', KEYS[3])
 redis.call('LLEN', KEYS[5])
 redis.call('HGET', KEYS[6], '')
-if not remove_delayed(id, 9, KEYS[7], KEYS[8]) and redis.call('ZREM', KEYS[2], id) == 0 then
+local due = due_member_of(KEYS[9], KEYS[10], id)
+if not remove_delayed(id, 11, KEYS[7], KEYS[8]) and redis.call('ZREM', KEYS[2], id) == 0 then
   if redis.call('ZSCORE', KEYS[4], id) then
     return 'dead'
   end
-  if redis.call('LREM', KEYS[3], 1, id) == 0 then
+  if due then
+    redis.call('ZREM', KEYS[10], due)
+  elseif redis.call('LREM', KEYS[3], 1, id) == 0 then
     return 'running'
   end
 end

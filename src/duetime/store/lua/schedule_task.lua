@@ -9,7 +9,10 @@
 -- KEYS[5] stats           HASH  counters
 -- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[7] delayed_layout  HASH  generation, tasks (how many the buckets hold)
--- KEYS[8] the task's delayed bucket in generation ARGV[6] (ZSET task id -> run-at in
+-- KEYS[8] limits          HASH  flow control (flow.lua): while it exists, a task due now
+--         goes to scheduled (a dispatcher files it among the due by rank and group)
+-- KEYS[9] flow records    HASH  task id -> "<priority>|<cost>||<group>" (flow.lua)
+-- KEYS[10] the task's delayed bucket in generation ARGV[6] (ZSET task id -> run-at in
 --         µs), named KEYS[6] .. ':' .. "<generation>:<bucket>"
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] task id
@@ -17,32 +20,38 @@
 -- ARGV[4] envelope
 -- ARGV[5] run-at as the text of whole µs, as the buckets keep it
 -- ARGV[6] the generation the bucket was picked in
+-- ARGV[7] the task's flow record, or '' (none: priority 0, cost 1, no limit key); a
+--         record puts the queue under flow control
 -- Returns as schedule_tasks does for one task: {generation, 1, {1}} when the id was
 -- already live (nothing changed), else {generation, 1, {}}.
 -- @include generation
 -- @include microseconds
 -- @include wake
 -- @include scheduling
+-- @include flow_mode
 local now, id, run_at, asked = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 if redis.call('HEXISTS', KEYS[1], id) == 1 then
   return {count_delayed(asked, 0, read_layout(KEYS[7]), KEYS[7], KEYS[6]), 1, {1}}
 end
 -- Every key written below is read first, or is the first write (see scheduling.lua).
 local layout = read_layout(KEYS[7])
-if run_at <= now then
+local record = ARGV[7] or ''
+local flowing = flow_mode(KEYS[8], KEYS[9], record ~= '')
+if run_at <= now and not flowing then
   redis.call('RPUSH', KEYS[3], id)
   redis.call('HSET', KEYS[1], id, ARGV[4])
   count_scheduled(KEYS[5], 1)
   return {count_delayed(asked, 0, layout, KEYS[7], KEYS[6]), 1, {}}
 end
-local wake = must_wake(KEYS[4], comes_first(run_at, KEYS[6], KEYS[2]))
+local wake = must_wake(KEYS[4], run_at <= now or comes_first(run_at, KEYS[6], KEYS[2]))
 local delayed = 0
-if run_at * 1000 >= MOST_US then
+enter_flow(KEYS[8], KEYS[9], id, record, now)
+if run_at <= now or run_at * 1000 >= MOST_US then
   redis.call('ZADD', KEYS[2], run_at, id)
 else
-  redis.call('ZADD', KEYS[8], ARGV[5], id)
+  redis.call('ZADD', KEYS[10], ARGV[5], id)
   -- LT: a bucket's score only ever moves earlier here (a new bucket is added).
-  redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[8], #KEYS[6] + 2))
+  redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[10], #KEYS[6] + 2))
   delayed = 1
 end
 redis.call('HSET', KEYS[1], id, ARGV[4])

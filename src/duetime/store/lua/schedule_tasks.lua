@@ -6,13 +6,17 @@
 -- KEYS[5] stats           HASH  counters
 -- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[7] delayed_layout  HASH  generation, tasks (how many the buckets hold)
--- KEYS[8..] the delayed buckets of this batch (ZSET task id -> run-at in µs), named
+-- KEYS[8] limits          HASH  flow control (flow.lua): while it exists, tasks due now go
+--         to scheduled (a dispatcher files them among the due by rank and group)
+-- KEYS[9] flow records    HASH  task id -> "<priority>|<cost>||<group>" (flow.lua)
+-- KEYS[10..] the delayed buckets of this batch (ZSET task id -> run-at in µs), named
 --         KEYS[6] .. ':' .. "<generation>:<bucket>"
 -- ARGV[1] now (ms, server clock)
--- ARGV[2] the tasks, msgpack: a flat array of five per task: task id, run-at (ms),
+-- ARGV[2] the tasks, msgpack: a flat array of six per task: task id, run-at (ms),
 --         envelope, index in KEYS of its bucket, run-at as the text of whole µs (handed
---         to ZADD as it is: the server formats a number it is given slowly). One
---         argument rather than five per task: clients pack it in one C call, where a
+--         to ZADD as it is: the server formats a number it is given slowly), flow record
+--         ('' for none; any record puts the queue under flow control). One argument
+--         rather than six per task: clients pack it in one C call, where a
 --         command of thousands of arguments costs them per argument.
 -- ARGV[3] the generation the buckets were picked in: becomes the generation if it is
 --         newer (a client may open one ahead of time for a large batch)
@@ -31,15 +35,20 @@
 -- @include microseconds
 -- @include wake
 -- @include scheduling
+-- @include flow_mode
 local now = tonumber(ARGV[1])
 local tasks = cmsgpack.unpack(ARGV[2])
 local asked = tonumber(ARGV[3])
 local ids = {}
-for i = 1, #tasks, 5 do
+local recorded = false
+for i = 1, #tasks, 6 do
   ids[#ids + 1] = tasks[i]
+  recorded = recorded or tasks[i + 5] ~= ''
 end
 local live = redis.call('HMGET', KEYS[1], unpack(ids))
 local layout = read_layout(KEYS[7])
+local flowing = flow_mode(KEYS[8], KEYS[9], recorded)
+local records = {}
 local soonest = math.huge  -- the earliest run-at (ms) of this batch's delayed tasks
 local refused = {}
 local taken = {}  -- ids of this batch already given a place: a repeat is live too
@@ -54,12 +63,20 @@ for n = 1, #ids do
     refused[#refused + 1] = n
   else
     taken[id] = true
-    local run_at = tonumber(tasks[5 * n - 3])
+    local run_at = tonumber(tasks[6 * n - 4])
     fields[2 * written + 1] = id
-    fields[2 * written + 2] = tasks[5 * n - 2]
+    fields[2 * written + 2] = tasks[6 * n - 3]
     written = written + 1
-    if run_at <= now then
+    if tasks[6 * n] ~= '' then
+      records[#records + 1] = id
+      records[#records + 1] = tasks[6 * n]
+    end
+    if run_at <= now and not flowing then
       due[#due + 1] = id
+    elseif run_at <= now then
+      late[#late + 1] = run_at
+      late[#late + 1] = id
+      soonest = math.min(soonest, run_at)
     else
       if run_at < soonest then
         soonest = run_at
@@ -68,7 +85,7 @@ for n = 1, #ids do
         late[#late + 1] = run_at
         late[#late + 1] = id
       else
-        local key, us = tasks[5 * n - 1], tasks[5 * n]
+        local key, us = tasks[6 * n - 2], tasks[6 * n - 1]
         local bucket = buckets[key]
         if not bucket then
           bucket = {{}, run_at, us, 0}
@@ -130,6 +147,12 @@ if #due > 0 then
 end
 if written > 0 then
   redis.call('HSET', KEYS[1], unpack(fields))
+end
+if #records > 0 then
+  enter_flow(KEYS[8], KEYS[9], records[1], records[2], now)
+  if #records > 2 then
+    redis.call('HSET', KEYS[9], unpack(records, 3))
+  end
 end
 local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then

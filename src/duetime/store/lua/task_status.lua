@@ -7,7 +7,9 @@
 -- KEYS[6] errors          HASH
 -- KEYS[7] result key of this task
 -- KEYS[8] delayed_layout  HASH  generation, tasks
--- KEYS[9..] the task's delayed bucket in each generation, 0 to ARGV[2]
+-- KEYS[9] flow records   HASH  task id -> its flow record (flow_records.lua)
+-- KEYS[10] due           ZSET  due tasks of a queue under flow control (flow.lua)
+-- KEYS[11..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
 -- ARGV[2] the current generation of delayed buckets, as the caller knows it
 -- Returns: {state, score (ms) or false, attempts or false, error record or false,
@@ -18,6 +20,7 @@
 -- @include generation
 -- @include delayed_buckets
 -- @include microseconds
+-- @include flow_records
 local id = ARGV[1]
 local envelope = redis.call('HGET', KEYS[1], id)
 local attempts = redis.call('HGET', KEYS[5], id) or false
@@ -30,7 +33,7 @@ local generation = current_generation(KEYS[8])
 if generation ~= tonumber(ARGV[2]) then
   return generation
 end
-local score = delayed_score(id, 9)
+local score = delayed_score(id, 11)
 score = score and ms_text(score) or redis.call('ZSCORE', KEYS[2], id)
 if score then
   return {'scheduled', score, attempts, error_record, envelope, result}
@@ -39,7 +42,7 @@ score = redis.call('ZSCORE', KEYS[4], id)
 if score then
   return {'dead', score, attempts, error_record, envelope, result}
 end
-if redis.call('LPOS', KEYS[3], id) then
+if redis.call('LPOS', KEYS[3], id) or due_member_of(KEYS[9], KEYS[10], id) then
   return {'ready', false, attempts, error_record, envelope, result}
 end
 return {'running', false, attempts, error_record, envelope, result}

@@ -1,0 +1,73 @@
+"""Flow control of a queue as the client sees it: declare its limits, change one limit
+key's, read them back, and read what holds its due tasks. The plans of ``QueueCore``
+for limits; each shard keeps its own (see docs/flow.md, "Sharded queues")."""
+
+from __future__ import annotations
+
+from duetime import flow
+from duetime.client.shards import QueueShards
+from duetime.flow import KeyLimits, Limits
+from duetime.store.flow_control import FlowState, GroupFlow, limit_pairs
+from duetime.store.requests import Plan
+
+
+class Limiting(QueueShards):
+    """The plans of limits, on every shard."""
+
+    def set_limits_plan(self, limits: Limits) -> Plan[None]:
+        """Make the queue's limits exactly ``limits`` (declared in code: every limit not
+        in it is dropped). The queue is under flow control from then on."""
+        if not isinstance(limits, Limits):
+            raise TypeError(f"set_limits() takes Limits, got {type(limits).__name__}")
+        pairs = limit_pairs(limits.fields())
+        for shard in self.shards:
+            yield from shard.set_limits("replace", pairs)
+
+    def set_key_limits_plan(self, key: str, limits: KeyLimits | None) -> Plan[None]:
+        """Set (or, with None, drop) one limit key's own limits; the others are kept."""
+        flow.limit_key(key)
+        if limits is not None and not isinstance(limits, KeyLimits):
+            raise TypeError(f"set_key_limits() takes KeyLimits, got {type(limits).__name__}")
+        given = Limits(keys={key: limits}).fields() if limits is not None else {}
+        fields = {f"concurrency:{key}": "", f"rate:{key}": "", **given}
+        for shard in self.shards:
+            yield from shard.set_limits("update", limit_pairs(fields))
+
+    def limits_plan(self) -> Plan[Limits | None]:
+        """The queue's limits (its first shard's), or None when it is not under flow
+        control."""
+        fields = yield from self.shards[0].limit_fields()
+        return None if fields is None else Limits.from_fields(fields)
+
+    def flow_plan(self, most_keys: int = 50) -> Plan[FlowState]:
+        """What holds the queue's due tasks: counts, and per limit key (up to
+        ``most_keys`` of them, in key order), over every shard."""
+        states: list[FlowState] = []
+        for shard in self.shards:
+            states.append((yield from shard.flow_state(most_keys)))
+        if len(states) == 1:
+            return states[0]
+        merged: dict[str, GroupFlow] = {}
+        for state in states:
+            for group in state.groups:
+                seen = merged.get(group.key)
+                if seen is None:
+                    merged[group.key] = group
+                    continue
+                waits = [w for w in (seen.throttled_until_ms, group.throttled_until_ms) if w]
+                merged[group.key] = GroupFlow(
+                    group.key,
+                    seen.due + group.due,
+                    seen.running + group.running,
+                    min(waits) if waits else None,
+                    seen.has_turn or group.has_turn,
+                )
+        queue_waits = [s.queue_throttled_until_ms for s in states if s.queue_throttled_until_ms]
+        return FlowState(
+            any(state.enabled for state in states),
+            states[0].fields,
+            sum(state.due for state in states),
+            sum(state.running for state in states),
+            min(queue_waits) if queue_waits else None,
+            [merged[key] for key in sorted(merged)][:most_keys],
+        )

@@ -1,0 +1,335 @@
+-- Flow control, given its keys as parameters: priorities, turns between limit keys, rate
+-- limits and concurrency limits. Every limit is checked as a task starts (claim_tasks,
+-- with the lease it takes), never before, so none is passed. Needs chunks.lua and
+-- flow_records.lua.
+--
+-- A queue is under flow control while its limits hash (config_key) exists: scheduling a
+-- task with a priority or a limit key creates it, declaring a limit too. Its due tasks
+-- then wait in the due set rather than in ready, in one group per limit key (tasks
+-- without one are the group ""), and a claim takes them group by group in turns.
+--   config_key    HASH  cap, rate, each_concurrency, each_rate, concurrency:<group>,
+--                       rate:<group> (a rate is "<count>|<period ms>|<burst>"), since
+--   records_key   HASH  task id -> "<priority>|<cost>|<rank>|<group>" (rank: empty until
+--                       the task is due)
+--   due_key       ZSET  all scores 0: "<group>\0<rank>\0<task id>", so one range BYLEX
+--                       reads a group's best-ranked task. rank: run-at (ms) less 1000 ms
+--                       per point of priority, 15 digits
+--   turns_key     ZSET  group -> its turn: the groups whose due tasks may be looked at
+--   throttled_key ZSET  group -> when its rate limit lets its next task start (ms); the
+--                       member "\0" is the queue's own rate limit
+--   tats_key      ZSET  group (or "\0") -> its theoretical arrival time (GCRA, ms)
+--   running_key   ZSET  all scores 0: "<group>\0<worker>|<task id>" per started task
+-- A limit key holds no control character, so "\0" and "\1" bound a group's range.
+local QUEUE_GROUP = '\0'
+-- Groups looked at per pick before giving up for this call (each one refused leaves the
+-- turns, so the next call starts past it): bounds how long one call holds the server.
+local PICK_TRIES = 64
+
+local function flow_on(config_key)
+  return redis.call('EXISTS', config_key) == 1
+end
+
+local function group_low(group)
+  return '[' .. group .. '\0'
+end
+
+local function group_high(group)
+  return '(' .. group .. '\1'
+end
+
+-- The task id in a member of the due set ("<group>\0<rank>\0<id>": the rank has no "\0").
+local function due_id(member)
+  local first = string.find(member, '\0', 1, true)
+  return string.sub(member, string.find(member, '\0', first + 1, true) + 1)
+end
+
+-- The group's first member of a set ordered BYLEX (due or running), or false.
+local function first_of(set_key, group)
+  return redis.call('ZRANGE', set_key, group_low(group), group_high(group), 'BYLEX', 'LIMIT',
+    0, 1)[1] or false
+end
+
+-- Give ``group`` a turn after every group that has one, unless it has one or waits for
+-- its rate limit.
+local function give_turn(turns_key, throttled_key, group)
+  if redis.call('ZSCORE', turns_key, group) or redis.call('ZSCORE', throttled_key, group) then
+    return
+  end
+  local last = redis.call('ZRANGE', turns_key, -1, -1, 'WITHSCORES')[2]
+  redis.call('ZADD', turns_key, (tonumber(last) or 0) + 1, group)
+end
+
+-- Put due tasks in the due set, ranked: ``ids`` with their run-at (ms) in ``run_ats``.
+local function file_due(records_key, due_key, turns_key, throttled_key, ids, run_ats)
+  local members, records, groups = {}, {}, {}
+  in_chunks(ids, function(first, last)
+    local stored = redis.call('HMGET', records_key, unpack(ids, first, last))
+    for n = first, last do
+      local id = ids[n]
+      local priority, cost, _, group = parse_record(stored[n - first + 1])
+      local rank = rank_of(run_ats[n], priority)
+      members[#members + 1] = 0
+      members[#members + 1] = group .. '\0' .. rank .. '\0' .. id
+      records[#records + 1] = id
+      records[#records + 1] = record_of(priority, cost, rank, group)
+      groups[group] = true
+    end
+  end)
+  in_chunks(members, function(first, last)
+    redis.call('ZADD', due_key, unpack(members, first, last))
+  end)
+  in_chunks(records, function(first, last)
+    redis.call('HSET', records_key, unpack(records, first, last))
+  end)
+  for group in pairs(groups) do
+    give_turn(turns_key, throttled_key, group)
+  end
+end
+
+-- Put back among the due a task taken from ready that may not start yet; its group.
+local function refile(records_key, due_key, id, now)
+  local priority, cost, rank, group = parse_record(redis.call('HGET', records_key, id))
+  if rank == '' then
+    rank = rank_of(now, priority)
+    redis.call('HSET', records_key, id, record_of(priority, cost, rank, group))
+  end
+  redis.call('ZADD', due_key, 0, group .. '\0' .. rank .. '\0' .. id)
+  return group
+end
+
+-- Lease members of the tasks this call started: their leases are written at its end.
+local started_here = {}
+
+-- Drop from running the entries in [low, high] (BYLEX) whose lease is gone: a task taken
+-- back by a path that did not release its slot never holds it. Returns how many stay.
+local function heal_running(running_key, leases_key, low, high)
+  local members = redis.call('ZRANGE', running_key, low, high, 'BYLEX')
+  local gone = {}
+  in_chunks(members, function(first, last)
+    local leases = {}
+    for n = first, last do
+      local member = members[n]
+      leases[#leases + 1] = string.sub(member, string.find(member, '\0', 1, true) + 1)
+    end
+    local deadlines = redis.call('ZMSCORE', leases_key, unpack(leases))
+    for n = first, last do
+      if not deadlines[n - first + 1] and not started_here[leases[n - first + 1]] then
+        gone[#gone + 1] = members[n]
+      end
+    end
+  end)
+  in_chunks(gone, function(first, last)
+    redis.call('ZREM', running_key, unpack(gone, first, last))
+  end)
+  return #members - #gone
+end
+
+-- The limits of a script call, read once per group: {cap, queue rate} and per group
+-- {concurrency, rate}. A group's own value wins over the queue's for each key ("none"
+-- lifts it); tasks without a limit key answer only to the queue's limits.
+local read_limits, queue_limits = {}, false
+local function limits_of(config_key, group)
+  local found = read_limits[group]
+  if found then
+    return found
+  end
+  local got = redis.call('HMGET', config_key, 'cap', 'rate', 'each_concurrency', 'each_rate',
+    'concurrency:' .. group, 'rate:' .. group)
+  queue_limits = {tonumber(got[1]) or false, got[2] or false}
+  if group == '' then
+    found = {false, false}
+  else
+    found = {tonumber(got[5] or got[3]) or false, got[6] or got[4] or false}
+  end
+  read_limits[group] = found
+  return found
+end
+
+-- GCRA: when a task of ``cost`` may start under ``rate`` ("<count>|<period ms>|<burst>",
+-- or anything else: no limit), and the theoretical arrival time its start leaves. Up to
+-- burst may start at once, then one per period/count. A cost above the burst starts only
+-- once the limit is idle.
+local function rate_check(tats_key, member, rate, cost, now)
+  local count, period, burst = string.match(rate or '', '^(%d+)|(%d+)|(%d+)$')
+  if not count or tonumber(count) == 0 then
+    return now, false
+  end
+  local interval = tonumber(period) / tonumber(count)
+  local tat = math.max(tonumber(redis.call('ZSCORE', tats_key, member)) or now, now)
+  return tat - math.max(0, tonumber(burst) - cost) * interval, tat + cost * interval
+end
+
+-- Why the next task of ``group`` (of ``cost``) may not start now: false when it may, then
+-- with the arrival times its start leaves (group's, queue's). Else 'cap' (the queue runs
+-- all it may) or 'queue' (its rate limit, with when it may start), which hold every
+-- group; 'busy' (the group runs all it may) or 'rate' (with when it may start).
+local function hold_of(config_key, running_key, leases_key, tats_key, group, cost, now)
+  local limits = limits_of(config_key, group)
+  local cap = queue_limits[1]
+  if cap and redis.call('ZCARD', running_key) >= cap
+      and heal_running(running_key, leases_key, '-', '+') >= cap then
+    return 'cap'
+  end
+  local most = limits[1]
+  if most and redis.call('ZLEXCOUNT', running_key, group_low(group), group_high(group)) >= most
+      and heal_running(running_key, leases_key, group_low(group), group_high(group)) >= most then
+    return 'busy'
+  end
+  local group_at, group_tat = rate_check(tats_key, group, limits[2], cost, now)
+  if group_at > now then
+    return 'rate', group_at
+  end
+  local queue_at, queue_tat = rate_check(tats_key, QUEUE_GROUP, queue_limits[2], cost, now)
+  if queue_at > now then
+    return 'queue', queue_at
+  end
+  return false, group_tat, queue_tat
+end
+
+-- Note a rate limit's wait (``group`` may start again at ``at``) for the dispatchers,
+-- waking one when it comes before every other wait.
+local function throttle(throttled_key, wake_key, group, at)
+  local head = redis.call('ZRANGE', throttled_key, 0, 0, 'WITHSCORES')
+  redis.call('ZADD', throttled_key, at, group)
+  if not head[2] or at < tonumber(head[2]) then
+    if redis.call('LLEN', wake_key) == 0 then
+      redis.call('RPUSH', wake_key, 1)
+    end
+  end
+end
+
+-- What a hold does to the turns: a busy group leaves them until one of its tasks ends
+-- (release), a throttled one until its rate allows (the dispatcher gives it back). A
+-- hold of the whole queue keeps the group's turn.
+local function hold_group(turns_key, throttled_key, wake_key, group, hold, at)
+  if hold == 'busy' or hold == 'rate' then
+    redis.call('ZREM', turns_key, group)
+    if hold == 'rate' then
+      throttle(throttled_key, wake_key, group, at)
+    end
+  elseif hold == 'queue' then
+    throttle(throttled_key, wake_key, QUEUE_GROUP, at)
+  end
+end
+
+-- Count a start: the task holds a slot of its group (and of the queue) while its lease
+-- lasts, and spends its cost of the rates.
+local function start_task(running_key, tats_key, group, lease, group_tat, queue_tat)
+  started_here[lease] = true
+  redis.call('ZADD', running_key, 0, group .. '\0' .. lease)
+  if group_tat then
+    redis.call('ZADD', tats_key, group_tat, group)
+  end
+  if queue_tat then
+    redis.call('ZADD', tats_key, queue_tat, QUEUE_GROUP)
+  end
+end
+
+-- Take the next due task, group by group in turns, the best-ranked of its group: its
+-- id, or false when none may start now (the reason then: 'hold' when the queue's cap or
+-- rate holds everything, 'tries' when too many groups were refused in this call).
+-- ``worker``: start it for that worker (its lease member is "<worker>|<id>"); false:
+-- only take it out of the due set (to hand it to ready: it is checked when claimed).
+local function pick(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
+                    running_key, leases_key, wake_key, now, worker)
+  for _ = 1, PICK_TRIES do
+    local group = redis.call('ZRANGE', turns_key, 0, 0)[1]
+    if not group then
+      return false, 'none'
+    end
+    local member = first_of(due_key, group)
+    if not member then
+      redis.call('ZREM', turns_key, group)
+    else
+      local id = due_id(member)
+      local _, cost = parse_record(redis.call('HGET', records_key, id))
+      local hold, at, queue_tat = hold_of(config_key, running_key, leases_key, tats_key, group,
+        cost, now)
+      hold_group(turns_key, throttled_key, wake_key, group, hold, at)
+      if hold == 'cap' or hold == 'queue' then
+        return false, 'hold'
+      end
+      if not hold then
+        redis.call('ZREM', due_key, member)
+        if worker then
+          start_task(running_key, tats_key, group, worker .. '|' .. id, at, queue_tat)
+        end
+        if first_of(due_key, group) then
+          redis.call('ZREM', turns_key, group)
+          give_turn(turns_key, throttled_key, group)
+        else
+          redis.call('ZREM', turns_key, group)
+        end
+        return id
+      end
+    end
+  end
+  return false, 'tries'
+end
+
+-- Keep one due task in ready while any may start, so that a worker blocked on ready
+-- wakes for it (its claim checks it again, and takes more by turns). A call that gave
+-- up after too many refused groups wakes a dispatcher to go on.
+local function feed(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
+                    running_key, leases_key, wake_key, ready_key, now)
+  if redis.call('LLEN', ready_key) > 0 then
+    return
+  end
+  local id, why = pick(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
+    running_key, leases_key, wake_key, now, false)
+  if id then
+    redis.call('RPUSH', ready_key, id)
+  elseif why == 'tries' and redis.call('LLEN', wake_key) == 0 then
+    redis.call('RPUSH', wake_key, 1)
+  end
+end
+
+-- Free the slots of tasks whose lease ended: ``ids``, and ``leases`` their lease members
+-- ("<worker>|<id>"); each group that has due tasks gets its turn back. ``forget``: the
+-- tasks are gone (their records too).
+local function release(records_key, running_key, due_key, turns_key, throttled_key, ids,
+                       leases, forget)
+  local gone, groups = {}, {}
+  in_chunks(ids, function(first, last)
+    local stored = redis.call('HMGET', records_key, unpack(ids, first, last))
+    for n = first, last do
+      local _, _, _, group = parse_record(stored[n - first + 1])
+      gone[#gone + 1] = group .. '\0' .. leases[n]
+      groups[group] = true
+    end
+    if forget then
+      redis.call('HDEL', records_key, unpack(ids, first, last))
+    end
+  end)
+  in_chunks(gone, function(first, last)
+    redis.call('ZREM', running_key, unpack(gone, first, last))
+  end)
+  for group in pairs(groups) do
+    if first_of(due_key, group) then
+      give_turn(turns_key, throttled_key, group)
+    end
+  end
+end
+
+-- Read each flow key a script may write, before its first write: a key of the wrong type
+-- then fails the call with nothing written (a script that fails half way keeps the
+-- writes it made).
+local function probe_flow(records_key, due_key, turns_key, throttled_key, tats_key, running_key)
+  redis.call('HGET', records_key, '')
+  redis.call('ZSCORE', due_key, '')
+  redis.call('ZSCORE', turns_key, '')
+  redis.call('ZSCORE', throttled_key, '')
+  redis.call('ZSCORE', tats_key, '')
+  redis.call('ZSCORE', running_key, '')
+end
+
+-- After the leases of tasks ended (``ids``, with their lease members ``leases``): free
+-- their slots (release), and keep a task that may start in ready for a blocked worker
+-- (feed).
+local function release_and_feed(config_key, records_key, due_key, turns_key, throttled_key,
+                                tats_key, running_key, leases_key, wake_key, ready_key,
+                                ids, leases, forget, now)
+  release(records_key, running_key, due_key, turns_key, throttled_key, ids, leases, forget)
+  feed(config_key, records_key, due_key, turns_key, throttled_key, tats_key, running_key,
+    leases_key, wake_key, ready_key, now)
+end

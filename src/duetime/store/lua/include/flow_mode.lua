@@ -1,0 +1,27 @@
+-- How scheduling meets flow control (flow.lua), given its keys as parameters: the limits
+-- hash (limits_key) and the flow records (records_key). A task with a priority, a cost
+-- or a limit key comes with a record and puts its queue under flow control; there, a
+-- task due now goes to scheduled rather than ready, so that a dispatcher files it by
+-- rank and group.
+
+-- Whether the queue is under flow control, or is put under it by a task with a record
+-- (``recorded``). Both hashes are read here, before a script's first write (one of the
+-- wrong type then fails the call with nothing written).
+local function flow_mode(limits_key, records_key, recorded)
+  if recorded then
+    redis.call('HGET', records_key, '')
+    redis.call('HGET', limits_key, '')
+  end
+  return recorded or redis.call('EXISTS', limits_key) == 1
+end
+
+-- Write a new task's flow record (``record``, '' for none); the first one puts the queue
+-- under flow control ("since" in its limits hash: when).
+local function enter_flow(limits_key, records_key, id, record, now)
+  if record ~= '' then
+    redis.call('HSET', records_key, id, record)
+    if redis.call('EXISTS', limits_key) == 0 then
+      redis.call('HSET', limits_key, 'since', now)
+    end
+  end
+end

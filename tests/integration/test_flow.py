@@ -1,0 +1,248 @@
+"""Flow control on a real server, step by step with the clock driven by the test:
+priorities, turns between limit keys, per-key and queue concurrency, rate limits, and
+what each does to a task's state, its cancel and the invariants."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
+from duetime.errors import InvalidOptionError
+from duetime.states import TaskState
+from duetime.store import QueueKeys, SyncRunner
+from duetime.store.operations import QueueOperations
+from duetime.store.working import Claimed, Outcome
+
+T0 = 1_800_000_000_000  # ms; the server time the test sets
+
+
+class Harness:
+    """A client, a dispatcher's promotion and workers' claims and acks, on one clock."""
+
+    def __init__(self, redis_url: str, queue_name: str) -> None:
+        self.clock = ManualClock(T0)
+        self.runner = SyncRunner(redis_url, Settings())
+        self.operations = QueueOperations(QueueKeys(queue_name), self.clock)
+        self.queue = Queue(queue_name, redis_url, clock=self.clock)
+        self.keys = QueueKeys(queue_name)
+
+    def promote(self) -> float | None:
+        """One promotion pass; when the dispatcher would next wake for a run-at or a
+        rate limit (ms)."""
+        return self.runner.run(self.operations.promote_due(1000)).next_due_ms
+
+    def claim(self, worker: str = "w1", most: int = 1, taken: tuple[str, ...] = ()) -> list[str]:
+        claimed = self.runner.run(self.operations.claim(worker, 60_000, most, taken)) or []
+        return [item.task_id for item in claimed]
+
+    def claimed(self, worker: str = "w1", most: int = 1) -> list[Claimed]:
+        return self.runner.run(self.operations.claim(worker, 60_000, most)) or []
+
+    def ack(self, task_id: str, worker: str = "w1", attempt: int = 1) -> None:
+        [acked] = self.runner.run(self.operations.ack(worker, [Outcome(task_id, attempt)]))
+        assert acked
+
+    def close(self) -> None:
+        self.queue.close()
+        self.runner.close()
+
+
+@pytest.fixture
+def flow(redis_url: str, queue_name: str) -> Iterator[Harness]:
+    harness = Harness(redis_url, queue_name)
+    yield harness
+    assert harness.queue.check() == []
+    harness.close()
+
+
+def test_among_due_tasks_a_higher_priority_starts_first(flow: Harness) -> None:
+    flow.queue.set_limits(Limits())  # under flow control before the first task comes
+    at = T0 / 1000
+    ids = {p: flow.queue.schedule_task(at, {"p": p}, priority=p) for p in (0, 5, -3, 2)}
+    flow.promote()
+    order = [flow.claim()[0] for _ in ids]
+    assert order == [ids[5], ids[2], ids[0], ids[-3]]
+
+
+def test_a_priority_is_a_bounded_head_start_never_an_early_start(flow: Harness) -> None:
+    flow.queue.set_limits(Limits())
+    plain = flow.queue.schedule_task(T0 / 1000, "plain")
+    urgent_soon = flow.queue.schedule_task((T0 + 3000) / 1000, "urgent", priority=5)
+    urgent_later = flow.queue.schedule_task((T0 + 6000) / 1000, "later", priority=5)
+    flow.promote()
+    assert flow.claim() == [plain]  # the urgent ones are not due: a priority is no run-at
+    flow.ack(plain)
+    second = flow.queue.schedule_task(T0 / 1000, "second")
+    flow.clock.set(T0 + 6000)
+    flow.promote()
+    # urgent_soon ranks at T0 - 2 s, ahead of second (T0); urgent_later at T0 + 1 s, after.
+    assert [flow.claim()[0] for _ in range(3)] == [urgent_soon, second, urgent_later]
+
+
+def test_limit_keys_take_turns_so_a_big_backlog_cannot_starve_a_small_key(flow: Harness) -> None:
+    at = T0 / 1000
+    flow.queue.schedule_many([Job(n, at=at, limit_key="big") for n in range(40)])
+    small = {
+        key: flow.queue.schedule_many([Job(key, at=at, limit_key=key) for _ in range(3)])
+        for key in ("a", "b")
+    }
+    flow.promote()
+    started = flow.claim(most=9)
+    small_ids = {task_id for ids in small.values() for task_id in ids}
+    # Three turns of three keys: every small task started among the first nine.
+    assert small_ids <= set(started)
+    assert len(started) == 9
+
+
+def test_a_key_never_runs_more_than_its_concurrency_and_gets_its_slot_back(
+    flow: Harness,
+) -> None:
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=2)))
+    at = T0 / 1000
+    mine = flow.queue.schedule_many([Job(n, at=at, limit_key="k") for n in range(5)])
+    other = flow.queue.schedule_task(at, "other", limit_key="other")
+    flow.promote()
+    first = flow.claim(most=10)
+    assert len([i for i in first if i in mine]) == 2 and other in first
+    assert flow.claim("w2", most=10) == []  # another worker gets none of k's either
+    flow.ack(first[0] if first[0] in mine else first[1])
+    assert len(flow.claim("w2", most=10)) == 1
+    state = flow.queue.flow()
+    [k] = [group for group in state.groups if group.key == "k"]
+    assert (k.due, k.running) == (2, 2)
+
+
+def test_the_queue_cap_holds_over_every_worker(flow: Harness) -> None:
+    flow.queue.set_limits(Limits(cap=3))
+    flow.queue.schedule_many([(T0 / 1000, n) for n in range(10)])
+    flow.promote()
+    assert len(flow.claim("w1", most=2)) == 2
+    assert len(flow.claim("w2", most=5)) == 1
+    assert flow.claim("w3", most=5) == []
+
+
+def test_a_rate_limited_key_waits_for_its_exact_time_without_spending_an_attempt(
+    flow: Harness, raw: redis.Redis
+) -> None:
+    flow.queue.set_limits(Limits(each_key=KeyLimits(rate=Rate(2, per=1.0))))
+    ids = flow.queue.schedule_many([Job(n, at=T0 / 1000, limit_key="api") for n in range(4)])
+    flow.promote()
+    assert len(flow.claim(most=4)) == 1
+    # The next start is 500 ms on: the dispatcher sleeps until then, not a poll.
+    assert flow.promote() == T0 + 500
+    flow.clock.set(T0 + 499)
+    flow.promote()
+    assert flow.claim(most=4) == []
+    flow.clock.set(T0 + 500)
+    flow.promote()
+    assert len(flow.claim(most=4)) == 1
+    waiting = [i for i in ids if flow.queue.status(i).state == TaskState.READY]  # type: ignore[union-attr]
+    assert len(waiting) == 2
+    assert raw.hmget(flow.keys.attempts, waiting) == [None, None]  # no attempt spent
+
+
+def test_a_killed_workers_slot_comes_back_when_its_lease_is_reaped(flow: Harness) -> None:
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+    ids = flow.queue.schedule_many([Job(n, at=T0 / 1000, limit_key="k") for n in range(2)])
+    flow.promote()
+    [held] = flow.claim("dies")
+    assert flow.claim("w2") == []
+    flow.clock.set(T0 + 61_000)  # its lease ran out: the worker is gone
+    assert flow.runner.run(flow.operations.reap_expired_leases(100)) == 1
+    flow.promote()
+    started = flow.claim("w2", most=2)
+    assert len(started) == 1 and started[0] in ids
+
+
+def test_raising_a_limit_at_run_time_lets_waiting_tasks_start_at_once(flow: Harness) -> None:
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+    flow.queue.schedule_many([Job(n, at=T0 / 1000, limit_key="k") for n in range(3)])
+    flow.promote()
+    assert len(flow.claim(most=3)) == 1
+    flow.queue.set_key_limits("k", KeyLimits(concurrency=3))
+    assert len(flow.claim(most=3)) == 2
+    assert flow.queue.limits() == Limits(
+        each_key=KeyLimits(concurrency=1), keys={"k": KeyLimits(concurrency=3)}
+    )
+
+
+def test_a_due_task_waiting_for_its_turn_is_ready_and_can_be_cancelled(
+    flow: Harness, raw: redis.Redis
+) -> None:
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+    first, second = flow.queue.schedule_many(
+        [Job(n, at=T0 / 1000, limit_key="k", priority=1) for n in range(2)]
+    )
+    flow.promote()
+    flow.claim()
+    waiting = second if flow.queue.status(first).state == TaskState.RUNNING else first  # type: ignore[union-attr]
+    assert flow.queue.status(waiting).state == TaskState.READY  # type: ignore[union-attr]
+    assert flow.queue.cancel(waiting)
+    assert flow.queue.status(waiting) is None
+    assert raw.zcard(flow.keys.due) == 0 and not raw.hexists(flow.keys.flow_records, waiting)
+
+
+def test_a_failed_attempt_frees_its_slot_and_its_retry_keeps_its_key(flow: Harness) -> None:
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+    first, second = flow.queue.schedule_many(
+        [Job(n, at=T0 / 1000, limit_key="k") for n in range(2)]
+    )
+    flow.promote()
+    [claimed] = flow.claimed()
+    retry_at = None
+    applied = flow.runner.run(
+        flow.operations.fail("w1", claimed.task_id, 1, b"boom", retry_at or 0)
+    )
+    assert applied
+    flow.promote()
+    # The retry is due at once: both compete for k's one slot, one after the other.
+    [next_one] = flow.claim(most=2)
+    assert flow.claim(most=2) == []
+    assert {next_one} <= {first, second}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"priority": 1001}, "priority must be an integer from -1000 to 1000"),
+        ({"priority": 1.5}, "priority must be an integer"),
+        ({"cost": 0}, "cost must be an integer from 1"),
+        ({"limit_key": ""}, "limit_key must be a non-empty string"),
+        ({"limit_key": "a\x00b"}, "control characters"),
+        ({"limit_key": "x" * 10_000}, "at most 200"),
+    ],
+)
+def test_bad_flow_options_are_refused_before_anything_is_written(
+    flow: Harness, raw: redis.Redis, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(InvalidOptionError, match=message):
+        flow.queue.schedule_in(1, "x", **options)  # type: ignore[arg-type]
+    assert raw.exists(flow.keys.tasks, flow.keys.limits) == 0
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Limits(cap=0),
+        lambda: KeyLimits(concurrency=-1),
+        lambda: Rate(0),
+        lambda: Rate(10, per=float("nan")),
+        lambda: Rate(10, per=0),
+        lambda: Rate(10**12),
+        lambda: Limits(keys={"": KeyLimits(concurrency=1)}),
+    ],
+)
+def test_bad_limits_are_refused(make: object) -> None:
+    with pytest.raises(InvalidOptionError):
+        make()  # type: ignore[operator]
+
+
+def test_rates_read_as_people_write_them() -> None:
+    assert Rate.parse("10/s") == Rate(10, 1.0)
+    assert Rate.parse("600/min") == Rate(600, 60.0)
+    assert Rate.parse("5/2s", burst=3) == Rate(5, 2.0, 3)
+    with pytest.raises(InvalidOptionError, match="like 10/s"):
+        Rate.parse("ten per second")
