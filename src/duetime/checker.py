@@ -93,9 +93,7 @@ def _leaks(snapshot: Snapshot) -> list[Violation]:
             found.append(Violation("leak", task_id, f"{name} entry of a task that is gone"))
 
     # Retried and re-entered tasks wait in scheduled with the time they are due from.
-    waiting = set(snapshot.ready).union(
-        snapshot.scheduled, snapshot.due, *snapshot.active.values()
-    )
+    waiting = set(snapshot.ready).union(snapshot.scheduled, snapshot.due, *snapshot.active.values())
     for task_id in sorted(set(snapshot.early) - waiting):
         detail = "early run-at of a task not in ready, due, scheduled or a worker's list"
         found.append(Violation("leak", task_id, detail))

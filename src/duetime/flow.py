@@ -80,9 +80,9 @@ def flow_record(task_priority: int, task_cost: int, key: str | None) -> str:
 
 def checked_record(task_priority: object, key: object, task_cost: object) -> str:
     """The flow record of a task scheduled with these options, each checked."""
-    if key is None and type(task_priority) is int and type(task_cost) is int:
-        if task_priority == 0 and task_cost == 1:
-            return ""  # the usual case: nothing to check
+    usual = type(task_priority) is int and type(task_cost) is int and key is None
+    if usual and task_priority == 0 and task_cost == 1:
+        return ""  # the usual case: nothing to check
     checked_key = None if key is None else limit_key(key)
     return flow_record(priority(task_priority), cost(task_cost), checked_key)
 

@@ -4,17 +4,32 @@ what each does to a task's state, its cancel and the invariants."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 
-from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
+from duetime import (
+    App,
+    Dispatcher,
+    Job,
+    KeyLimits,
+    Limits,
+    ManualClock,
+    Queue,
+    Rate,
+    Settings,
+    Worker,
+)
 from duetime.errors import InvalidOptionError
 from duetime.states import TaskState
 from duetime.store import QueueKeys, SyncRunner
 from duetime.store.operations import QueueOperations
 from duetime.store.working import Claimed, Outcome
+from tests.helpers import running, wait_until
 
 T0 = 1_800_000_000_000  # ms; the server time the test sets
 
@@ -148,7 +163,7 @@ def test_a_killed_workers_slot_comes_back_when_its_lease_is_reaped(flow: Harness
     flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
     ids = flow.queue.schedule_many([Job(n, at=T0 / 1000, limit_key="k") for n in range(2)])
     flow.promote()
-    [held] = flow.claim("dies")
+    assert len(flow.claim("dies")) == 1
     assert flow.claim("w2") == []
     flow.clock.set(T0 + 61_000)  # its lease ran out: the worker is gone
     assert flow.runner.run(flow.operations.reap_expired_leases(100)) == 1
@@ -246,3 +261,53 @@ def test_rates_read_as_people_write_them() -> None:
     assert Rate.parse("5/2s", burst=3) == Rate(5, 2.0, 3)
     with pytest.raises(InvalidOptionError, match="like 10/s"):
         Rate.parse("ten per second")
+
+
+def test_workers_and_a_dispatcher_keep_every_limit_and_run_everything(
+    redis_url: str, queue_name: str
+) -> None:
+    """Two workers of 8 slots each, a dispatcher, 60 tasks over 5 keys (due now and
+    soon, some with priorities): every task runs once, no key ever has more than 2
+    running, the queue never more than 5, and the invariants hold after."""
+    app = App()
+    now_running: Counter[str] = Counter()
+    peaks: Counter[str] = Counter()
+    done: list[int] = []
+
+    @app.default
+    async def handler(data: dict[str, Any]) -> None:
+        key = data["key"]
+        now_running[key] += 1
+        now_running["*"] += 1
+        peaks[key] = max(peaks[key], now_running[key])
+        peaks["*"] = max(peaks["*"], now_running["*"])
+        await asyncio.sleep(0.005)
+        now_running[key] -= 1
+        now_running["*"] -= 1
+        done.append(data["n"])
+
+    settings = Settings(heartbeat_interval=0.1, lease_duration=2.0)
+    with Queue(queue_name, redis_url) as queue:
+        queue.set_limits(Limits(cap=5, each_key=KeyLimits(concurrency=2)))
+        jobs = [
+            Job({"n": n, "key": f"k{n % 5}"}, delay=0.1 * (n % 3), limit_key=f"k{n % 5}",
+                priority=n % 4)
+            for n in range(60)
+        ]  # fmt: skip
+        queue.schedule_many(jobs)
+
+        async def scenario() -> None:
+            workers = [
+                Worker(app, queue_name, redis_url, settings=settings, concurrency=8)
+                for _ in range(2)
+            ]
+            dispatcher = Dispatcher([queue_name], redis_url, settings=settings)
+            async with running(*workers, dispatcher):
+                await wait_until(lambda: len(done) == 60, timeout=30, what="all 60 tasks")
+
+        asyncio.run(scenario())
+        assert sorted(done) == list(range(60))
+        assert max(peaks[f"k{n}"] for n in range(5)) <= 2
+        assert peaks["*"] <= 5
+        assert queue.check() == []
+        assert queue.flow().running == 0 and queue.flow().due == 0

@@ -188,7 +188,7 @@ ROLE_SCRIPTS: dict[str, set[str]] = {
     "dispatcher": {"promote_due", "reap_expired_leases", "reap_worker", "purge_dead",
                    "fire_cron", "set_cron_next"},
 }  # fmt: skip
-ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead"}
+ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead", "set_limits"}
 #: Commands each role sends itself (not from a script). CONFIG GET is optional.
 ROLE_DIRECT: dict[str, set[str]] = {
     "producer": {
@@ -219,7 +219,7 @@ ROLE_DIRECT: dict[str, set[str]] = {
 }
 ROLE_DIRECT["operator"] = ROLE_DIRECT["producer"] | {"scan", "multi", "exec", "hkeys", "lrange",
                                                      "pttl", "hmget", "exists", "set", "del",
-                                                     "rpush"}  # fmt: skip
+                                                     "rpush", "zlexcount", "zscore"}  # fmt: skip
 #: Every role: script calls (loaded again after NOSCRIPT), and redis-py's health check.
 ALWAYS = {"evalsha", "script|load", "ping"}
 OPTIONAL = {"config|get", "waitaof"}  # waitaof: durable_fsync only (docs/security.md)
@@ -266,6 +266,7 @@ PLAN_MODULES = (
     "snapshot",
     "server_checks",
     "operations",
+    "flow_control",
 )
 
 
@@ -459,6 +460,55 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     operator.close()
     warnings = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
     assert len(warnings) == 2 and all("could not read" in w for w in warnings)
+    unexpected = [d for d in acl_denials(raw) if d.split()[-1] not in TOLERATED_DENIALS]
+    assert unexpected == []
+
+
+def test_flow_control_works_with_each_roles_least_privilege_user(
+    acl_users: AclUsers, raw: redis.Redis, queue_name: str
+) -> None:
+    """A queue under flow control (the operator declares limits, the producer schedules
+    with limit keys and priorities, a rate limit makes the dispatcher wait): every task
+    runs, the operator reads the flow state, and no step is refused."""
+    ran: list[str] = []
+    app = App()
+
+    @app.default
+    async def record(data: Any) -> None:
+        ran.append(duetime.current_task().id)
+        await asyncio.sleep(0.01)
+
+    limits = duetime.Limits(
+        cap=4,
+        each_key=duetime.KeyLimits(concurrency=1, rate=duetime.Rate(50, per=1.0)),
+    )
+    with (
+        Queue(queue_name, acl_users.url("operator"), settings=FAST) as operator,
+        Queue(queue_name, acl_users.url("producer"), settings=FAST) as producer,
+    ):
+        operator.set_limits(limits)
+        operator.set_key_limits("vip", duetime.KeyLimits(concurrency=3))
+        ids = producer.schedule_many(
+            [Job(n, delay=0.05 * (n % 2), limit_key=f"k{n % 3}", priority=n % 2)
+             for n in range(30)]
+        )  # fmt: skip
+        ids.append(producer.schedule_now("vip", limit_key="vip"))
+        assert operator.flow().enabled
+
+        async def scenario() -> None:
+            worker = Worker(app, queue_name, acl_users.url("worker"), settings=FAST)
+            dispatcher = Dispatcher([queue_name], acl_users.url("dispatcher"), settings=FAST)
+            tasks = [asyncio.create_task(d.run()) for d in (worker, dispatcher)]
+            try:
+                await wait_until(lambda: set(ids) <= set(ran), timeout=20, what="every task")
+            finally:
+                worker.stop()
+                dispatcher.stop()
+                await asyncio.wait(tasks, timeout=20)
+
+        asyncio.run(scenario())
+        assert operator.flow().running == 0
+        assert operator.check() == []
     unexpected = [d for d in acl_denials(raw) if d.split()[-1] not in TOLERATED_DENIALS]
     assert unexpected == []
 

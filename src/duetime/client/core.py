@@ -12,5 +12,5 @@ from duetime.client.limiting import Limiting
 class QueueCore(CronPlans, Limiting, Control):
     """Validation and plans shared by ``Queue`` and ``AsyncQueue``: checking and writing
     tasks (``Preparing``, ``Producing``), reading the queue (``Inspection``), changing it
-    (``Control``), its cron jobs (``CronPlans``) and its limits (``Limiting``), all on its shards (``QueueShards``).
-    Every input is checked before anything is written."""
+    (``Control``), its cron jobs (``CronPlans``) and its limits (``Limiting``), all on
+    its shards (``QueueShards``). Every input is checked before anything is written."""

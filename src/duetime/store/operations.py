@@ -7,8 +7,8 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 The plans of one queue are written in groups, one module per role (``producing``,
 ``dispatching``, ``working``, ``cron_jobs``, ``operating``, ``snapshot``,
-``server_checks``, ``flow_control``), and joined here into ``QueueOperations``. Also here: the queues of
-a sharded layout, and the registry of the queues dispatchers serve.
+``server_checks``, ``flow_control``), and joined here into ``QueueOperations``. Also
+here: the queues of a sharded layout, and the registry of the queues dispatchers serve.
 """
 
 from __future__ import annotations

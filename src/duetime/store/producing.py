@@ -81,8 +81,9 @@ class ProducerPlans(QueueBase):
         """The schedule_tasks calls storing tasks, one per SCHEDULE_BATCH items, and the
         positions of the items in the order they are written. The calls are made on
         demand, each task's envelope with them: ``envelope(source, run_at_ms)``, from
-        the last element of its item, and its flow record, ``record(source)``. ``now`` must come from this queue's own server
-        clock, and the generation must be known (``learn_generation``). A large call
+        the last element of its item, and its flow record, ``record(source)``. ``now``
+        must come from this queue's own server clock, and the generation must be known
+        (``learn_generation``). A large call
         opens a generation with room for all its tasks (BUCKET_FILL a bucket), and writes
         them bucket by bucket: each script call then writes a few buckets, not one per
         task."""
