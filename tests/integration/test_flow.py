@@ -128,6 +128,8 @@ def test_a_key_never_runs_more_than_its_concurrency_and_gets_its_slot_back(
     state = flow.queue.flow()
     [k] = [group for group in state.groups if group.key == "k"]
     assert (k.due, k.running) == (2, 2)
+    stats = flow.queue.stats()
+    assert stats.flow_control and stats.waiting == 2 and stats.ready == 2
 
 
 def test_the_queue_cap_holds_over_every_worker(flow: Harness) -> None:
@@ -311,3 +313,22 @@ def test_workers_and_a_dispatcher_keep_every_limit_and_run_everything(
         assert peaks["*"] <= 5
         assert queue.check() == []
         assert queue.flow().running == 0 and queue.flow().due == 0
+
+
+def test_a_waiting_tasks_status_says_what_holds_it(flow: Harness) -> None:
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1, rate=Rate(1, per=10.0))))
+    ids = flow.queue.schedule_many(
+        [Job(n, at=T0 / 1000, limit_key="api", priority=3, cost=1) for n in range(3)]
+    )
+    flow.promote()
+    [started] = flow.claim(most=3)
+    waiting = [flow.queue.status(i) for i in ids if i != started]
+    assert all(s is not None and s.state == TaskState.READY for s in waiting)
+    first = waiting[0]
+    assert first is not None and (first.priority, first.limit_key, first.cost) == (3, "api", 1)
+    assert first.waiting_for == "a free slot of key 'api': 1 of 1 running"
+    flow.ack(started)
+    flow.claim(most=3)  # the slot is free, the rate is not: the key waits 10 s
+    again = flow.queue.status(ids[1] if ids[1] != started else ids[2])
+    assert again is not None
+    assert again.waiting_for == "the rate limit of key 'api', until 2027-01-15T08:00:10.000+00:00"

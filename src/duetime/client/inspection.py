@@ -5,6 +5,7 @@ checked on the live server. The plans of ``QueueCore`` that change nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from duetime import codec, validation
@@ -56,8 +57,12 @@ class Inspection(QueueShards):
         )
 
     def status_plan(self, task_id: str) -> Plan[TaskStatus | None]:
-        _, reply = yield from self._locate(validation.task_id(task_id))
-        return task_status(task_id, reply)
+        shard, reply = yield from self._locate(validation.task_id(task_id))
+        status = task_status(task_id, reply)
+        if status is not None and reply.waiting:
+            hold = yield from shard.hold(status.limit_key or "")
+            status = dataclasses.replace(status, waiting_for=hold.reason())
+        return status
 
     def result_plan(self, task_id: str, timeout: float | None) -> Plan[Any]:
         """Wait for the outcome of a task: its result if it succeeded; TaskFailedError

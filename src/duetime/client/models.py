@@ -72,6 +72,12 @@ class TaskStatus:
     succeeded: bool | None  # for a finished task (or a dead one that kept its outcome)
     finished_at: float | None = None  # epoch seconds, when the result was stored
     problem: str | None = None  # a record of this task in Redis that duetime cannot read
+    priority: int = 0
+    limit_key: str | None = None
+    cost: int = 1
+    #: Why a due task under flow control has not started (its key's or the queue's
+    #: limit, with until when), or None.
+    waiting_for: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,12 @@ class QueueStats:
     #: delayed-task system adds, before a handler starts.
     oldest_due_age: float = 0.0
     oldest_ready_age: float = 0.0
+    #: Under flow control (see Queue.set_limits): whether the queue is, how many of its
+    #: ready tasks wait for their turn or a limit, and how many limit keys (or the queue
+    #: itself) wait for a rate limit.
+    flow_control: bool = False
+    waiting: int = 0
+    throttled: int = 0
 
 
 @dataclass(frozen=True, slots=True)

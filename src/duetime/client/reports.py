@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from duetime import codec, validation
+from duetime import codec, flow, validation
 from duetime.client.models import DeadTask, MinuteFigures, QueueStats, TaskStatus, TaskSummary
 from duetime.codec import ResultRecord
 from duetime.errors import DecodeError
@@ -18,6 +18,7 @@ from duetime.states import TaskState
 from duetime.store.dispatching import MINUTE_MS
 from duetime.store.operating import DeadEntry, Listed
 from duetime.store.producing import StatusReply
+from duetime.store.replies import as_text
 
 
 def queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:
@@ -44,6 +45,9 @@ def queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:
         workers={worker: (now - beat) / 1000 for worker, beat in counts["workers"].items()},
         next_due=None if counts["next_due_ms"] is None else counts["next_due_ms"] / 1000,
         counters=counts["counters"],
+        flow_control=counts["flow_control"],
+        waiting=counts["waiting"],
+        throttled=counts["throttled"],
     )
 
 
@@ -72,6 +76,9 @@ def combined_stats(name: str, shards: list[QueueStats]) -> QueueStats:
         next_due=min(due, default=None),
         counters=counters,
         shards=shards,
+        flow_control=any(shard.flow_control for shard in shards),
+        waiting=sum(shard.waiting for shard in shards),
+        throttled=sum(shard.throttled for shard in shards),
     )
 
 
@@ -167,6 +174,7 @@ def task_status(task_id: str, reply: StatusReply) -> TaskStatus | None:
     if reply.state == TaskState.FINISHED and result is not None:
         attempts = result.attempt
     score = reply.score_ms
+    priority, cost, limit_key = flow.record_parts(as_text(reply.flow_record or b""))
     return TaskStatus(
         id=task_id,
         state=reply.state,
@@ -185,6 +193,9 @@ def task_status(task_id: str, reply: StatusReply) -> TaskStatus | None:
         succeeded=result.ok if result else None,
         finished_at=result.finished_ms / 1000 if result and result.finished_ms else None,
         problem="; ".join(problems) or None,
+        priority=priority,
+        limit_key=limit_key,
+        cost=cost,
     )
 
 

@@ -87,6 +87,18 @@ class _QueueFamilies:
             "silent (older: killed or stuck, until a dispatcher reaps it)",
             labels=["queue", "state"],
         )
+        self.flow_waiting = GaugeMetricFamily(
+            "duetime_queue_flow_waiting",
+            "Of the ready tasks of a queue under flow control, those waiting for their turn "
+            "or a limit (its cap or rate, their limit key's concurrency or rate)",
+            labels=["queue"],
+        )
+        self.flow_throttled = GaugeMetricFamily(
+            "duetime_queue_flow_throttled",
+            "Limit keys (and the queue itself) waiting for a rate limit to let their next "
+            "task start",
+            labels=["queue"],
+        )
         self.events = CounterMetricFamily(
             "duetime_queue_events",
             "What happened to the queue's tasks, counted in Redis by the scripts: the same "
@@ -102,6 +114,8 @@ class _QueueFamilies:
             self.promotion_lag,
             self.claim_lag,
             self.workers,
+            self.flow_waiting,
+            self.flow_throttled,
             self.events,
         ]
 
@@ -112,6 +126,9 @@ class _QueueFamilies:
         self.paused.add_metric([name], int(stats.paused))
         self.promotion_lag.add_metric([name], stats.oldest_due_age)
         self.claim_lag.add_metric([name], stats.oldest_ready_age)
+        if stats.flow_control:
+            self.flow_waiting.add_metric([name], stats.waiting)
+            self.flow_throttled.add_metric([name], stats.throttled)
         alive = sum(1 for age in stats.workers.values() if age < worker_ttl)
         self.workers.add_metric([name, "alive"], alive)
         self.workers.add_metric([name, "silent"], len(stats.workers) - alive)

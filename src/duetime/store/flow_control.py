@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 from duetime.store import scripts
@@ -43,6 +44,37 @@ class FlowState:
 
 def _group_range(key: str) -> tuple[str, str]:
     return f"[{key}\0", f"({key}\1"
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What holds a due task's limit key (its group) as it stands: the facts a reason
+    is told from."""
+
+    key: str
+    key_throttled_until_ms: float | None
+    queue_throttled_until_ms: float | None
+    key_running: int
+    key_concurrency: int | None
+    queue_running: int
+    cap: int | None
+
+    def reason(self) -> str:
+        """Why the key's next task does not start now, in words."""
+        whose = f"key {self.key!r}" if self.key else "tasks without a limit key"
+        if self.queue_throttled_until_ms is not None:
+            return f"the queue's rate limit, until {_when(self.queue_throttled_until_ms)}"
+        if self.key_throttled_until_ms is not None:
+            return f"the rate limit of {whose}, until {_when(self.key_throttled_until_ms)}"
+        if self.cap is not None and self.queue_running >= self.cap:
+            return f"the queue's cap: {self.queue_running} of {self.cap} running"
+        if self.key_concurrency is not None and self.key_running >= self.key_concurrency:
+            return f"a free slot of {whose}: {self.key_running} of {self.key_concurrency} running"
+        return "its turn: limit keys take turns, and a worker's free slot"
+
+
+def _when(ms: float) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 class FlowPlans(QueueBase):
@@ -113,6 +145,33 @@ class FlowPlans(QueueBase):
             int(running),
             None if queue_wait is None else float(queue_wait),
             groups,
+        )
+
+    def hold(self, key: str) -> Plan[Hold]:
+        """What holds the due tasks of limit key ``key`` ("" for tasks without one)."""
+        k = self.keys
+        concurrency = [f"concurrency:{key}", "each_concurrency"] if key else []
+        replies = yield Batch(
+            (
+                Command(("ZSCORE", k.throttled, key)),
+                Command(("ZSCORE", k.throttled, QUEUE_GROUP)),
+                Command(("ZLEXCOUNT", k.running, *_group_range(key))),
+                Command(("ZCARD", k.running)),
+                Command(("HMGET", k.limits, "cap", *concurrency)),
+            ),
+            read_only=True,
+        )
+        key_wait, queue_wait, key_running, queue_running, limits = replies
+        most = next((int(v) for v in limits[1:] if v is not None and as_text(v).isdigit()), None)
+        cap = as_text(limits[0]) if limits[0] is not None else ""
+        return Hold(
+            key,
+            None if key_wait is None else float(key_wait),
+            None if queue_wait is None else float(queue_wait),
+            int(key_running),
+            most,
+            int(queue_running),
+            int(cap) if cap.isdigit() else None,
         )
 
     def _group_names(self, most: int) -> Plan[list[str]]:

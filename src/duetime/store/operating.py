@@ -179,10 +179,13 @@ class OperatorPlans(QueueBase):
                 Command(("LINDEX", k.ready, 0)),
                 Command(("HGET", k.delayed_layout, "tasks")),
                 Command(("ZRANGE", k.delayed, 0, 0, "WITHSCORES")),
+                Command(("ZCARD", k.due)),
+                Command(("ZCARD", k.throttled)),
+                Command(("EXISTS", k.limits)),
             )
         )
         scheduled, ready, leases, dead, workers, head, stats, paused = replies[:8]
-        ready_head, delayed, bucket_head = replies[8:]
+        ready_head, delayed, bucket_head, waiting, throttled, flowing = replies[8:]
         if bucket_head and (not head or float(bucket_head[1]) / 1000 < float(head[1])):
             head = [bucket_head[0], float(bucket_head[1]) / 1000]  # the index is in µs
         if isinstance(stats, list):  # some clients leave HGETALL as a flat list
@@ -202,7 +205,11 @@ class OperatorPlans(QueueBase):
             # A count of the buckets' tasks that is not a number (garbage) counts as 0;
             # the checker reports it.
             "scheduled": int(scheduled) + max(0, count_or_none(delayed) or 0),
-            "ready": int(ready),
+            # Due tasks waiting under flow control for their turn or a limit are ready.
+            "ready": int(ready) + int(waiting),
+            "waiting": int(waiting),
+            "throttled": int(throttled),
+            "flow_control": bool(flowing),
             "running": int(leases),
             "dead": int(dead),
             "workers": {

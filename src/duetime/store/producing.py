@@ -51,6 +51,8 @@ class StatusReply:
     error: bytes | None
     envelope: bytes | None
     result: bytes | None
+    flow_record: bytes | None = None  # priority, cost and limit key, under flow control
+    waiting: bool = False  # due, waiting in the due set for its turn or a limit
 
 
 def _microseconds(run_at_ms: float) -> str:
@@ -256,7 +258,7 @@ class ProducerPlans(QueueBase):
             k.flow_records,
             k.due,
         )
-        state, score, attempts, error, envelope, result = yield from self._looked_up(
+        state, score, attempts, error, envelope, result, record, waiting = yield from self._looked_up(
             task_id,
             lambda generation, buckets: Eval(
                 scripts.TASK_STATUS, (*fixed, *buckets), (task_id, generation)
@@ -269,6 +271,8 @@ class ProducerPlans(QueueBase):
             error=error,
             envelope=envelope,
             result=result,
+            flow_record=record or None,
+            waiting=bool(waiting),
         )
 
     def wait_result(self, task_id: str, timeout: float) -> Plan[bytes | None]:

@@ -13,7 +13,8 @@
 -- ARGV[1] task id
 -- ARGV[2] the current generation of delayed buckets, as the caller knows it
 -- Returns: {state, score (ms) or false, attempts or false, error record or false,
---           envelope or false, result blob or false}; state is one of
+--           envelope or false, result blob or false, flow record or false, 1 when the
+--           task waits in the due set (flow control) else 0}; state is one of
 -- 'scheduled', 'ready', 'running', 'dead', 'finished' (only a stored result is left)
 -- or 'unknown'. Or the current generation (an integer) when ARGV[2] is not it: call
 -- again with its buckets.
@@ -27,22 +28,26 @@ local attempts = redis.call('HGET', KEYS[5], id) or false
 local error_record = redis.call('HGET', KEYS[6], id) or false
 local result = redis.call('LINDEX', KEYS[7], 0) or false
 if not envelope then
-  return {result and 'finished' or 'unknown', false, false, false, false, result}
+  return {result and 'finished' or 'unknown', false, false, false, false, result, false, 0}
 end
 local generation = current_generation(KEYS[8])
 if generation ~= tonumber(ARGV[2]) then
   return generation
 end
+local record = redis.call('HGET', KEYS[9], id) or false
 local score = delayed_score(id, 11)
 score = score and ms_text(score) or redis.call('ZSCORE', KEYS[2], id)
 if score then
-  return {'scheduled', score, attempts, error_record, envelope, result}
+  return {'scheduled', score, attempts, error_record, envelope, result, record, 0}
 end
 score = redis.call('ZSCORE', KEYS[4], id)
 if score then
-  return {'dead', score, attempts, error_record, envelope, result}
+  return {'dead', score, attempts, error_record, envelope, result, record, 0}
 end
-if redis.call('LPOS', KEYS[3], id) or due_member_of(KEYS[9], KEYS[10], id) then
-  return {'ready', false, attempts, error_record, envelope, result}
+if redis.call('LPOS', KEYS[3], id) then
+  return {'ready', false, attempts, error_record, envelope, result, record, 0}
 end
-return {'running', false, attempts, error_record, envelope, result}
+if due_member_of(KEYS[9], KEYS[10], id) then
+  return {'ready', false, attempts, error_record, envelope, result, record, 1}
+end
+return {'running', false, attempts, error_record, envelope, result, record, 0}
