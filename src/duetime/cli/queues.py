@@ -46,6 +46,12 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
         for state in ("scheduled", "ready", "running", "dead"):
             table.add_row(state, str(report[state]))
         table.add_row("next due", shown_time(stats.next_due))
+        if stats.flow_control:
+            table.add_row(
+                "flow control",
+                f"{stats.waiting} of the ready wait for a turn or a limit; "
+                f"{stats.throttled} rate-limited (duetime limits show)",
+            )
         for index, shard in enumerate(stats.shards):
             table.add_row(
                 f"shard {index}",

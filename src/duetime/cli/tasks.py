@@ -49,6 +49,16 @@ MOST_TASKS_SCANNED = 100_000
     "--timeout", type=DURATION, metavar="DURATION", help="How long one attempt may run (30s, 5m)."
 )
 @click.option("--result-ttl", type=DURATION, metavar="DURATION", help="Keep the result this long.")
+@click.option(
+    "--priority",
+    type=int,
+    default=0,
+    help="Among due tasks, rank as if due this many seconds earlier (-1000 to 1000).",
+)
+@click.option(
+    "--limit-key", metavar="KEY", help="Share this key's limits and take turns with other keys."
+)
+@click.option("--cost", type=int, default=1, help="What one start spends of rate limits.")
 @click.argument("data")
 def schedule(
     queue: str,
@@ -59,6 +69,9 @@ def schedule(
     max_attempts: int | None,
     timeout: float | None,
     result_ttl: float | None,
+    priority: int,
+    limit_key: str | None,
+    cost: int,
     data: str,
     redis_url: str | None,
 ) -> None:
@@ -80,6 +93,9 @@ def schedule(
             "max_attempts": max_attempts,
             "timeout": timeout,
             "result_ttl": result_ttl,
+            "priority": priority,
+            "limit_key": limit_key,
+            "cost": cost,
         }
         if at is not None:
             click.echo(client.schedule_task(at, payload, **options))
