@@ -32,6 +32,7 @@ from duetime.hooks import (
 )
 from duetime.settings import Settings
 from duetime.worker import TaskContext, Worker, current_task
+from duetime.worker.context import Snooze
 
 __version__ = "0.1.0"
 
@@ -58,6 +59,7 @@ __all__ = [
     "ScheduledTask",
     "ServerClock",
     "Settings",
+    "Snooze",
     "TaskContext",
     "TaskStatus",
     "TaskSummary",

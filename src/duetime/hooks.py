@@ -68,6 +68,7 @@ class AttemptOutcome(StrEnum):
     DEAD = "dead"  # failed with no attempt left (or could not run at all)
     FENCED = "fenced"  # its lease was gone: the outcome is dropped, another attempt owns it
     INTERRUPTED = "interrupted"  # cut off by the worker's shutdown; the task is handed back
+    SNOOZED = "snoozed"  # the handler raised Snooze: run again later, the attempt given back
 
 
 @dataclass(frozen=True, slots=True)

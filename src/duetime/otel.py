@@ -93,6 +93,9 @@ class OpenTelemetryHooks(Hooks):
         self._interrupted = meter.create_counter(
             "duetime.tasks.interrupted", "{attempt}", "Attempts cut off by a worker's shutdown"
         )
+        self._snoozed = meter.create_counter(
+            "duetime.tasks.snoozed", "{attempt}", "Attempts whose handler asked to run later"
+        )
         self._dead_unstarted = meter.create_counter(
             "duetime.tasks.dead_unstarted", "{task}", "Tasks sent to dead without running"
         )
@@ -186,6 +189,8 @@ class OpenTelemetryHooks(Hooks):
             self._failed.add(1, {**attributes, "duetime.attempt.outcome": outcome.value})
         elif outcome == AttemptOutcome.FENCED:
             self._fenced.add(1, attributes)
+        elif outcome == AttemptOutcome.SNOOZED:
+            self._snoozed.add(1, attributes)
         else:
             self._interrupted.add(1, attributes)
         held = _attempt_span.get()

@@ -5,6 +5,7 @@ what each does to a task's state, its cancel and the invariants."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 
+import duetime
 from duetime import (
     App,
     Dispatcher,
@@ -332,3 +334,50 @@ def test_a_waiting_tasks_status_says_what_holds_it(flow: Harness) -> None:
     again = flow.queue.status(ids[1] if ids[1] != started else ids[2])
     assert again is not None
     assert again.waiting_for == "the rate limit of key 'api', until 2027-01-15T08:00:10.000+00:00"
+
+
+def test_a_snoozed_task_runs_again_later_without_spending_an_attempt(
+    redis_url: str, queue_name: str
+) -> None:
+    """A handler that raises Snooze runs again after the snooze, with its attempt given
+    back (max_attempts=1 still lets it run twice) and no error; with whole_key, the
+    other task of its key waits as long."""
+    app = App()
+    runs: list[tuple[str, int, float]] = []
+
+    @app.default
+    def handler(data: str) -> None:
+        context = duetime.current_task()
+        runs.append((data, context.attempt, time.monotonic()))
+        if data == "first" and len(runs) == 1:
+            raise duetime.Snooze(0.5, whole_key=True)
+
+    settings = Settings(heartbeat_interval=0.1, lease_duration=2.0)
+    with Queue(queue_name, redis_url) as queue:
+        first = queue.schedule_now("first", limit_key="api", max_attempts=1)
+
+        async def scenario() -> None:
+            worker = Worker(app, queue_name, redis_url, settings=settings)
+            dispatcher = Dispatcher([queue_name], redis_url, settings=settings)
+            async with running(worker, dispatcher):
+                await wait_until(lambda: len(runs) == 1, what="the first run")
+                queue.schedule_now("second", limit_key="api")
+                await wait_until(lambda: len(runs) == 3, what="three runs")
+
+        asyncio.run(scenario())
+        status = queue.status(first)
+        assert status is None  # done, and no result kept: it succeeded on its second run
+        assert runs[0][:2] == ("first", 1)
+        assert {data for data, _, _ in runs[1:]} == {"first", "second"}
+        assert all(attempt == 1 for _, attempt, _ in runs)  # the attempt was given back
+        # The whole key waited: neither ran again before the snooze was over.
+        assert min(at for _, _, at in runs[1:]) - runs[0][2] >= 0.45
+        stats = queue.stats()
+        assert stats.counters.get("snoozed") == 1 and stats.dead == 0
+        assert stats.counters.get("failed", 0) == 0
+
+
+@pytest.mark.parametrize("seconds", [-1, float("nan"), float("inf"), 31 * 24 * 3600, "5"])
+def test_a_snooze_of_a_bad_length_is_refused(seconds: object) -> None:
+    with pytest.raises(ValueError):
+        duetime.Snooze(seconds)  # type: ignore[arg-type]

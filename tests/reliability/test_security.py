@@ -184,7 +184,7 @@ ROLE_SCRIPTS: dict[str, set[str]] = {
     "producer": {"schedule_task", "schedule_tasks", "cancel_task", "reschedule_task", "task_status",
                  "declare_cron", "set_cron_next", "remove_cron"},
     "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker",
-               "give_back_task"},
+               "give_back_task", "snooze_task"},
     "dispatcher": {"promote_due", "reap_expired_leases", "reap_worker", "purge_dead",
                    "fire_cron", "set_cron_next"},
 }  # fmt: skip

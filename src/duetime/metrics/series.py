@@ -193,6 +193,11 @@ class _TaskFamilies:
             "Attempts cut off by the worker's shutdown; the task was handed back",
             labels=by_task,
         )
+        self.snoozed = CounterMetricFamily(
+            "duetime_tasks_snoozed",
+            "Attempts whose handler asked to run again later (Snooze): no attempt spent",
+            labels=by_task,
+        )
         self.dead_unstarted = CounterMetricFamily(
             "duetime_tasks_dead_unstarted",
             "Tasks sent to dead without running: an "
@@ -219,6 +224,7 @@ class _TaskFamilies:
                 AttemptOutcome.SUCCEEDED: self.succeeded,
                 AttemptOutcome.FENCED: self.fenced,
                 AttemptOutcome.INTERRUPTED: self.interrupted,
+                AttemptOutcome.SNOOZED: self.snoozed,
             }[outcome]
             family.add_metric(labels, count)
 
@@ -230,6 +236,7 @@ class _TaskFamilies:
             self.failed,
             self.fenced,
             self.interrupted,
+            self.snoozed,
             self.dead_unstarted,
             self.lateness,
             self.duration,

@@ -258,12 +258,13 @@ class ProducerPlans(QueueBase):
             k.flow_records,
             k.due,
         )
-        state, score, attempts, error, envelope, result, record, waiting = yield from self._looked_up(
+        reply = yield from self._looked_up(
             task_id,
             lambda generation, buckets: Eval(
                 scripts.TASK_STATUS, (*fixed, *buckets), (task_id, generation)
             ),
         )
+        state, score, attempts, error, envelope, result, record, waiting = reply
         return StatusReply(
             state=TaskState(as_text(state)),
             score_ms=score_or_none(score),

@@ -211,6 +211,27 @@ class WorkerPlans(QueueBase):
         )
         return bool(applied)
 
+    def snooze(
+        self, worker_id: str, task_id: str, attempt: int, delay_ms: int, whole_key: bool
+    ) -> Plan[bool]:
+        """Run the task again ``delay_ms`` from now (server clock), giving its attempt
+        back; with ``whole_key``, no task of its limit key starts before then either."""
+        now = yield from self.now()
+        k = self.keys
+        keys = (
+            k.active(worker_id),
+            k.leases,
+            k.attempts,
+            k.scheduled,
+            k.wake,
+            k.stats,
+            k.early,
+            *k.flow_keys,
+            k.ready,
+        )
+        arguments = (now, worker_id, task_id, attempt, now + delay_ms, int(whole_key))
+        return bool((yield Eval(scripts.SNOOZE_TASK, keys, arguments)))
+
     def release_worker(
         self, worker_id: str, look_again_in_ms: int, fenced_outcomes: int = 0
     ) -> Plan[int]:

@@ -26,7 +26,7 @@ from duetime.hooks import AttemptOutcome, AttemptResult
 from duetime.settings import MOST_PROMOTE_AHEAD
 from duetime.store.working import Claimed, Outcome
 from duetime.supervisor import Supervisor
-from duetime.worker.context import current_attempt
+from duetime.worker.context import Snooze, current_attempt
 from duetime.worker.reporter import Reporter
 from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState
 from duetime.worker.threads import ThreadRunner
@@ -102,6 +102,7 @@ class AttemptRunner:
         self._threads = threads
         self._timeouts = timeouts
         self._report_failure = reporter.report_failure
+        self._report_snooze = reporter.report_snooze
         self._supervisor = supervisor
         self._runner = setup.runner
         self._worker_id = setup.worker_id
@@ -196,6 +197,11 @@ class AttemptRunner:
                     raise
                 failure: BaseException = TaskTimeoutError(f"timed out after {attempt.timeout:g}s")
                 await self._failed(attempt, envelope, failure)
+                return
+            except Snooze as snooze:
+                fenced = AttemptOutcome.FENCED
+                self._after(attempt, fenced if attempt.fenced else AttemptOutcome.SNOOZED)
+                await self._report_snooze(attempt, snooze)
                 return
             except Exception as raised:
                 failure = raised.original if isinstance(raised, _HandlerExit) else raised

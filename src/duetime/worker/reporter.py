@@ -16,6 +16,7 @@ from duetime.errors import NotDurableError, RedisCommandError, RedisUnavailableE
 from duetime.hooks import AttemptInfo, DeadTaskInfo
 from duetime.store.requests import Durability
 from duetime.store.working import Outcome
+from duetime.worker.context import Snooze
 from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, log_dropped
 
 log = logging.getLogger("duetime.worker")
@@ -157,6 +158,31 @@ class Reporter:
                 )
             )
             self._count_failure(attempt, envelope, text, applied, final, retry_delay_ms)
+        finally:
+            state.forget(attempt.shard, attempt.task_id, attempt.attempt)
+
+    async def report_snooze(self, attempt: Attempt, snooze: Snooze) -> None:
+        """The handler asked to run again later: the task waits, its attempt given back."""
+        state = self._state
+        attempt.finished = True
+        state.release_slot()
+        try:
+            if attempt.fenced:
+                state.drop(attempt)
+                return
+            applied = await self._with_retries(
+                lambda: attempt.shard.operations.snooze(
+                    self._worker_id,
+                    attempt.task_id,
+                    attempt.attempt,
+                    round(snooze.seconds * 1000),
+                    snooze.whole_key,
+                )
+            )
+            if applied:
+                state.counters.snoozed += 1
+            else:
+                state.counters.fenced += 1
         finally:
             state.forget(attempt.shard, attempt.task_id, attempt.attempt)
 

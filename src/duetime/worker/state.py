@@ -123,6 +123,7 @@ class WorkerCounters:
     fenced: int = 0  # outcomes dropped because the attempt's lease was gone
     timed_out: int = 0
     dropped: int = 0  # ids found without an envelope
+    snoozed: int = 0  # attempts whose handler asked to run again later (Snooze)
 
 
 @dataclass(frozen=True, slots=True)

@@ -83,7 +83,8 @@ end
 -- whole queue) waits as the limit says.
 local function admit(id)
   local _, cost, _, group = parse_record(redis.call('HGET', KEYS[11], id))
-  local hold, at, queue_tat = hold_of(KEYS[10], KEYS[16], KEYS[3], KEYS[15], group, cost, now)
+  local hold, at, queue_tat = hold_of(KEYS[10], KEYS[16], KEYS[3], KEYS[15], KEYS[14], group,
+    cost, now)
   if not hold then
     start_task(KEYS[16], KEYS[15], group, worker .. '|' .. id, at, queue_tat)
     return true

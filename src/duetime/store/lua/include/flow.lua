@@ -163,7 +163,8 @@ end
 -- with the arrival times its start leaves (group's, queue's). Else 'cap' (the queue runs
 -- all it may) or 'queue' (its rate limit, with when it may start), which hold every
 -- group; 'busy' (the group runs all it may) or 'rate' (with when it may start).
-local function hold_of(config_key, running_key, leases_key, tats_key, group, cost, now)
+local function hold_of(config_key, running_key, leases_key, tats_key, throttled_key, group,
+                       cost, now)
   local limits = limits_of(config_key, group)
   local cap = queue_limits[1]
   if cap and redis.call('ZCARD', running_key) >= cap
@@ -174,6 +175,10 @@ local function hold_of(config_key, running_key, leases_key, tats_key, group, cos
   if most and redis.call('ZLEXCOUNT', running_key, group_low(group), group_high(group)) >= most
       and heal_running(running_key, leases_key, group_low(group), group_high(group)) >= most then
     return 'busy'
+  end
+  local waits = tonumber(redis.call('ZSCORE', throttled_key, group))
+  if waits and waits > now then -- snoozed by a handler, or a rate's wait not yet over
+    return 'rate', waits
   end
   local group_at, group_tat = rate_check(tats_key, group, limits[2], cost, now)
   if group_at > now then
@@ -243,8 +248,8 @@ local function pick(config_key, records_key, due_key, turns_key, throttled_key, 
     else
       local id = due_id(member)
       local _, cost = parse_record(redis.call('HGET', records_key, id))
-      local hold, at, queue_tat = hold_of(config_key, running_key, leases_key, tats_key, group,
-        cost, now)
+      local hold, at, queue_tat = hold_of(config_key, running_key, leases_key, tats_key,
+        throttled_key, group, cost, now)
       hold_group(turns_key, throttled_key, wake_key, group, hold, at)
       if hold == 'cap' or hold == 'queue' then
         return false, 'hold'

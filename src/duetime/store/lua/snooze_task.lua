@@ -1,0 +1,71 @@
+-- snooze_task: a handler asked to be run again later (the remote side said "slow down"):
+-- the task waits until ARGV[5] in scheduled, the attempt is given back (it does not
+-- count against max_attempts), no error is recorded; with ARGV[6] = 1 its limit key
+-- (under flow control) also waits until then, so no task of that key starts before.
+-- KEYS[1] active     LIST  this worker's processing list
+-- KEYS[2] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[3] attempts   HASH
+-- KEYS[4] scheduled  ZSET
+-- KEYS[5] wake       LIST
+-- KEYS[6] stats      HASH
+-- KEYS[7] early      HASH  task id -> when it is due again (its lateness counts from then)
+-- KEYS[8] limits     HASH  flow control (flow.lua: config_key)
+-- KEYS[9] flow records HASH  (flow.lua)
+-- KEYS[10] due          ZSET  (flow.lua)
+-- KEYS[11] turns        ZSET  (flow.lua)
+-- KEYS[12] throttled    ZSET  (flow.lua)
+-- KEYS[13] rate state   ZSET  (flow.lua)
+-- KEYS[14] running      ZSET  (flow.lua)
+-- KEYS[15] ready     LIST
+-- ARGV[1] now (ms)
+-- ARGV[2] worker id
+-- ARGV[3] task id
+-- ARGV[4] attempt
+-- ARGV[5] due again at (ms)
+-- ARGV[6] 1: the whole limit key waits too; 0: this task only
+-- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
+-- @include fence
+-- @include wake
+-- @include chunks
+-- @include flow_records
+-- @include flow
+local now, id, due_at = tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[5])
+local member = ARGV[2] .. '|' .. id
+if not holds_lease(KEYS[2], KEYS[3], member, id, ARGV[4], now) then
+  redis.pcall('HINCRBY', KEYS[6], 'fenced', 1)
+  return 0
+end
+-- Every key written below is read first: a key of the wrong type fails the call with
+-- nothing written (a script that fails half way keeps the writes it made).
+local wake = must_wake(KEYS[5], comes_before(due_at,
+  redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')))
+redis.call('LLEN', KEYS[15])
+local flowing = flow_on(KEYS[8])
+if flowing then
+  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
+end
+redis.call('LREM', KEYS[1], 1, id)
+redis.call('ZREM', KEYS[2], member)
+-- The attempt is given back, as when a worker hands a task back on shutdown.
+local started = tonumber(redis.call('HGET', KEYS[3], id) or '0') or 1
+if started > 1 then
+  redis.call('HSET', KEYS[3], id, started - 1)
+else
+  redis.call('HDEL', KEYS[3], id)
+end
+redis.call('ZADD', KEYS[4], due_at, id)
+redis.pcall('HSET', KEYS[7], id, ARGV[5]) -- pcall: a damaged key must not fail the step
+redis.pcall('HINCRBY', KEYS[6], 'snoozed', 1)
+if flowing then
+  if ARGV[6] == '1' then
+    local _, _, _, group = parse_record(redis.call('HGET', KEYS[9], id))
+    redis.call('ZREM', KEYS[11], group)
+    throttle(KEYS[12], KEYS[5], group, due_at)
+  end
+  release_and_feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],
+    KEYS[2], KEYS[5], KEYS[15], {id}, {member}, false, now)
+end
+if wake and redis.call('LLEN', KEYS[5]) == 0 then
+  redis.call('RPUSH', KEYS[5], 1)
+end
+return 1
