@@ -360,7 +360,9 @@ def test_a_snoozed_task_runs_again_later_without_spending_an_attempt(
             worker = Worker(app, queue_name, redis_url, settings=settings)
             dispatcher = Dispatcher([queue_name], redis_url, settings=settings)
             async with running(worker, dispatcher):
-                await wait_until(lambda: len(runs) == 1, what="the first run")
+                await wait_until(
+                    lambda: queue.stats().counters.get("snoozed") == 1, what="the snooze"
+                )
                 queue.schedule_now("second", limit_key="api")
                 await wait_until(lambda: len(runs) == 3, what="three runs")
 
