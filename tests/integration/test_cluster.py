@@ -15,7 +15,17 @@ import redis.asyncio.cluster
 import redis.cluster
 from redis.crc import key_slot
 
-from duetime import App, AsyncQueue, Dispatcher, Job, Queue, Worker, current_task
+from duetime import (
+    App,
+    AsyncQueue,
+    Dispatcher,
+    Job,
+    KeyLimits,
+    Limits,
+    Queue,
+    Worker,
+    current_task,
+)
 from duetime.errors import ConfigurationError, NotDurableError, RedisCommandError, TaskFailedError
 from duetime.store.keys import QueueLayout
 from tests.conftest import require_binary
@@ -122,6 +132,47 @@ def test_a_sharded_queue_spans_three_masters(clean_cluster: Cluster) -> None:
             finally:
                 node.close()
         assert queue.check() == []
+
+
+def test_flow_control_on_a_sharded_queue_keeps_each_shards_limits(clean_cluster: Cluster) -> None:
+    """Limits on a sharded queue across three masters: each shard keeps its own limits
+    state (docs/flow.md), so a key's concurrency of 1 lets at most one of its tasks run
+    per shard; every task runs, and every shard's invariants hold."""
+    url = clean_cluster.url
+    app = App()
+    now_running: dict[tuple[str, int], int] = {}
+    peak: dict[tuple[str, int], int] = {}
+    done: list[str] = []
+
+    @app.default
+    async def record(data: dict[str, Any]) -> None:
+        where = (data["key"], SHARDED.of_task(current_task().id))
+        now_running[where] = now_running.get(where, 0) + 1
+        peak[where] = max(peak.get(where, 0), now_running[where])
+        await asyncio.sleep(0.01)
+        now_running[where] -= 1
+        done.append(current_task().id)
+
+    with Queue(SHARDED.queue, url, shards=SHARDED.count, settings=FAST) as queue:
+        queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+        ids = queue.schedule_many(
+            [Job({"key": f"k{n % 3}"}, delay=0, limit_key=f"k{n % 3}", priority=n % 5)
+             for n in range(90)]
+        )  # fmt: skip
+        assert queue.limits() == Limits(each_key=KeyLimits(concurrency=1))
+
+        async def scenario() -> None:
+            worker = Worker(app, SHARDED.queue, url, shards=SHARDED.count, settings=FAST)
+            dispatcher = Dispatcher(SHARDED.queue, url, shards=SHARDED.count, settings=FAST)
+            async with running(dispatcher, worker):
+                await wait_until(lambda: set(ids) <= set(done), timeout=30, what="every task")
+
+        run(scenario())
+        assert sorted(done) == sorted(ids)
+        assert set(peak.values()) == {1}  # never two of a key at once within a shard
+        assert {shard for _, shard in peak} == {0, 1, 2}
+        assert queue.check() == []
+        assert queue.flow().running == 0
 
 
 def test_a_write_to_every_shard_reloads_scripts_flushed_from_every_master(
