@@ -2,7 +2,8 @@
 /usr/bin/chromium, driven by Playwright): the flow page renders a queue's limits and
 limit keys, a long key is cut to its cell with the whole key on hover, and changing a
 key's limits and the queue's cap by filling the forms in applies them (read back with
-the Queue API), while bad input is refused on the page with nothing written.
+the Queue API), while bad input is refused on the page with nothing written. The
+overview's queue card says the queue is under flow control and links to the page.
 
 Its screenshot (flow.png) goes where the other browser test's go (see conftest.py)."""
 
@@ -67,7 +68,10 @@ def test_flow_control_in_a_real_browser(redis_url: str, chromium: str, shots: Pa
             page.goto(f"{base}/login")
             page.fill("input[name=token]", TOKEN)
             page.click("button[type=submit]")
-            page.goto(f"{base}/q/{QUEUE}/flow")
+            expect(page.locator(f"#queue-{QUEUE} [data-flow-line]")).to_contain_text(
+                "6 due waiting, 11 running"
+            )
+            page.click(f"#queue-{QUEUE} [data-flow-line] a")
             look(page, shots)
             change(page, queue)
         finally:

@@ -17,6 +17,7 @@ import redis
 
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
 from duetime.store import QueueKeys, SyncRunner
+from duetime.store.keys import QueueLayout
 from duetime.store.operations import QueueOperations
 from tests.integration.test_dashboard import ORIGIN, csrf_of, dashboard, post
 
@@ -247,3 +248,24 @@ def test_bad_input_is_refused_with_its_reason_and_nothing_written(
         assert forged.status_code == 403
         assert client.get(f"{page}/key").status_code == 405
     assert raw.hgetall(limits_key) == before
+
+
+@pytest.mark.parametrize("server", ["redis"], indirect=True)  # shards: one kind is enough
+def test_on_a_sharded_queue_a_change_reaches_every_shard(
+    redis_url: str, queue_name: str, raw: redis.Redis
+) -> None:
+    with (
+        Queue(queue_name, redis_url, shards=3) as queue,
+        dashboard(redis_url, queue_name, shards=3) as client,
+    ):
+        page = f"/q/{queue_name}/flow"
+        post(client, page, f"{page}/queue", {"seen": "none", "each_concurrency": "2"})
+        post(client, page, f"{page}/key", {"do": "set", "key": "acme", "rate": "4/s"})
+        assert queue.limits() == Limits(
+            each_key=KeyLimits(concurrency=2), keys={"acme": KeyLimits(rate=Rate(4))}
+        )
+        for shard in QueueLayout(queue_name, 3).shards:
+            assert raw.hgetall(shard.limits).keys() >= {b"each_concurrency", b"rate:acme"}, (
+                shard.queue
+            )
+        assert "This queue has 3 shards" in client.get(page).text
