@@ -164,6 +164,16 @@ def test_queue_limits_are_changed_and_named_keys_keep_theirs(
 ) -> None:
     queue, page = flow_scene.queue, f"/q/{flow_scene.name}/flow"
     with dashboard(redis_url, flow_scene.name) as client:
+        # The form as shown, sent back unchanged, changes nothing.
+        shown = client.get(page).text
+        queue_form = shown[shown.index('id="queue-form"') : shown.index('id="key-form"')]
+        as_shown = dict(re.findall(r'name="(\w+)" value="([^"]*)"', queue_form))
+        del as_shown["csrf"]
+        assert as_shown["rate"] == "100/s" and as_shown["burst"] == "10"
+        post(
+            client, page, f"{page}/queue", {key: markup.unescape(v) for key, v in as_shown.items()}
+        )
+        assert queue.limits() == LIMITS
         seen = re.search(r'name="seen" value="([^"]*)"', client.get(page).text)
         assert seen
         form = {"seen": seen.group(1), "cap": "7", "rate": "", "each_concurrency": "1"}
