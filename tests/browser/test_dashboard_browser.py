@@ -12,8 +12,6 @@ machine's network is closed.
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import socket
 import threading
 import time
@@ -29,36 +27,12 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from duetime import App, Dispatcher, Job, ManualClock, Queue, Worker
 from duetime.dashboard import create_app
-from tests.conftest import IN_CI
+from tests.browser.conftest import CHROMIUM_ARGS, publish
 from tests.helpers import FAST, wait_until_sync
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]  # fmt: skip
 TOKEN = "browser-test-token-0123456789abcdef"
 QUEUE = "emails"
 OTHER_QUEUE = "reports"
-DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-
-
-@pytest.fixture
-def chromium() -> str:
-    if not os.access(CHROMIUM, os.X_OK):
-        message = f"no Chromium at {CHROMIUM} (apt-get install chromium)"
-        if IN_CI:
-            pytest.fail(f"{message}: CI must run the browser test")
-        pytest.skip(message)
-    return CHROMIUM
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> Path:
-    root = os.environ.get("DUETIME_ARTIFACTS")
-    directory = Path(root) / "dashboard" if root else tmp_path / "screenshots"
-    directory.mkdir(parents=True, exist_ok=True)
-    return directory
 
 
 def fail(data: Any) -> None:
@@ -176,10 +150,7 @@ def test_the_dashboard_in_a_real_browser(redis_url: str, chromium: str, shots: P
                 browser.close()
         finally:
             gate.set()
-    if os.environ.get("DUETIME_UPDATE_SCREENSHOTS") == "1":
-        DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        for shot in sorted(shots.glob("*.png")):
-            shutil.copy(shot, DOCS_SCREENSHOTS / shot.name)
+    publish(shots)
 
 
 def fill_queues(queue: Queue, reports: Queue) -> str:

@@ -1,6 +1,6 @@
 """The dashboard's actions: POST routes that change a queue through the public
 ``AsyncQueue`` API (pause, resume, run now, cancel, requeue or delete dead tasks, pause,
-resume or trigger cron jobs).
+resume or trigger cron jobs, change the flow control limits).
 
 An action is POST only (a GET on one is a 405), carries the session's CSRF token, and
 answers with a redirect back to a page and a one-shot notice (post/redirect/get, so a
@@ -15,12 +15,28 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from duetime import AsyncQueue, validation
+from duetime import AsyncQueue, KeyLimits, Limits, validation
 from duetime.dashboard import views
-from duetime.dashboard.inputs import dead_filter, form_text, local_path
+from duetime.dashboard.flow_view import queue_wide
+from duetime.dashboard.formatting import rate_shown
+from duetime.dashboard.inputs import (
+    dead_filter,
+    form_text,
+    key_limits,
+    limit_key_field,
+    local_path,
+    queue_limits,
+)
 from duetime.dashboard.security import verified_form
 from duetime.dashboard.site import Dashboard, Notice
 from duetime.errors import DecodeError, InvalidInputError, TaskNotFoundError, TaskStateError
+from duetime.validation import shown
+
+#: Why a queue form is refused when the limits it was shown have changed since.
+STALE_LIMITS = (
+    "Nothing changed: the queue's limits changed after this page was loaded (from another "
+    "dashboard, a command or the program's own set_limits). Look at them again and resend."
+)
 
 
 class Actions:
@@ -157,6 +173,53 @@ class Actions:
             )
 
         return await self._act(request, f"/q/{self.site.queue(request)[0]}/cron", trigger)
+
+    async def set_queue_limits(self, request: Request) -> Response:
+        """Set the queue-wide limits (cap, rate, each key's); named keys keep their own.
+        Refused when the queue's limits are no longer those the form was shown with."""
+
+        async def act(queue: AsyncQueue, form: FormData) -> Notice:
+            current = await queue.limits()
+            if form_text(form, "seen") != queue_wide(current):
+                return Notice(STALE_LIMITS, "error")
+            try:
+                limits = queue_limits(form, current.keys if current is not None else {})
+            except InvalidInputError as error:
+                return Notice(f"Nothing changed: {error}", "error")
+            await queue.set_limits(limits)
+            return Notice(f"The limits of {queue.name} are now: {_queue_described(limits)}.")
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/flow", act)
+
+    async def set_key_limits(self, request: Request) -> Response:
+        """Set one limit key's own limits, or clear them (then each key's apply)."""
+
+        async def act(queue: AsyncQueue, form: FormData) -> Notice:
+            clearing = form_text(form, "do") == "clear"
+            try:
+                key, limits = (limit_key_field(form), KeyLimits()) if clearing else key_limits(form)
+            except InvalidInputError as error:
+                return Notice(f"Nothing changed: {error}", "error")
+            if limits == KeyLimits():
+                await queue.set_key_limits(key, None)
+                return Notice(
+                    f"Limit key {shown(key, 60)} has no limits of its own now: each key's apply."
+                )
+            await queue.set_key_limits(key, limits)
+            return Notice(f"Limit key {shown(key, 60)} now has {_described(limits)}.")
+
+        return await self._act(request, f"/q/{self.site.queue(request)[0]}/flow", act)
+
+
+def _described(limits: KeyLimits) -> str:
+    concurrency = "none" if limits.concurrency is None else f"{limits.concurrency:,}"
+    return f"concurrency {concurrency}, rate {rate_shown(limits.rate)}"
+
+
+def _queue_described(limits: Limits) -> str:
+    cap = "none" if limits.cap is None else f"{limits.cap:,}"
+    each = _described(limits.each_key)
+    return f"cap {cap}, rate {rate_shown(limits.rate)}; each key: {each}"
 
 
 def _dead_notice(action: str, count: int) -> Notice:

@@ -1,6 +1,7 @@
 """How values look on a page: times (UTC in the HTML, the browser's zone once the script
-has run, or a cron job's own zone), durations, and task data, which is untrusted and
-therefore only ever turned into text that Jinja escapes. Registered as Jinja filters."""
+has run, or a cron job's own zone), durations, rate limits, and task data, which is
+untrusted and therefore only ever turned into text that Jinja escapes. Registered as
+Jinja filters."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from markupsafe import Markup, escape
 
+from duetime.flow import Rate
 from duetime.times import format_duration
 
 #: Longest data shown on a task page; the rest is cut, and the cut said.
 DATA_SHOWN = 100_000
 #: Longest data preview in a table cell.
 PREVIEW = 80
+#: The units a rate is written in, largest first: a period is written in the largest
+#: one it is a whole number of.
+_UNITS_MS = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000), ("ms", 1))
 
 
 def _moment(seconds: float, zone: Any = UTC) -> datetime | None:
@@ -120,6 +125,26 @@ def task_name(name: str | None) -> str:
     return name or "(default)"
 
 
+def rate_text(rate: Rate | None) -> str:
+    """A rate as ``Rate.parse`` reads it back, without its burst ("10/s", "5/2min",
+    "3/250ms"); "" for none. The period is exact: whole milliseconds."""
+    if rate is None:
+        return ""
+    period = rate.period_ms
+    for unit, size in _UNITS_MS:
+        if period % size == 0:
+            times = period // size
+            return f"{rate.count}/{unit}" if times == 1 else f"{rate.count}/{times}{unit}"
+    raise AssertionError("every period is a whole number of milliseconds")
+
+
+def rate_shown(rate: Rate | None) -> str:
+    """A rate for people: "10/s", "100/min (burst 20)"; "none" for none."""
+    if rate is None:
+        return "none"
+    return rate_text(rate) + (f" (burst {rate.burst})" if rate.burst > 1 else "")
+
+
 FILTERS = {
     "when": when,
     "in_zone": in_zone,
@@ -128,4 +153,6 @@ FILTERS = {
     "pretty": pretty,
     "preview": preview,
     "task_name": task_name,
+    "rate": rate_shown,
+    "rate_text": rate_text,
 }

@@ -1,16 +1,22 @@
 """What the dashboard's routes read from a request: text fields of a form, a page number,
-the dead-task filter, and a local path to go back to (never another site's)."""
+the dead-task filter, a local path to go back to (never another site's), and the limits
+of the flow control forms (checked by ``duetime.flow``, never here)."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.datastructures import FormData
 
+from duetime import flow
 from duetime.client import DeadFilter
-from duetime.errors import InvalidInputError
+from duetime.errors import InvalidInputError, InvalidOptionError
+from duetime.flow import KeyLimits, Limits, Rate
 from duetime.times import parse_moment
+from duetime.validation import shown
 
 DEAD_FILTER_FIELDS = ("task", "error", "since", "until")
 
@@ -54,3 +60,60 @@ def dead_filter(params: Any) -> tuple[DeadFilter, dict[str, str], str | None]:
     except InvalidInputError as error:
         return DeadFilter(), fields, str(error)
     return chosen, fields, None
+
+
+# --- limits ------------------------------------------------------------------------------
+
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def whole_number(form: FormData, name: str, what: str) -> int | None:
+    """The whole number typed in field ``name``, or None when it is empty (no limit).
+    Only its form is checked here; its range is ``duetime.flow``'s to check."""
+    text = form_text(form, name)
+    if not text:
+        return None
+    if not _WHOLE.fullmatch(text):
+        raise InvalidOptionError(
+            f"{what} must be a whole number, or empty for no limit; got {shown(text, 40)}"
+        )
+    try:
+        return int(text)
+    except ValueError:  # longer than Python turns into an integer
+        raise InvalidOptionError(f"{what} is far too large: {shown(text, 40)}") from None
+
+
+def rate_field(form: FormData, prefix: str, what: str) -> Rate | None:
+    """The rate of fields ``<prefix>rate`` ("10/s") and ``<prefix>burst`` (empty: 1),
+    read with ``Rate.parse``; None when both are empty."""
+    text = form_text(form, f"{prefix}rate")
+    burst = whole_number(form, f"{prefix}burst", f"{what} burst")
+    if not text:
+        if burst is not None:
+            raise InvalidOptionError(f"{what}: a burst needs a rate (such as 10/s)")
+        return None
+    return Rate.parse(text, 1 if burst is None else burst)
+
+
+def queue_limits(form: FormData, keys: Mapping[str, KeyLimits]) -> Limits:
+    """The queue-wide limits of the queue form (cap, rate, each key's), with the named
+    keys' own limits ``keys`` kept; checked by ``Limits``."""
+    each = KeyLimits(
+        whole_number(form, "each_concurrency", "each key's concurrency"),
+        rate_field(form, "each_", "each key's rate"),
+    )
+    return Limits(whole_number(form, "cap", "cap"), rate_field(form, "", "rate"), each, keys)
+
+
+def limit_key_field(form: FormData) -> str:
+    """The limit key of the key form, exactly as typed (a key may hold spaces), checked
+    by ``duetime.flow``."""
+    value = form.get("key")
+    return flow.limit_key(value if isinstance(value, str) else "")
+
+
+def key_limits(form: FormData) -> tuple[str, KeyLimits]:
+    """The limit key of the key form and its own limits, checked by ``duetime.flow``."""
+    key = limit_key_field(form)
+    concurrency = whole_number(form, "concurrency", "concurrency")
+    return key, KeyLimits(concurrency, rate_field(form, "", "rate"))

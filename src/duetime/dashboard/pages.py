@@ -13,9 +13,11 @@ from starlette.responses import Response
 
 from duetime import validation
 from duetime.dashboard import views
+from duetime.dashboard.flow_view import read_flow
 from duetime.dashboard.inputs import dead_filter, page_number
 from duetime.dashboard.site import Dashboard
 from duetime.errors import InvalidInputError
+from duetime.flow import KeyLimits, limit_key
 from duetime.states import TaskState
 
 
@@ -108,6 +110,25 @@ class Pages:
             "scan_limit": views.RUNNING_SCAN,
         }
         return self.site.render(request, "running.html", context)
+
+    async def flow(self, request: Request) -> Response:
+        """The queue's flow control: its limits, what holds its due tasks per limit key,
+        and the forms that change the limits (``?key=`` fills the key form in)."""
+        name, queue = self.site.queue(request)
+        found = await read_flow(queue)
+        key = request.query_params.get("key", "")
+        try:
+            editing = (limit_key(key), found.limits.keys.get(key, KeyLimits()))
+        except InvalidInputError:
+            editing = ("", KeyLimits())
+        context = {
+            "queue": name,
+            "page": "flow",
+            "flow": found,
+            "editing": editing,
+            "shards": self.site.shards,
+        }
+        return self.site.render(request, "flow.html", context)
 
     async def dead(self, request: Request) -> Response:
         name, queue = self.site.queue(request)

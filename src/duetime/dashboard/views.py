@@ -35,6 +35,7 @@ from duetime.client import (
     select_dead_async,
 )
 from duetime.dashboard.charts import Chart, Column, Series, render_svg
+from duetime.store.flow_control import FlowState
 
 #: Tasks shown per page of a listing.
 PAGE_SIZE = 50
@@ -70,6 +71,7 @@ class QueueCard:
     dead: int
     lateness_mean: float | None  # seconds, over the completed attempts of the window
     lateness_max: float | None
+    flow: FlowState  # its flow control's totals (no limit keys read)
 
 
 def throughput_chart(figures: Sequence[MinuteFigures]) -> Chart:
@@ -91,7 +93,9 @@ def throughput_chart(figures: Sequence[MinuteFigures]) -> Chart:
 
 
 async def queue_card(queue: AsyncQueue) -> QueueCard:
-    stats, figures = await asyncio.gather(queue.stats(), queue.throughput(60))
+    stats, figures, flow = await asyncio.gather(
+        queue.stats(), queue.throughput(60), queue.flow(most_keys=0)
+    )
     completed = sum(minute.completed for minute in figures)
     weighted = [
         (minute.lateness_mean, minute.completed)
@@ -108,6 +112,7 @@ async def queue_card(queue: AsyncQueue) -> QueueCard:
         dead=sum(minute.dead for minute in figures),
         lateness_mean=mean,
         lateness_max=max(maxima, default=None),
+        flow=flow,
     )
 
 
