@@ -383,3 +383,23 @@ def test_a_snoozed_task_runs_again_later_without_spending_an_attempt(
 def test_a_snooze_of_a_bad_length_is_refused(seconds: object) -> None:
     with pytest.raises(ValueError):
         duetime.Snooze(seconds)  # type: ignore[arg-type]
+
+
+def test_flow_lists_keys_with_running_tasks_beside_many_due_ones(flow: Harness) -> None:
+    flow.queue.set_limits(Limits())
+    flow.queue.schedule_task(T0 / 1000, "a", limit_key="a")
+    flow.promote()
+    assert len(flow.claim()) == 1
+    flow.queue.schedule_many([Job(n, at=T0 / 1000, limit_key=f"b{n:03}") for n in range(120)])
+    flow.promote()
+    groups = flow.queue.flow(50).groups
+    assert groups[0].key == "a" and groups[0].running == 1
+    assert [g.key for g in groups[1:]] == [f"b{n:03}" for n in range(49)]
+
+
+def test_setting_the_queues_own_limits_keeps_the_keys_own(flow: Harness) -> None:
+    flow.queue.set_limits(Limits(cap=3, keys={"vip": KeyLimits(concurrency=5)}))
+    flow.queue.set_queue_limits(Limits(rate=Rate(5), each_key=KeyLimits(concurrency=1)))
+    assert flow.queue.limits() == Limits(
+        rate=Rate(5), each_key=KeyLimits(concurrency=1), keys={"vip": KeyLimits(concurrency=5)}
+    )

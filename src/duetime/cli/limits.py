@@ -119,15 +119,11 @@ def set_limits(
 ) -> None:
     """Replace the queue's limits with those given (keys' own limits are kept); it is
     under flow control from then on. Takes effect at once on every worker."""
+    wanted = Limits(
+        cap, _rate(rate, burst), KeyLimits(each_concurrency, _rate(each_rate, each_burst))
+    )
     with open_queue(queue, redis_url) as client:
-        current = client.limits() or Limits()
-        wanted = Limits(
-            cap,
-            _rate(rate, burst),
-            KeyLimits(each_concurrency, _rate(each_rate, each_burst)),
-            current.keys,
-        )
-        client.set_limits(wanted)
+        client.set_queue_limits(wanted)
     click.echo(f"{queue}: limits set")
 
 

@@ -42,8 +42,8 @@ MOST_TASKS_SCANNED = 100_000
     metavar="DURATION",
     help="Run this long from now: 90s, 5m, 1h30m, 1.5h, 2d, or seconds.",
 )
-@click.option("--id", "task_id", help="Task id (idempotent: the same id twice is one task).")
-@click.option("--task", "task_name", help="Registered handler name (default: the default handler).")
+@click.option("--id", "id", help="Task id (idempotent: the same id twice is one task).")
+@click.option("--task", "task", help="Registered handler name (default: the default handler).")
 @click.option("--max-attempts", type=int)
 @click.option(
     "--timeout", type=DURATION, metavar="DURATION", help="How long one attempt may run (30s, 5m)."
@@ -64,16 +64,9 @@ def schedule(
     queue: str,
     at: float | None,
     delay: float | None,
-    task_id: str | None,
-    task_name: str | None,
-    max_attempts: int | None,
-    timeout: float | None,
-    result_ttl: float | None,
-    priority: int,
-    limit_key: str | None,
-    cost: int,
     data: str,
     redis_url: str | None,
+    **options: Any,
 ) -> None:
     """Schedule a task whose data is the JSON document DATA; prints its id.
 
@@ -82,21 +75,12 @@ def schedule(
       duetime schedule --queue emails --in 1h30m '{"to": "a@example.com"}'
       duetime schedule --queue emails --at 2026-12-01T09:00+01:00 --id welcome-42 \
           --task send '{}'
+      duetime schedule --queue api --in 0 --limit-key customer-42 --priority 5 '{}'
     """
     if (at is None) == (delay is None):
         raise click.UsageError("give exactly one of --at or --in")
     payload = json_argument(data)
     with open_queue(queue, redis_url) as client:
-        options: dict[str, Any] = {
-            "task": task_name,
-            "id": task_id,
-            "max_attempts": max_attempts,
-            "timeout": timeout,
-            "result_ttl": result_ttl,
-            "priority": priority,
-            "limit_key": limit_key,
-            "cost": cost,
-        }
         if at is not None:
             click.echo(client.schedule_task(at, payload, **options))
         else:

@@ -23,6 +23,15 @@ class Limiting(QueueShards):
         for shard in self.shards:
             yield from shard.set_limits("replace", pairs)
 
+    def set_queue_limits_plan(self, limits: Limits) -> Plan[None]:
+        """Make the queue's own limits (cap, rate, each key's) those of ``limits``, in one
+        step, keeping the limits of named keys as they are (``limits.keys`` is ignored)."""
+        if not isinstance(limits, Limits):
+            raise TypeError(f"set_queue_limits() takes Limits, got {type(limits).__name__}")
+        pairs = limit_pairs(Limits(limits.cap, limits.rate, limits.each_key).fields())
+        for shard in self.shards:
+            yield from shard.set_limits("queue", pairs)
+
     def set_key_limits_plan(self, key: str, limits: KeyLimits | None) -> Plan[None]:
         """Set (or, with None, drop) one limit key's own limits; the others are kept."""
         flow.limit_key(key)

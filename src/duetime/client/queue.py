@@ -155,6 +155,10 @@ class Queue:
         """Make the queue's limits exactly ``limits`` (see docs/flow.md)."""
         self.runner.run(self.core.set_limits_plan(limits))
 
+    def set_queue_limits(self, limits: Limits) -> None:
+        """Set the cap, rate and each key's limits at run time, keeping named keys'."""
+        self.runner.run(self.core.set_queue_limits_plan(limits))
+
     def set_key_limits(self, key: str, limits: KeyLimits | None) -> None:
         """Set one limit key's own limits, or drop them (None), at run time."""
         self.runner.run(self.core.set_key_limits_plan(key, limits))
@@ -297,6 +301,9 @@ class AsyncQueue:
 
     async def set_limits(self, limits: Limits) -> None:
         await self.runner.run(self.core.set_limits_plan(limits))
+
+    async def set_queue_limits(self, limits: Limits) -> None:
+        await self.runner.run(self.core.set_queue_limits_plan(limits))
 
     async def set_key_limits(self, key: str, limits: KeyLimits | None) -> None:
         await self.runner.run(self.core.set_key_limits_plan(key, limits))

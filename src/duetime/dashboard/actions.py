@@ -186,7 +186,7 @@ class Actions:
                 limits = queue_limits(form, current.keys if current is not None else {})
             except InvalidInputError as error:
                 return Notice(f"Nothing changed: {error}", "error")
-            await queue.set_limits(limits)
+            await queue.set_queue_limits(limits)  # named keys' own limits are kept as they are
             return Notice(f"The limits of {queue.name} are now: {_queue_described(limits)}.")
 
         return await self._act(request, f"/q/{self.site.queue(request)[0]}/flow", act)

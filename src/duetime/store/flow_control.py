@@ -80,10 +80,13 @@ def _when(ms: float) -> str:
 class FlowPlans(QueueBase):
     """Limits and what they hold, for the client, the CLI and the dashboard."""
 
-    def set_limits(self, mode: Literal["replace", "update"], fields: Sequence[str]) -> Plan[int]:
+    def set_limits(
+        self, mode: Literal["replace", "queue", "update"], fields: Sequence[str]
+    ) -> Plan[int]:
         """Change the limits hash (``fields``: name, value, ...; an empty value drops the
-        field): "replace" drops every limit not given. Every key with due tasks is looked
-        at again. Returns how many keys were given a turn back."""
+        field): "replace" drops every limit not given, "queue" every limit of the queue
+        and of each key not given (keys' own are kept), "update" none. Every key with
+        due tasks is looked at again. Returns how many keys were given a turn back."""
         now = yield from self.now()
         k = self.keys
         keys = (*k.flow_keys, k.leases, k.wake, k.ready)
@@ -179,13 +182,15 @@ class FlowPlans(QueueBase):
         sets are walked key by key (one range read per key and set)."""
         found: set[str] = set()
         for key in (self.keys.due, self.keys.running):
-            low = "-"
-            while len(found) < most * 2:
+            # Each set's first ``most`` keys: together they hold the first ``most`` of both.
+            low, seen = "-", 0
+            while seen < most:
                 reply = yield Command(("ZRANGE", key, low, "+", "BYLEX", "LIMIT", 0, 1))
                 if not reply:
                     break
                 name = as_text(reply[0]).partition("\0")[0]
                 found.add(name)
+                seen += 1
                 low = _group_range(name)[1]
         return sorted(found)[:most]
 

@@ -12,7 +12,9 @@
 -- KEYS[10] ready        LIST
 -- ARGV[1] now (ms)
 -- ARGV[2] 'replace': the limits become those given (every other one is dropped);
---         'update': those given are set (an empty value drops the field), others kept
+--         'queue': likewise, but the limits of named keys ("concurrency:<key>",
+--         "rate:<key>") are kept; 'update': those given are set (an empty value drops
+--         the field), others kept
 -- ARGV[3..] field, value pairs
 -- Returns: how many groups with due tasks were given a turn.
 -- Groups are found by walking the due set group by group (one range read each), at most
@@ -26,11 +28,12 @@ redis.call('HGET', KEYS[1], '')
 redis.call('LLEN', KEYS[9])
 redis.call('LLEN', KEYS[10])
 probe_flow(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
-if mode == 'replace' then
+if mode == 'replace' or mode == 'queue' then
   local names = redis.call('HKEYS', KEYS[1])
   local dropped = {}
   for _, name in ipairs(names) do
-    if name ~= 'since' then
+    local own = string.find(name, ':', 1, true)
+    if name ~= 'since' and (mode == 'replace' or not own) then
       dropped[#dropped + 1] = name
     end
   end
