@@ -279,3 +279,19 @@ def test_on_a_sharded_queue_a_change_reaches_every_shard(
                 shard.queue
             )
         assert "This queue has 3 shards" in client.get(page).text
+
+
+def test_a_waiting_tasks_page_names_its_key_priority_and_what_holds_it(
+    redis_url: str, flow_scene: FlowScene
+) -> None:
+    waiting = [
+        t.id
+        for t in flow_scene.queue.tasks("ready", limit=50)
+        if (s := flow_scene.queue.status(t.id)) is not None and s.limit_key == "acme"
+    ]
+    assert len(waiting) == 1  # acme's third task: its two slots are taken
+    with dashboard(redis_url, flow_scene.name) as client:
+        for task_id in waiting:
+            page = markup.unescape(client.get(f"/q/{flow_scene.name}/task?id={task_id}").text)
+            assert "Limit key" in page and f"/q/{flow_scene.name}/flow?key=acme" in page
+            assert "a free slot of key 'acme': 2 of 2 running" in page

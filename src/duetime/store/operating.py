@@ -50,6 +50,9 @@ class OperatorPlans(QueueBase):
         entries: list[tuple[str, float | None, str | None]] = []  # id, score, worker
         if state == TaskState.READY:
             ids = yield Command(("LRANGE", k.ready, 0, count - 1))
+            if len(ids) < count:  # then those waiting under flow control, key by key
+                waiting = yield Command(("ZRANGE", k.due, 0, count - len(ids) - 1))
+                ids += [as_text(member).split("\0", 2)[-1] for member in waiting]
             entries = [(as_text(task_id), None, None) for task_id in ids]
         elif state == TaskState.SCHEDULED:
             entries = [(i, score, None) for i, score in (yield from self._earliest(count))]
