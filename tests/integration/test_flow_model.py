@@ -51,16 +51,17 @@ class Model:
     # --- steps ------------------------------------------------------------------
 
     def schedule(self) -> None:
-        jobs = []
+        jobs, delays = [], []
         for _ in range(self.random.randint(1, 6)):
             key = self.random.choice(KEYS)
-            delay = self.random.choice([0, 0, 0.2, 1.5])
-            jobs.append(Job({"k": key}, delay=delay, limit_key=key,
+            delays.append(self.random.choice([0, 0, 0.2, 1.5]))
+            jobs.append(Job({"k": key}, delay=delays[-1], limit_key=key,
                             priority=self.random.randint(-3, 3)))  # fmt: skip
         now = self.clock.now_ms() or T0
-        for job, task_id in zip(jobs, self.queue.schedule_many(jobs), strict=True):
+        ids = self.queue.schedule_many(jobs)
+        for job, delay, task_id in zip(jobs, delays, ids, strict=True):
             self.key_of[task_id] = job.limit_key
-            self.run_at[task_id] = now + round((job.delay or 0) * 1000)
+            self.run_at[task_id] = now + round(delay * 1000)
 
     def promote(self) -> None:
         self.runner.run(self.operations.promote_due(1000))
