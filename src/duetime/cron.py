@@ -25,7 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, croniter
 
-from duetime import codec, validation
+from duetime import codec, flow, validation
 from duetime.errors import DecodeError, InvalidInputError, InvalidNameError
 
 MissedPolicy = Literal["skip", "once", "all"]
@@ -66,6 +66,15 @@ class CronJob:
     overlap: OverlapPolicy = "allow"
     max_attempts: int = 5
     timeout_ms: int = 300_000
+    #: Flow control of its ticks (docs/flow.md); defaults: none.
+    priority: int = 0
+    limit_key: str | None = None
+    cost: int = 1
+
+    @property
+    def flow_record(self) -> str:
+        """Its ticks' flow record ("" for none: priority 0, cost 1, no limit key)."""
+        return flow.flow_record(self.priority, self.cost, self.limit_key)
 
     @property
     def zone(self) -> ZoneInfo:
@@ -163,6 +172,9 @@ def define(
     max_attempts: int = 5,
     timeout: float = 300.0,
     max_payload_bytes: int = 512 * 1024,
+    priority: int = 0,
+    limit_key: str | None = None,
+    cost: int = 1,
 ) -> CronJob:
     """Validate a declaration completely; raises InvalidInputError before anything is stored."""
     if not isinstance(name, str) or not validation.QUEUE_NAME.fullmatch(name):
@@ -193,11 +205,13 @@ def define(
         )
     packed = codec.pack(data)
     validation.payload(data, len(packed), max_payload_bytes, packed)
+    flow.checked_record(priority, limit_key, cost)
     job = CronJob(
         name, expression, data, timezone, task,
         cast(MissedPolicy, missed), cast(OverlapPolicy, overlap),
         validation.attempts(max_attempts),
         validation.milliseconds(timeout, "timeout"),
+        priority, limit_key, cost,
     )  # fmt: skip
     if job.next_tick(_utc_ms(datetime.now(UTC))) is None:
         raise InvalidInputError(
@@ -207,14 +221,20 @@ def define(
 
 
 def encode_job(job: CronJob) -> bytes:
-    return codec.pack(
-        [DEFINITION_VERSION, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
-         job.overlap, job.max_attempts, job.timeout_ms]
-    )  # fmt: skip
+    """A definition as stored: format 1, or 2 when its ticks have flow control (so that
+    a job without it stays readable by hosts that read only format 1)."""
+    fields = [1, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
+              job.overlap, job.max_attempts, job.timeout_ms]  # fmt: skip
+    if job.flow_record:
+        fields[0] = 2
+        fields += [job.priority, job.limit_key, job.cost]
+    return codec.pack(fields)
 
 
-#: The definition format this version writes and reads.
-DEFINITION_VERSION = 1
+#: The newest definition format this version writes and reads (2: with flow control).
+DEFINITION_VERSION = 2
+#: Fields of each definition format.
+_DEFINITION_FIELDS = {1: 10, 2: 13}
 
 
 def decode_job(blob: bytes) -> CronJob:
@@ -230,9 +250,14 @@ def decode_job(blob: bytes) -> CronJob:
             f"written by a newer duetime (definition format {fields[0]}, this one reads "
             f"{DEFINITION_VERSION}); upgrade duetime on this host"
         )
-    if fields[0] != DEFINITION_VERSION or len(fields) != 10:
-        raise DecodeError("not a version-1 cron job definition")
-    name, expression, _, timezone, task, missed, overlap, *counts = fields[1:]
+    if len(fields) != _DEFINITION_FIELDS.get(fields[0]):
+        raise DecodeError(f"not a version-{fields[0]} cron job definition")
+    name, expression, _, timezone, task, missed, overlap, *counts = fields[1:10]
+    if len(fields) > 10:
+        try:
+            flow.checked_record(*fields[10:])
+        except InvalidInputError as error:
+            raise DecodeError(f"cron job definition's flow control: {error}") from None
     texts = (name, expression, timezone, task, missed, overlap)
     if not all(isinstance(text, str) for text in texts) or not all(
         isinstance(number, int) and not isinstance(number, bool) and number > 0 for number in counts
@@ -270,7 +295,8 @@ def task_envelope(job: CronJob, run_at_ms: float) -> bytes:
     return codec.encode_envelope(task_of(job, run_at_ms))
 
 
-def tick_task(job: CronJob, tick_ms: int) -> tuple[str, int, bytes]:
+def tick_task(job: CronJob, tick_ms: int) -> tuple[str, int, bytes, str]:
     """The task of one tick, as ``fire_cron`` takes it: its deterministic id (one task
-    however many dispatchers fire the tick), its run-at (the tick) and its envelope."""
-    return job.tick_id(tick_ms), tick_ms, task_envelope(job, tick_ms)
+    however many dispatchers fire the tick), its run-at (the tick), its envelope and its
+    flow record ("" for none)."""
+    return job.tick_id(tick_ms), tick_ms, task_envelope(job, tick_ms), job.flow_record

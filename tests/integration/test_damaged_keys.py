@@ -99,7 +99,7 @@ def cron_fired(env: Env) -> None:
 
 
 def fire(env: Env) -> Any:
-    tick = ("cron:job:1", NOW_MS, b"envelope")
+    tick = ("cron:job:1", NOW_MS, b"envelope", "")
     return env.ops.fire_cron("job", NOW_MS + 60_000, NOW_MS + 120_000, "allow", 0, 0, [tick])
 
 

@@ -32,6 +32,7 @@ from duetime.store import QueueKeys, SyncRunner
 from duetime.store.operations import QueueOperations
 from duetime.store.working import Claimed, Outcome
 from tests.helpers import running, wait_until
+from tests.integration.test_dispatch import dispatcher_steps
 
 T0 = 1_800_000_000_000  # ms; the server time the test sets
 
@@ -45,6 +46,7 @@ class Harness:
         self.operations = QueueOperations(QueueKeys(queue_name), self.clock)
         self.queue = Queue(queue_name, redis_url, clock=self.clock)
         self.keys = QueueKeys(queue_name)
+        self.redis_url = redis_url
 
     def promote(self) -> float | None:
         """One promotion pass; when the dispatcher would next wake for a run-at or a
@@ -403,3 +405,31 @@ def test_setting_the_queues_own_limits_keeps_the_keys_own(flow: Harness) -> None
     assert flow.queue.limits() == Limits(
         rate=Rate(5), each_key=KeyLimits(concurrency=1), keys={"vip": KeyLimits(concurrency=5)}
     )
+
+
+def test_a_cron_jobs_ticks_carry_its_priority_and_limit_key(flow: Harness) -> None:
+    flow.queue.add_cron("report", "* * * * * *", {"r": 1}, limit_key="reports", priority=2)
+    [info] = flow.queue.list_cron()
+    assert (info.priority, info.limit_key, info.cost) == (2, "reports", 1)
+    assert flow.queue.limits() is None  # declaring it changes nothing yet
+    flow.clock.set(T0 + 2000)
+    with dispatcher_steps(flow.redis_url, flow.keys.queue, Settings(), flow.clock) as step:
+        step()  # fires the due tick
+    flow.promote()
+    [tick] = flow.claim(most=5)
+    status = flow.queue.status(tick)
+    assert status is not None and (status.priority, status.limit_key) == (2, "reports")
+    flow.ack(tick)
+    triggered = flow.queue.trigger_cron("report")
+    status = flow.queue.status(triggered)
+    assert status is not None and status.limit_key == "reports"
+    flow.promote()
+    assert flow.claim(most=5) == [triggered]
+    flow.ack(triggered)
+    flow.queue.remove_cron("report")
+
+
+def test_a_cron_job_with_a_bad_flow_option_is_refused(flow: Harness) -> None:
+    with pytest.raises(InvalidOptionError, match="limit_key"):
+        flow.queue.add_cron("bad", "* * * * *", {}, limit_key="")
+    assert flow.queue.list_cron() == []

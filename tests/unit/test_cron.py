@@ -10,7 +10,7 @@ import pytest
 from freezegun import freeze_time
 
 from duetime import codec, cron
-from duetime.errors import InvalidInputError, InvalidNameError, InvalidPayloadError
+from duetime.errors import DecodeError, InvalidInputError, InvalidNameError, InvalidPayloadError
 
 
 def ms(moment: datetime) -> int:
@@ -168,9 +168,21 @@ def test_a_tick_becomes_a_task_with_the_jobs_handler_data_and_limits() -> None:
     job = cron.define(
         "report", "* * * * *", {"k": [1, "x"]}, task="send", max_attempts=7, timeout=12.5
     )
-    task_id, run_at_ms, envelope = cron.tick_task(job, 1_800_000_000_000)
+    task_id, run_at_ms, envelope, record = cron.tick_task(job, 1_800_000_000_000)
+    assert record == ""  # no flow control: the definition stays in format 1
+    assert codec.unpack(cron.encode_job(job))[0] == 1
     assert (task_id, run_at_ms) == ("cron:report:1800000000000", 1_800_000_000_000)
     assert envelope == cron.task_envelope(job, 1_800_000_000_000)
     assert codec.decode_envelope(envelope) == codec.Envelope(
         "send", {"k": [1, "x"]}, 1_800_000_000_000, 7, 12_500, cron.RESULT_TTL_MS
     )
+
+
+def test_a_job_with_flow_control_is_stored_in_format_2_and_read_back() -> None:
+    job = cron.define("report", "* * * * *", {}, priority=-4, limit_key="acme", cost=2)
+    assert codec.unpack(cron.encode_job(job))[0] == 2
+    assert cron.decode_job(cron.encode_job(job)) == job
+    assert cron.tick_task(job, 1_800_000_000_000)[3] == "-4|2||acme"
+    garbled = codec.pack([2, "r", "* * * * *", {}, "UTC", "", "skip", "allow", 5, 9, 0, "", 1])
+    with pytest.raises(DecodeError, match="flow control"):
+        cron.decode_job(garbled)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import tzinfo
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import click
@@ -54,6 +55,9 @@ def cron_group() -> None:
 @click.option(
     "--timeout", type=DURATION, metavar="DURATION", help="How long one attempt may run (30s, 5m)."
 )
+@click.option("--priority", type=int, default=0, help="Its ticks' priority (-1000 to 1000).")
+@click.option("--limit-key", metavar="KEY", help="Its ticks' limit key (see duetime limits).")
+@click.option("--cost", type=int, default=1, help="What one tick's start spends of rate limits.")
 def cron_add(
     queue: str,
     name: str,
@@ -66,6 +70,7 @@ def cron_add(
     max_attempts: int | None,
     timeout: float | None,
     redis_url: str | None,
+    **flow: Any,
 ) -> None:
     """Create or update the cron job NAME firing EXPRESSION with the JSON document DATA."""
     payload = json_argument(data)
@@ -80,6 +85,7 @@ def cron_add(
             overlap=overlap,
             max_attempts=max_attempts,
             timeout=timeout,
+            **flow,
         )
     click.echo(f"{outcome} {name}")
 

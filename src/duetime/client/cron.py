@@ -36,6 +36,9 @@ class CronPlans(Producing):
         overlap: str = "allow",
         max_attempts: int | None = None,
         timeout: float | None = None,
+        priority: int = 0,
+        limit_key: str | None = None,
+        cost: int = 1,
     ) -> cron.CronJob:
         """A validated cron definition; raises InvalidInputError, nothing stored."""
         return cron.define(
@@ -49,6 +52,9 @@ class CronPlans(Producing):
             max_attempts=self.settings.max_attempts if max_attempts is None else max_attempts,
             timeout=self.settings.task_timeout if timeout is None else timeout,
             max_payload_bytes=self.settings.max_payload_bytes,
+            priority=priority,
+            limit_key=limit_key,
+            cost=cost,
         )
 
     def declare_cron_plan(self, jobs: Sequence[cron.CronJob]) -> Plan[dict[str, str]]:
@@ -109,7 +115,8 @@ class CronPlans(Producing):
             blob = table.definitions.get(name)
             if blob is None:
                 continue
-            task = cron.task_of(cron.decode_job(blob), 0)  # runs now: its run-at is moot
+            job = cron.decode_job(blob)
+            task = cron.task_of(job, 0)  # runs now: its run-at is moot
             packed_data = codec.pack(task.data)
             limit = self.settings.max_payload_bytes
             validation.payload(task.data, len(packed_data), limit, packed_data)
@@ -123,6 +130,7 @@ class CronPlans(Producing):
                 task.timeout_ms,
                 task.result_ttl_ms,
                 generated=True,
+                flow=job.flow_record,
             )
             return (yield from self.schedule_one_plan(item))
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
@@ -171,6 +179,9 @@ class CronPlans(Producing):
             paused=paused,
             next_runs=next_runs[:upcoming],
             last_run=last,
+            priority=job.priority,
+            limit_key=job.limit_key,
+            cost=job.cost,
         )
 
     def _cron_run(self, task_id: str) -> Plan[CronRun | None]:

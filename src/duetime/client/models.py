@@ -181,3 +181,6 @@ class CronInfo:
     next_runs: list[float]  # epoch seconds of the next few ticks (none while paused)
     last_run: CronRun | None
     problem: str | None = None  # the stored definition cannot be used here (poison)
+    priority: int = 0  # its ticks' flow control (docs/flow.md)
+    limit_key: str | None = None
+    cost: int = 1

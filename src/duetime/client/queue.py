@@ -190,7 +190,7 @@ class Queue:
     def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
         """Create or update a recurring job; returns created, updated or unchanged.
         Options: tz, task, missed (skip|once|all), overlap (allow|skip|delay),
-        max_attempts, timeout."""
+        max_attempts, timeout, and its ticks' priority, limit_key and cost."""
         job = self.core.cron_job(name, expression, data, **options)
         return self.runner.run(self.core.declare_cron_plan([job]))[name]
 

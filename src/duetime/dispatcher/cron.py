@@ -36,7 +36,7 @@ class CronFiring:
     following_ms: int | None
     overlap: cron.OverlapPolicy
     first_tick_ms: int
-    ticks: list[tuple[str, int, bytes]]
+    ticks: list[tuple[str, int, bytes, str]]
     missed: int = 0  # due ticks before the current one (fired late or dropped per policy)
 
 

@@ -102,7 +102,7 @@ class CronPlans(QueueBase):
         overlap: str,
         retry_at_ms: int,
         held_tick_ms: int,
-        ticks: Sequence[tuple[str, int, bytes]],
+        ticks: Sequence[tuple[str, int, bytes, str]],
     ) -> Plan[CronFireOutcome | int]:
         """Enqueue due ticks and advance the job (compare-and-set on its next tick):
         the number of ticks enqueued, or why none was."""
@@ -115,8 +115,19 @@ class CronPlans(QueueBase):
             retry_at_ms,
             held_tick_ms,
         ]
-        for task_id, run_at_ms, envelope in ticks:
-            args += (task_id, run_at_ms, envelope)
-        keys = (k.cron_next, k.cron_last, k.cron_held, k.tasks, k.ready, k.stats)
+        for task_id, run_at_ms, envelope, record in ticks:
+            args += (task_id, run_at_ms, envelope, record)
+        keys = (
+            k.cron_next,
+            k.cron_last,
+            k.cron_held,
+            k.tasks,
+            k.ready,
+            k.stats,
+            k.limits,
+            k.flow_records,
+            k.scheduled,
+            k.wake,
+        )
         reply = yield Eval(scripts.FIRE_CRON, keys, args)
         return reply if isinstance(reply, int) else CronFireOutcome(as_text(reply))

@@ -7,16 +7,24 @@
 -- KEYS[4] tasks      HASH
 -- KEYS[5] ready      LIST
 -- KEYS[6] stats      HASH
+-- KEYS[7] limits     HASH  flow control (flow_mode.lua): while it exists, or when a tick
+--         has a flow record, ticks go to scheduled (a dispatcher files them by rank and
+--         limit key) rather than ready
+-- KEYS[8] flow records HASH  task id -> "<priority>|<cost>||<limit key>"
+-- KEYS[9] scheduled  ZSET
+-- KEYS[10] wake      LIST  rung when ticks go to scheduled, so a dispatcher files them
 -- ARGV[1] job name
 -- ARGV[2] the next-tick score the caller read (CAS)
 -- ARGV[3] the following next tick (ms), or -1 when the expression never fires again
 -- ARGV[4] overlap policy: allow | skip | delay
 -- ARGV[5] when delaying: the time (ms) to look again; ARGV[6] the tick to hold
--- ARGV[7..] triples for the ticks to enqueue (all due): task id, run-at (ms), envelope
+-- ARGV[7..] quads for the ticks to enqueue (all due): task id, run-at (ms), envelope,
+--         flow record ('' for none)
 -- Returns: number of ticks enqueued, or 'stale' (another dispatcher fired it, or the job
 -- changed), 'skipped' or 'delayed' (the previous run is still live).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include flow_mode
 local name = ARGV[1]
 local function advance()
   if tonumber(ARGV[3]) >= 0 then
@@ -36,6 +44,8 @@ redis.call('HGET', KEYS[2], '')
 redis.call('HGET', KEYS[3], '')
 redis.call('HGET', KEYS[4], '')
 redis.call('LLEN', KEYS[5])
+redis.call('ZSCORE', KEYS[9], '')
+redis.call('LLEN', KEYS[10])
 if ARGV[4] ~= 'allow' then
   local last = redis.call('HGET', KEYS[2], name)
   if last and redis.call('HEXISTS', KEYS[4], last) == 1 then
@@ -50,12 +60,21 @@ if ARGV[4] ~= 'allow' then
   end
 end
 local count = 0
-for i = 7, #ARGV, 3 do
+local flowing = flow_mode(KEYS[7], KEYS[8], #ARGV >= 7 and ARGV[10] ~= '')
+for i = 7, #ARGV, 4 do
   if redis.call('HSETNX', KEYS[4], ARGV[i], ARGV[i + 2]) == 1 then
-    redis.call('RPUSH', KEYS[5], ARGV[i])
+    if flowing then
+      enter_flow(KEYS[7], KEYS[8], ARGV[i], ARGV[i + 3], ARGV[i + 1])
+      redis.call('ZADD', KEYS[9], ARGV[i + 1], ARGV[i])
+    else
+      redis.call('RPUSH', KEYS[5], ARGV[i])
+    end
     count = count + 1
   end
   redis.call('HSET', KEYS[2], name, ARGV[i])
+end
+if flowing and count > 0 and redis.call('LLEN', KEYS[10]) == 0 then
+  redis.call('RPUSH', KEYS[10], 1)
 end
 advance()
 if count > 0 then
