@@ -167,9 +167,14 @@ def test_cron_commands(cli: CliRunner, queue_name: str) -> None:
     assert (job["name"], job["missed"], job["paused"], len(job["next_runs"])) == (
         "report", "once", False, 3,
     )  # fmt: skip
-    assert cli.invoke(main, ["cron", "pause", "-q", queue_name, "report"]).exit_code == 0
+    paused = cli.invoke(main, ["cron", "pause", "-q", queue_name, "report"])
+    assert paused.exit_code == 0 and paused.stdout == "paused report\n"
+    again = cli.invoke(main, ["cron", "pause", "-q", queue_name, "report"])
+    assert again.exit_code == 0 and again.stdout == "report was paused already\n"
     assert "paused" in cli.invoke(main, ["cron", "list", "-q", queue_name]).stdout
     assert cli.invoke(main, ["cron", "resume", "-q", queue_name, "report"]).exit_code == 0
+    resumed = cli.invoke(main, ["cron", "resume", "-q", queue_name, "report"])
+    assert resumed.stdout == "report was not paused\n"
     assert cli.invoke(main, ["cron", "remove", "-q", queue_name, "report"]).exit_code == 0
     missing = cli.invoke(main, ["cron", "remove", "-q", queue_name, "report"])
     assert missing.exit_code == EXIT_NOT_FOUND

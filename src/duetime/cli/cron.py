@@ -149,11 +149,11 @@ def _cron_switch(verb: str, paused: bool, summary: str) -> click.Command:
     @click.argument("name")
     def command(queue: str, name: str, redis_url: str | None) -> None:
         with open_queue(queue, redis_url) as client:
-            if paused:
-                client.pause_cron(name)
-            else:
-                client.resume_cron(name)
-        click.echo(f"{verb}d {name}")
+            changed = client.pause_cron(name) if paused else client.resume_cron(name)
+        if changed:
+            click.echo(f"{verb}d {name}")
+        else:
+            click.echo(f"{name} was paused already" if paused else f"{name} was not paused")
 
     return command
 

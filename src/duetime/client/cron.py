@@ -92,7 +92,8 @@ class CronPlans(Producing):
                     outcomes.setdefault(name, "removed")
         return outcomes
 
-    def pause_cron_plan(self, name: str, paused: bool) -> Plan[None]:
+    def pause_cron_plan(self, name: str, paused: bool) -> Plan[bool]:
+        """Pause or resume a job; False when it was paused (or live) already."""
         for shard in self._search_order(self.layout.of_cron(name)):
             next_tick = None
             if not paused:
@@ -102,8 +103,8 @@ class CronPlans(Producing):
                     continue
                 now = yield from shard.now()
                 next_tick = cron.decode_job(blob).next_tick(now)
-            if (yield from shard.set_cron_next(name, next_tick)):
-                return
+            if done := (yield from shard.set_cron_next(name, next_tick)):
+                return done == 1
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
     def trigger_cron_plan(self, name: str) -> Plan[str]:

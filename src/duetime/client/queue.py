@@ -202,12 +202,14 @@ class Queue:
     def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
         return self.runner.run(self.core.list_cron_plan(upcoming))
 
-    def pause_cron(self, name: str) -> None:
-        self.runner.run(self.core.pause_cron_plan(name, paused=True))
+    def pause_cron(self, name: str) -> bool:
+        """Stop firing the job; False when it was paused already."""
+        return self.runner.run(self.core.pause_cron_plan(name, paused=True))
 
-    def resume_cron(self, name: str) -> None:
-        """Resume from the next tick after now (ticks while paused are not run)."""
-        self.runner.run(self.core.pause_cron_plan(name, paused=False))
+    def resume_cron(self, name: str) -> bool:
+        """Resume from the next tick after now (ticks while paused are not run); False
+        when it was not paused."""
+        return self.runner.run(self.core.pause_cron_plan(name, paused=False))
 
     def remove_cron(self, name: str) -> bool:
         return self.runner.run(self.core.remove_cron_plan(name))
@@ -351,11 +353,11 @@ class AsyncQueue:
     async def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
         return await self.runner.run(self.core.list_cron_plan(upcoming))
 
-    async def pause_cron(self, name: str) -> None:
-        await self.runner.run(self.core.pause_cron_plan(name, paused=True))
+    async def pause_cron(self, name: str) -> bool:
+        return await self.runner.run(self.core.pause_cron_plan(name, paused=True))
 
-    async def resume_cron(self, name: str) -> None:
-        await self.runner.run(self.core.pause_cron_plan(name, paused=False))
+    async def resume_cron(self, name: str) -> bool:
+        return await self.runner.run(self.core.pause_cron_plan(name, paused=False))
 
     async def remove_cron(self, name: str) -> bool:
         return await self.runner.run(self.core.remove_cron_plan(name))

@@ -135,24 +135,26 @@ class Actions:
         return await self._act(request, f"/q/{self.site.queue(request)[0]}/dead", act)
 
     async def cron_pause(self, request: Request) -> Response:
-        return await self._cron_switch(request, AsyncQueue.pause_cron, "Paused cron job {}.")
+        said = ("Paused cron job {}.", "Cron job {} was paused already.")
+        return await self._cron_switch(request, AsyncQueue.pause_cron, said)
 
     async def cron_resume(self, request: Request) -> Response:
-        said = "Resumed cron job {} from its next tick."
+        said = ("Resumed cron job {} from its next tick.", "Cron job {} was not paused.")
         return await self._cron_switch(request, AsyncQueue.resume_cron, said)
 
     async def _cron_switch(
         self,
         request: Request,
-        switch: Callable[[AsyncQueue, str], Awaitable[object]],
-        said: str,
+        switch: Callable[[AsyncQueue, str], Awaitable[bool]],
+        said: tuple[str, str],
     ) -> Response:
-        """Pause or resume the cron job the form names."""
+        """Pause or resume the cron job the form names (``said``: the notice when that
+        changed it, and when it was so already)."""
 
         async def act(queue: AsyncQueue, form: FormData) -> Notice:
             name = form_text(form, "name")
-            await switch(queue, name)
-            return Notice(said.format(name))
+            changed = await switch(queue, name)
+            return Notice((said[0] if changed else said[1]).format(name))
 
         return await self._act(request, f"/q/{self.site.queue(request)[0]}/cron", act)
 

@@ -40,12 +40,13 @@ class CronPlans(QueueBase):
         keys = (k.cron, k.cron_next, k.wake)
         return int((yield Eval(scripts.DECLARE_CRON, keys, (name, definition, first_tick_ms))))
 
-    def set_cron_next(self, name: str, next_tick_ms: int | None) -> Plan[bool]:
-        """Resume a cron job from ``next_tick_ms``, or pause it with None."""
+    def set_cron_next(self, name: str, next_tick_ms: int | None) -> Plan[int]:
+        """Resume a cron job from ``next_tick_ms``, or pause it with None: 1 done, 2 done
+        and it was so already, 0 no such job."""
         k = self.keys
         tick = -1 if next_tick_ms is None else next_tick_ms
         keys = (k.cron, k.cron_next, k.cron_held, k.wake)
-        return bool((yield Eval(scripts.SET_CRON_NEXT, keys, (name, tick))))
+        return int((yield Eval(scripts.SET_CRON_NEXT, keys, (name, tick))))
 
     def remove_cron(self, name: str) -> Plan[bool]:
         k = self.keys

@@ -5,7 +5,8 @@
 -- KEYS[4] wake       LIST
 -- ARGV[1] job name
 -- ARGV[2] next tick (ms), or -1 to pause
--- Returns: 1 done, 0 no such job.
+-- Returns: 1 done, 2 done and it was so already (paused before a pause: no next tick and
+-- none held; live before a resume), 0 no such job.
 -- @include wake
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], name) == 0 then
@@ -15,6 +16,9 @@ end
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[4])
+local live = redis.call('ZSCORE', KEYS[2], name) ~= false
+  or redis.call('HEXISTS', KEYS[3], name) == 1
+local already = (tonumber(ARGV[2]) < 0) ~= live
 redis.call('HDEL', KEYS[3], name)
 if tonumber(ARGV[2]) < 0 then
   redis.call('ZREM', KEYS[2], name)
@@ -22,4 +26,4 @@ else
   redis.call('ZADD', KEYS[2], ARGV[2], name)
   wake_if(KEYS[4], true) -- a resumed job may be due before what the dispatcher waits for
 end
-return 1
+return already and 2 or 1
