@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from click.testing import CliRunner
 
 from duetime import KeyLimits, Limits, Queue, Rate
-from duetime.cli import EXIT_USAGE, main
+from duetime.cli import EXIT_NOT_FOUND, EXIT_USAGE, main
 
 
 def run(redis_url: str, *args: str) -> tuple[int, str, str]:
@@ -80,3 +81,28 @@ def test_schedule_takes_a_priority_a_limit_key_and_a_cost(redis_url: str, queue_
     code, _, err = run(redis_url, "schedule", "-q", queue_name, "--in", "1", "--priority",
                        "5000", "{}")  # fmt: skip
     assert code == EXIT_USAGE and "priority must be an integer" in err
+
+
+def test_reschedule_run_now_under_task_and_cron_trigger(redis_url: str, queue_name: str) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        task_id = queue.schedule_in(3600, {"n": 1})
+        queue.add_cron("report", "0 9 * * *", {"r": 1}, limit_key="reports")
+    code, out, err = run(redis_url, "reschedule", "-q", queue_name, task_id, "--in", "2h")
+    assert code == 0 and out == f"{task_id} rescheduled\n", err
+    with Queue(queue_name, redis_url) as queue:
+        status = queue.status(task_id)
+        assert status is not None and status.run_at is not None
+        assert status.run_at - time.time() > 7000
+    code, out, _ = run(redis_url, "task", "run-now", "-q", queue_name, task_id)
+    assert code == 0 and out == f"{task_id} is due now\n"
+    code, out, _ = run(redis_url, "cron", "trigger", "-q", queue_name, "report")
+    assert code == 0
+    with Queue(queue_name, redis_url) as queue:
+        triggered = queue.status(out.strip())
+        assert triggered is not None and triggered.limit_key == "reports"
+    code, _, err = run(redis_url, "reschedule", "-q", queue_name, task_id)
+    assert code == EXIT_USAGE and "exactly one of --at or --in" in err
+    code, _, _ = run(redis_url, "reschedule", "-q", queue_name, "no-such", "--in", "1")
+    assert code == EXIT_NOT_FOUND
+    code, _, _ = run(redis_url, "cron", "trigger", "-q", queue_name, "no-such")
+    assert code == EXIT_NOT_FOUND

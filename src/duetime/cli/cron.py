@@ -162,6 +162,14 @@ cron_pause = _cron_switch("pause", True, "Stop firing NAME until resumed.")
 cron_resume = _cron_switch("resume", False, "Fire NAME again from its next tick after now.")
 
 
+@queue_command("trigger", group=cron_group)
+@click.argument("name")
+def cron_trigger(queue: str, name: str, redis_url: str | None) -> None:
+    """Run NAME once now, outside its schedule (its ticks go on); prints the task id."""
+    with open_queue(queue, redis_url) as client:
+        click.echo(client.trigger_cron(name))
+
+
 @queue_command("remove", group=cron_group)
 @click.argument("name")
 def cron_remove(queue: str, name: str, redis_url: str | None) -> None:

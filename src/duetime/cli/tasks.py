@@ -196,13 +196,42 @@ def task_show(queue: str, task_id: str, redis_url: str | None) -> None:
     _show_status(queue, task_id, redis_url)
 
 
-@queue_command("run-now")
+def _run_now_command(group: click.Group | None) -> click.Command:
+    """``duetime run-now``, and the same as ``duetime task run-now``."""
+
+    @queue_command("run-now", group=group)
+    @click.argument("task_id")
+    def command(queue: str, task_id: str, redis_url: str | None) -> None:
+        """Make a scheduled task (delayed, or waiting to retry) due now."""
+        with open_queue(queue, redis_url) as client:
+            client.run_now(task_id)
+        click.echo(f"{task_id} is due now")
+
+    return command
+
+
+run_now = _run_now_command(None)
+task_run_now = _run_now_command(task)
+
+
+@queue_command()
 @click.argument("task_id")
-def run_now(queue: str, task_id: str, redis_url: str | None) -> None:
-    """Make a scheduled task (delayed, or waiting to retry) due now."""
+@click.option("--at", "at", type=TIME, metavar="TIME", help="The new run-at (as for schedule).")
+@click.option("--in", "delay", type=DURATION, metavar="DURATION", help="The new delay from now.")
+def reschedule(
+    queue: str, task_id: str, at: float | None, delay: float | None, redis_url: str | None
+) -> None:
+    """Move a waiting task (scheduled or ready) to a new run-at; a time in the past makes
+    it due now."""
+    if (at is None) == (delay is None):
+        raise click.UsageError("give exactly one of --at or --in")
     with open_queue(queue, redis_url) as client:
-        client.run_now(task_id)
-    click.echo(f"{task_id} is due now")
+        if at is not None:
+            client.reschedule(task_id, at)
+        else:
+            assert delay is not None
+            client.reschedule_in(task_id, delay)
+    click.echo(f"{task_id} rescheduled")
 
 
-COMMANDS = (schedule, status, cancel, tasks, task, run_now)
+COMMANDS = (schedule, status, cancel, tasks, task, run_now, reschedule)

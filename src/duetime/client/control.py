@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 from duetime import codec, validation
 from duetime.client.inspection import Inspection
-from duetime.client.models import TaskIds, Timestamp
+from duetime.client.models import Duration, TaskIds, Timestamp
 from duetime.errors import TaskNotFoundError, TaskStateError
 from duetime.states import RescheduleOutcome, TaskState
 from duetime.store.operations import QueueOperations
@@ -40,6 +40,13 @@ class Control(Inspection):
             raise TaskNotFoundError(f"no live task {task_id!r} in queue {self.name!r}")
         if outcome != RescheduleOutcome.OK:
             raise TaskStateError(f"task {task_id} is {outcome} and cannot be rescheduled")
+
+    def reschedule_in_plan(self, task_id: str, delay: Duration) -> Plan[None]:
+        """Move a waiting task to ``delay`` from now, by its shard's server clock."""
+        validation.task_id(task_id)
+        delay_ms = validation.milliseconds(delay, "delay") if validation.seconds_of(delay) else 0
+        now_ms = yield from self._home(task_id).now()
+        yield from self.reschedule_plan(task_id, (now_ms + delay_ms) / 1000)
 
     def pause_plan(self, paused: bool) -> Plan[bool]:
         """Pause or resume every shard; True when any changed."""

@@ -117,6 +117,10 @@ class Queue:
     def reschedule(self, task_id: str, at: Timestamp) -> None:
         self.runner.run(self.core.reschedule_plan(task_id, at))
 
+    def reschedule_in(self, task_id: str, delay: Duration) -> None:
+        """Move a waiting task to ``delay`` from now (server clock)."""
+        self.runner.run(self.core.reschedule_in_plan(task_id, delay))
+
     def status(self, task_id: str) -> TaskStatus | None:
         return self.runner.run(self.core.status_plan(task_id))
 
@@ -285,6 +289,9 @@ class AsyncQueue:
 
     async def reschedule(self, task_id: str, at: Timestamp) -> None:
         await self.runner.run(self.core.reschedule_plan(task_id, at))
+
+    async def reschedule_in(self, task_id: str, delay: Duration) -> None:
+        await self.runner.run(self.core.reschedule_in_plan(task_id, delay))
 
     async def status(self, task_id: str) -> TaskStatus | None:
         return await self.runner.run(self.core.status_plan(task_id))
