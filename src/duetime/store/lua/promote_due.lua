@@ -42,7 +42,7 @@
 -- hand) is left alone and never fails the step.
 -- Under flow control (flow.lua), the promoted tasks are filed in the due set instead of
 -- ready, groups whose rate limit has let go get their turn back, spent rates are
--- forgotten, and one task that may start is put in ready to wake a worker; the next
+-- forgotten (a minute after), and one task that may start is put in ready to wake a worker; the next
 -- run-at returned is then also the earliest time a rate limit lets go.
 -- @include delayed_buckets
 -- @include microseconds
@@ -156,7 +156,9 @@ if flowing then
       end
     end
   end
-  redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', now)
+  -- Spent rates long past mean nothing: dropped, a minute late so that a worker whose
+  -- clock reads behind this dispatcher's still finds every one that holds it back.
+  redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', now - 60000)
   feed(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[3], KEYS[18],
     KEYS[2], now)
   local throttled = redis.call('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')[2]
