@@ -42,8 +42,8 @@
 -- hand) is left alone and never fails the step.
 -- Under flow control (flow.lua), the promoted tasks are filed in the due set instead of
 -- ready, groups whose rate limit has let go get their turn back, spent rates are
--- forgotten (a minute after), and one task that may start is put in ready to wake a worker; the next
--- run-at returned is then also the earliest time a rate limit lets go.
+-- forgotten (a minute after), and one task that may start is put in ready to wake a
+-- worker; the next run-at returned is then also the earliest time a rate limit lets go.
 -- @include delayed_buckets
 -- @include microseconds
 -- @include chunks
