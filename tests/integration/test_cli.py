@@ -344,7 +344,7 @@ def test_server_status_and_what_commands_say_about_the_embedded_server(
     }  # fmt: skip
 
     # The first command starts the server and says so on stderr.
-    first = runner.invoke(main, ["inspect", "-q", queue_name, "--json"])
+    first = runner.invoke(main, ["schedule", "-q", queue_name, "--in", "1h", "{}"])
     assert first.exit_code == 0, first.output
     assert "starting the embedded server" in first.stderr
     # Later ones attach: nothing on stderr; the log has it at debug.

@@ -106,3 +106,17 @@ def test_reschedule_run_now_under_task_and_cron_trigger(redis_url: str, queue_na
     assert code == EXIT_NOT_FOUND
     code, _, _ = run(redis_url, "cron", "trigger", "-q", queue_name, "no-such")
     assert code == EXIT_NOT_FOUND
+
+
+def test_inspect_names_an_unknown_queue_and_shows_pause_and_lag(
+    redis_url: str, queue_name: str
+) -> None:
+    code, _, err = run(redis_url, "inspect", "-q", queue_name)
+    assert code == EXIT_NOT_FOUND
+    assert f"no queue {queue_name!r} on this server" in " ".join(err.split())
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(60, {})
+        queue.pause()
+    code, out, _ = run(redis_url, "inspect", "-q", queue_name)
+    assert code == 0
+    assert "yes: workers claim nothing" in out and "promotion 0.000s, claim 0.000s" in out

@@ -20,7 +20,8 @@ from duetime.cli.options import (
     shards_option,
 )
 from duetime.cli.output import Table, shown, shown_time, stdout_console
-from duetime.client import Queue, known_queues
+from duetime.client import Queue, QueueStats, known_queues
+from duetime.errors import TaskNotFoundError
 
 
 @queue_command()
@@ -35,6 +36,13 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
     """
     with open_queue(queue, redis_url) as client:
         stats = client.stats()
+        if _never_used(stats) and not client.list_cron():
+            url = resolve_redis_url(redis_url)
+            if all(known.name != queue for known in known_queues(url, command_settings())):
+                raise TaskNotFoundError(
+                    f"no queue {queue!r} on this server: nothing was ever scheduled on it and "
+                    "no dispatcher served it (check the name, --shards and --redis)"
+                )
         violations = client.check() if check else []
     report = dataclasses.asdict(stats)
     if check:
@@ -46,6 +54,12 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
         for state in ("scheduled", "ready", "running", "dead"):
             table.add_row(state, str(report[state]))
         table.add_row("next due", shown_time(stats.next_due))
+        table.add_row("paused", "yes: workers claim nothing" if stats.paused else "no")
+        table.add_row(
+            "lag",
+            f"promotion {stats.oldest_due_age:.3f}s, claim {stats.oldest_ready_age:.3f}s "
+            "(oldest due task not yet ready; oldest ready task not yet claimed)",
+        )
         if stats.flow_control:
             table.add_row(
                 "flow control",
@@ -73,6 +87,13 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
                 console.print("[green]invariants hold[/green]")
     if violations:
         sys.exit(EXIT_VIOLATIONS)
+
+
+def _never_used(stats: QueueStats) -> bool:
+    """Whether a queue's figures show nothing ever happened on it (no counter, task or
+    worker, no flow control)."""
+    counts = (stats.scheduled, stats.ready, stats.running, stats.dead)
+    return not stats.counters and not any(counts) and not stats.workers and not stats.flow_control
 
 
 @click.command()
