@@ -120,13 +120,3 @@ def test_inspect_names_an_unknown_queue_and_shows_pause_and_lag(
     code, out, _ = run(redis_url, "inspect", "-q", queue_name)
     assert code == 0
     assert "yes: workers claim nothing" in out and "promotion 0.000s, claim 0.000s" in out
-
-
-def test_queues_lists_a_queue_from_its_first_task(redis_url: str, queue_name: str) -> None:
-    with Queue(queue_name, redis_url) as queue:
-        queue.schedule_in(60, {})
-    code, out, _ = run(redis_url, "queues", "--json")
-    [listed] = [q for q in json.loads(out) if q["queue"] == queue_name]
-    assert code == 0 and listed["seen"] is None and listed["scheduled"] == 1
-    code, out, _ = run(redis_url, "queues")
-    assert "no dispatcher" in out

@@ -193,7 +193,6 @@ ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_de
 ROLE_DIRECT: dict[str, set[str]] = {
     "producer": {
         "time",
-        "hsetnx",
         "hget",
         "blmove",
         "zcard",

@@ -101,10 +101,9 @@ def _never_used(stats: QueueStats) -> bool:
 @redis_option
 @guarded
 def queues(as_json: bool, redis_url: str | None) -> None:
-    """The queues on this server, with their depths.
+    """The queues dispatchers have served on this server, with their depths.
 
-    A queue is listed from its first task (a client notes it) or once a dispatcher has
-    started for it (each notes its queues); "no dispatcher" means none has yet.
+    A queue is listed once a dispatcher has started for it (each notes its queues).
     """
     url = resolve_redis_url(redis_url)
     settings = command_settings()
@@ -118,7 +117,7 @@ def queues(as_json: bool, redis_url: str | None) -> None:
             {
                 "queue": known.name,
                 "shards": known.shards,
-                "seen": known.seen_ms / 1000 if known.seen_ms else None,
+                "seen": known.seen_ms / 1000,
                 "scheduled": stats.scheduled,
                 "ready": stats.ready,
                 "running": stats.running,
@@ -149,7 +148,7 @@ def queues(as_json: bool, redis_url: str | None) -> None:
             str(stats.running),
             str(stats.dead),
             str(len(stats.workers)),
-            "paused" if stats.paused else "active" if known.seen_ms else "no dispatcher",
+            "paused" if stats.paused else "active",
         )
     stdout_console().print(table)
 

@@ -22,7 +22,6 @@ from duetime.client.prepared import (
 from duetime.client.preparing import Preparing
 from duetime.errors import DuetimeError, NotDurableError
 from duetime.hooks import ScheduledTask
-from duetime.store.operations import note_queue
 from duetime.store.producing import NewTask, store_tasks
 from duetime.store.requests import Plan
 
@@ -44,8 +43,6 @@ class Producing(Preparing):
         nothing (idempotent). A generated id that is already live is either this very
         write, resent by redis-py after a dropped reply (the stored envelope is ours), or
         a collision with another task: then this task is written again under a fresh id."""
-        if not self.noted:
-            yield from self._note()
         ids = [item[TASK_ID] for item in prepared]
         nows: dict[int, int] = {}  # shard -> its server's "now" for this call
         items: list[NewTask] = []
@@ -86,11 +83,6 @@ class Producing(Preparing):
             f"{len(pending)} generated task id(s) collided with live ids "
             f"{MAX_ID_ROUNDS} times in a row; the random source looks broken"
         )
-
-    def _note(self) -> Plan[None]:
-        """List the queue (``duetime queues``) from its first task, once per client."""
-        yield from note_queue(self.layout)
-        self.noted = True
 
     def _store(self, items: Sequence[NewTask], nows: dict[int, int]) -> Plan[list[int]]:
         """Store items, each in its shard, in one round trip; the positions of those not
@@ -142,7 +134,7 @@ class Producing(Preparing):
         """One task: the plan of ``schedule_plan``, cut to its usual course (one script
         call, no lists of positions) because single calls are the hot path of most
         producers. Durable writes and a refused generated id take the general plan."""
-        if self.durability is not None or not self.noted:
+        if self.durability is not None:
             return (yield from self.schedule_plan([item]))[0]
         task_id = item[TASK_ID]
         shard = self._home(task_id)

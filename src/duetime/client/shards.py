@@ -41,7 +41,6 @@ class QueueShards:
         self.layout = QueueLayout(self.name, validation.shards(shards))
         self.shards = shard_operations(self.layout, clock, settings.clock_resync_interval)
         self.operations = self.shards[0]  # the queue itself, or its shard 0
-        self.noted = False  # the queue is in the registry of queues (store.operations)
         self.clock = self.operations.clock
         self.default_result_ttl_ms = (
             0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")

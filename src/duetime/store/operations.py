@@ -56,7 +56,7 @@ def shard_operations(
 class RegisteredQueue:
     name: str
     shards: int
-    seen_ms: int  # when a dispatcher last started for it (server clock); 0: none yet
+    seen_ms: int  # when a dispatcher last started for it (server clock)
 
 
 def register_queues(layouts: Sequence[QueueLayout]) -> Plan[None]:
@@ -65,15 +65,6 @@ def register_queues(layouts: Sequence[QueueLayout]) -> Plan[None]:
     now_ms = int(seconds) * 1000 + int(micros) // 1000
     fields = [part for layout in layouts for part in (layout.queue, f"{layout.count} {now_ms}")]
     yield Command(("HSET", QUEUE_REGISTRY, *fields))
-
-
-def note_queue(layout: QueueLayout) -> Plan[None]:
-    """Note a queue a client schedules on, unless a dispatcher (or a client) noted it
-    already: listed from its first task, with no dispatcher seen yet (0). A refusal (an
-    ACL line from before this command was granted) is left alone: listing is a courtesy."""
-    yield Command(
-        ("HSETNX", QUEUE_REGISTRY, layout.queue, f"{layout.count} 0"), refusal_as_reply=True
-    )
 
 
 def registered_queues() -> Plan[list[RegisteredQueue]]:
