@@ -37,12 +37,7 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
     with open_queue(queue, redis_url) as client:
         stats = client.stats()
         if _never_used(stats) and not client.list_cron():
-            url = resolve_redis_url(redis_url)
-            if all(known.name != queue for known in known_queues(url, command_settings())):
-                raise TaskNotFoundError(
-                    f"no queue {queue!r} on this server: nothing was ever scheduled on it and "
-                    "no dispatcher served it (check the name, --shards and --redis)"
-                )
+            _refuse_unknown(queue, redis_url)
         violations = client.check() if check else []
     report = dataclasses.asdict(stats)
     if check:
@@ -87,6 +82,17 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
                 console.print("[green]invariants hold[/green]")
     if violations:
         sys.exit(EXIT_VIOLATIONS)
+
+
+def _refuse_unknown(queue: str, redis_url: str | None) -> None:
+    """Raise TaskNotFoundError unless a dispatcher has served ``queue`` (a queue never
+    used: most likely a mistyped name, --shards or --redis)."""
+    url = resolve_redis_url(redis_url)
+    if all(known.name != queue for known in known_queues(url, command_settings())):
+        raise TaskNotFoundError(
+            f"no queue {queue!r} on this server: nothing was ever scheduled on it and "
+            "no dispatcher served it (check the name, --shards and --redis)"
+        )
 
 
 def _never_used(stats: QueueStats) -> bool:
