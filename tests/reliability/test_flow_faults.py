@@ -15,11 +15,15 @@ limits and spent rates. On top, from the ledger:
   hung rather than killed, may still run while its slot is given away: the documented
   bound. Here every worker that ends early ends by SIGKILL.)
 - Per rate-limited key, the cost started within any span shorter than the rate's period
-  never exceeds count + burst - 1. A rate counts claims, by the server time the claim
-  script was given; the handler records it (tests/apps.py: ``flow_ledger``), since a
-  handler starts a varying delay after its claim and two starts at a saturated rate can
-  be closer than their claims were. The claims of attempts that were then killed count
-  too: the rate counts starts, not successes.
+  never exceeds count + burst - 1, as ``Rate`` promises. A rate counts claims, by the
+  server time each claim script was given; the handler records it (tests/apps.py:
+  ``flow_ledger``), since a handler starts a varying delay after its claim, and two
+  starts at a saturated rate can be closer than their claims were. The claims of
+  attempts that were then killed count too: the rate counts starts, not successes.
+
+A third test, with no process at all, pins down a fault the storm found: a dispatcher
+whose estimate of the server's clock reads ahead of a worker's forgets a spent rate too
+soon (strict xfail until promote_due.lua is fixed).
 """
 
 from __future__ import annotations
@@ -36,8 +40,9 @@ from dataclasses import dataclass
 import pytest
 import redis
 
-from duetime import Job, KeyLimits, Limits, Queue, Rate
-from duetime.store import QueueKeys
+from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
+from duetime.store import QueueKeys, SyncRunner
+from duetime.store.operations import QueueOperations
 from tests.apps import FLOW_LEDGER
 from tests.helpers import decoded, wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, Verdict, compare
@@ -146,19 +151,19 @@ def peak(found: Iterable[Span]) -> tuple[int, float]:
     return most, when
 
 
-def busiest(starts: Sequence[tuple[float, int]], span_ms: float) -> tuple[int, float]:
-    """The most cost started within any span of ``span_ms`` (starts: ms and cost), and
-    where the first such span begins."""
+def tightest(starts: Sequence[tuple[float, int]], amount: int) -> float:
+    """The shortest time (ms) from the first to the last of starts (ms and cost) that
+    together spend ``amount`` or more; inf when all of them spend less."""
     ordered = sorted(starts)
-    most, when, total, first = 0, 0.0, 0, 0
+    shortest, total, first = math.inf, 0, 0
     for at, cost in ordered:
         total += cost
-        while ordered[first][0] <= at - span_ms:
+        while total - ordered[first][1] >= amount:
             total -= ordered[first][1]
             first += 1
-        if total > most:
-            most, when = total, ordered[first][0]
-    return most, when
+        if total >= amount:
+            shortest = min(shortest, at - ordered[first][0])
+    return shortest
 
 
 def remains(client: redis.Redis, queue: Queue, rate_keys: int) -> list[str]:
@@ -261,12 +266,33 @@ def storm_plan(rng: random.Random, begin: float, spread: float) -> StormPlan:
     return plan
 
 
+def rate_problem(
+    key: str, rate: Rate, plan: StormPlan, found: Sequence[Span], records: FlowRecords
+) -> tuple[str | None, str, bool]:
+    """The rate of ``key`` checked against the claims of its attempts (``found``): what
+    broke it, if anything; the figure (how fast ``bound + 1`` were claimed, and started);
+    and whether the rate was reached (``bound`` claimed in less than its period)."""
+    bound = rate.count + rate.burst - 1
+    claims = [
+        (records.claimed_ms[s.task_id, s.attempt], plan.cost_of[s.task_id])
+        for s in found
+        if (s.task_id, s.attempt) in records.claimed_ms
+    ]
+    fastest = tightest(claims, bound + 1)
+    by_start = tightest([(s.start_ms, plan.cost_of[s.task_id]) for s in found], bound + 1)
+    figure = f"{bound + 1} claimed in {fastest:.1f} ms at the least, started in {by_start:.1f}"
+    problem = None
+    if fastest < rate.period_ms - CLAIM_CLOCK_SLACK_MS:
+        problem = f"key {key}: {bound + 1} started in {fastest:.1f} ms, under {rate}"
+    return problem, figure, tightest(claims, bound) < rate.period_ms
+
+
 def limit_problems(
     plan: StormPlan, found: Sequence[Span], records: FlowRecords
 ) -> tuple[list[str], dict[str, object], set[str]]:
     """Every limit of STORM_LIMITS checked against what ran: what broke one, the figures
-    (the peak of each key and the queue, the busiest span of each rate), and the limits
-    that were reached ("cap", "concurrency:<key>", "rate:<key>"), not passed."""
+    (the peak of each key and of the queue, how fast each rate let its most start), and
+    the limits that were reached ("cap", "concurrency:<key>", "rate:<key>")."""
     problems: list[str] = []
     figures: dict[str, object] = {}
     reached: set[str] = set()
@@ -281,7 +307,7 @@ def limit_problems(
     if most == STORM_LIMITS.cap:
         reached.add("cap")
     if STORM_LIMITS.cap is not None and most > STORM_LIMITS.cap:
-        problems.append(f"{most} attempts ran at once at {when:.3f}, over the cap")
+        problems.append(f"{most} attempts ran at once at {when / 1000:.3f}, over the cap")
     for key, spans_of_key in by_key.items():
         if key is None:
             continue
@@ -292,23 +318,14 @@ def limit_problems(
         if most == allowed:
             reached.add(f"concurrency:{key}")
         if allowed is not None and most > allowed:
-            problems.append(f"key {key}: {most} attempts ran at once at {when:.3f}")
-        if limits.rate is None:
-            continue
-        rate, bound = limits.rate, limits.rate.count + limits.rate.burst - 1
-        claims = [
-            (records.claimed_ms[s.task_id, s.attempt], plan.cost_of[s.task_id])
-            for s in spans_of_key
-            if (s.task_id, s.attempt) in records.claimed_ms
-        ]
-        most, when = busiest(claims, rate.period_ms - CLAIM_CLOCK_SLACK_MS)
-        by_start, _ = busiest([(s.start_ms, plan.cost_of[s.task_id]) for s in spans_of_key],
-                              rate.period_ms)  # fmt: skip
-        figures[f"rate:{key}"] = f"{most}/{bound} by claims, {by_start} by handler starts"
-        if most == bound:
-            reached.add(f"rate:{key}")
-        if most > bound:
-            problems.append(f"key {key}: {most} started in {rate} from {when:.3f}, over {bound}")
+            problems.append(f"key {key}: {most} attempts ran at once at {when / 1000:.3f}")
+        if limits.rate is not None:
+            problem, figures[f"rate:{key}"], binding = rate_problem(
+                key, limits.rate, plan, spans_of_key, records
+            )
+            problems += [problem] if problem else []
+            if binding:
+                reached.add(f"rate:{key}")
     return problems, figures, reached
 
 
@@ -322,10 +339,11 @@ def test_kill_storm_on_a_limited_queue(
 ) -> None:
     """Three workers and two dispatchers; every ~1.7 s one of them (three times in four a
     worker, preferably one running tasks) is killed with SIGKILL and restarted at once,
-    while some 2,000 tasks over eight limit keys and none come due (8,000 in the soak
-    run). Proves that no task is lost or starts early, that no limit is passed while
-    killed workers' slots wait to be reaped, and that the queue ends consistent and
-    empty, its flow control with nothing due or running."""
+    while some 2,000 tasks come due (8,000 in the soak run) over eight limit keys and
+    none, with priorities, one in 25 failing once. Proves that no task is lost or starts
+    early, that no limit is passed while killed workers' slots wait to be reaped, and
+    that the queue ends consistent and empty, its flow control with nothing due or
+    running."""
     rng = random.Random(SEED)
     env = {**STORM_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
     spread, concurrency = pick(8.0, 32.0), 6
@@ -372,8 +390,9 @@ def test_kill_storm_on_a_limited_queue(
         counters = queue.stats().counters
         rate_keys = sum(1 for limits in STORM_LIMITS.keys.values() if limits.rate is not None)
         problems = house_problems(verdict, queue, raw, fleet, rate_keys)
-    found = spans(ledger, read_flow_records(raw), killed_ms)
-    broken, figures, reached = limit_problems(plan, found, read_flow_records(raw))
+    records = read_flow_records(raw)
+    found = spans(ledger, records, killed_ms)
+    broken, figures, reached = limit_problems(plan, found, records)
     interrupted = [s for s in found if s.pid in killed_ms and s.end_ms == killed_ms[s.pid]]
     report(
         "flow control: kill storm on a limited queue",
@@ -445,6 +464,10 @@ def reap_not_before(
     return min(deadline, beat + ttl_ms)
 
 
+def live_workers(client: redis.Redis, queue: Queue) -> list[str]:
+    return decoded(client.zrange(QueueKeys(queue.name).workers, 0, -1))
+
+
 def reaps(queue: Queue) -> int:
     counters = queue.stats().counters
     return counters.get("reaped_workers", 0) + counters.get("expired_leases", 0)
@@ -465,16 +488,13 @@ def first_start_after(ledger: Ledger, task_ids: set[str], after_ms: float) -> fl
 
 def kill_solo_holder(
     fleet: Fleet,
-    queue: Queue,
-    client: redis.Redis,
     ledger: Ledger,
     workers: list[Daemon],
     solo: set[str],
     restart: Callable[[], Daemon],
-) -> tuple[Daemon, float, SoloKill | None]:
-    """Kill the worker running a solo task (returned with the wall time of its kill),
-    restart one, and wait for the key's next start. No SoloKill when the task had just
-    finished as it was killed: no slot was held then."""
+) -> tuple[Daemon, str, float]:
+    """Kill a worker running a solo task, once one is, and start another in its place.
+    Returns the victim, its solo task and the wall time of the kill."""
     holder: tuple[Daemon, str] | None = None
 
     def found() -> bool:
@@ -486,14 +506,30 @@ def kill_solo_holder(
     assert holder is not None
     victim, task_id = holder
     killed_at = fleet.kill(victim)
-    reaps_before = reaps(queue)
     workers.remove(victim)
     workers.append(restart())
+    return victim, task_id, killed_at
+
+
+def watch_solo_slot(
+    queue: Queue, client: redis.Redis, ledger: Ledger, solo: set[str], victim: int,
+    task_id: str, killed_at: float,
+) -> SoloKill | None:  # fmt: skip
+    """After the kill of process ``victim`` running ``task_id``: what holds the solo key,
+    then its next start. None when the task had just finished as it was killed (no slot
+    was held then): once that worker is reaped, so that its reap is not counted with the
+    next kill's."""
+    reaps_before = reaps(queue)  # the victim is reaped a worker TTL after the kill
     ledger.refresh()
-    if task_id not in ledger.in_flight(victim.pid):
-        return victim, killed_at, None
+    if task_id not in ledger.in_flight(victim):
+        wait_until_sync(
+            lambda: not any(f".{victim}." in name for name in live_workers(client, queue)),
+            timeout=30,
+            what=f"killed worker {victim} reaped",
+        )
+        return None
     ttl_ms = float(STORM_ENV["DUETIME_WORKER_TTL"]) * 1000
-    not_before = reap_not_before(client, queue.name, victim.pid, task_id, ttl_ms)
+    not_before = reap_not_before(client, queue.name, victim, task_id, ttl_ms)
     [group] = [g for g in queue.flow().groups if g.key == "solo"]
     killed_ms = killed_at * 1000
     wait_until_sync(
@@ -503,20 +539,9 @@ def kill_solo_holder(
     )
     next_start = first_start_after(ledger, solo, killed_ms)
     assert next_start is not None
+    held = (group.running, group.due)
     reaped = reaps(queue) - reaps_before
-    return (
-        victim,
-        killed_at,
-        SoloKill(
-            victim.pid,
-            task_id,
-            killed_ms,
-            not_before,
-            (group.running, group.due),
-            next_start,
-            reaped,
-        ),
-    )
+    return SoloKill(victim, task_id, killed_ms, not_before, held, next_start, reaped)
 
 
 def test_a_worker_killed_holding_a_keys_only_slot(
@@ -563,12 +588,13 @@ def test_a_worker_killed_holding_a_keys_only_slot(
         killed_ms: dict[int, float] = {}
         pause_until(begin)
         while len(kills) < cycles:
-            victim, at, kill = kill_solo_holder(
-                fleet, queue, raw, ledger, workers, solo,
+            victim, task_id, at = kill_solo_holder(
+                fleet, ledger, workers, solo,
                 lambda: start_worker(fleet, queue_name, redis_url, env, 4),
             )  # fmt: skip
             killed_ms[victim.pid] = at * 1000
             faults.append(Fault("kill -9", at, at, frozenset({victim.pid})))
+            kill = watch_solo_slot(queue, raw, ledger, solo, victim.pid, task_id, at)
             if kill is not None:
                 kills.append(kill)
             pause_until(time.time() + rng.uniform(0.2, 1.0))
@@ -583,9 +609,9 @@ def test_a_worker_killed_holding_a_keys_only_slot(
     found = [s for s in spans(ledger, read_flow_records(raw), killed_ms) if s.task_id in solo]
     most, when = peak(found)
     if most > 1:
-        problems.append(f"{most} solo tasks ran at once at {when:.3f}")
+        problems.append(f"{most} solo tasks ran at once at {when / 1000:.3f}")
     for kill in kills:
-        if kill.held != (1, kill.held[1]) or kill.held[1] == 0:
+        if kill.held[0] != 1 or kill.held[1] == 0:
             problems.append(f"solo's (running, due) right after the kill: {kill.held} ({kill})")
         if kill.next_start_ms < kill.reap_not_before_ms:
             problems.append(f"solo's next task started before its slot could be reaped: {kill}")
@@ -607,3 +633,40 @@ def test_a_worker_killed_holding_a_keys_only_slot(
     )
     assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
     assert counters.get("completed") == len(jobs), counters
+
+
+# --- 3. a rate limit between clocks that disagree --------------------------------------
+
+T0 = 1_800_000_000_000  # ms; the server time the clocks are set to
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="promote_due.lua forgets a spent rate by the dispatcher's clock (ZREMRANGEBYSCORE "
+    "rates -inf now), so a worker whose clock trails it finds none and starts early; in the "
+    "storm above this let rate-limited keys start 21 tasks in 967 ms under 20/s",
+)
+def test_a_dispatcher_clock_ahead_of_a_workers_does_not_lift_a_rate_limit(
+    redis_url: str, queue_name: str
+) -> None:
+    """Each process estimates the server's clock, trailing it by up to one sample's round
+    trip, so a dispatcher's reads a few ms ahead of a worker's. A key may start one task a
+    second: after a start at T0, a dispatcher's pass at its T0 + 1 s must leave the spent
+    rate in place for a worker whose clock reads T0 + 995 ms."""
+    keys = QueueKeys(queue_name)
+    worker_clock, dispatcher_clock = ManualClock(T0), ManualClock(T0 + 1000)
+    worker = QueueOperations(keys, worker_clock)
+    dispatcher = QueueOperations(keys, dispatcher_clock)
+    runner = SyncRunner(redis_url, Settings())
+    with Queue(queue_name, redis_url, clock=worker_clock) as queue:
+        try:
+            queue.set_limits(Limits(each_key=KeyLimits(rate=Rate(1, per=1.0))))
+            queue.schedule_many([Job(n, at=T0 / 1000, limit_key="k") for n in range(2)])
+            runner.run(worker.promote_due(100))
+            assert len(runner.run(worker.claim("w1", 60_000, 2)) or []) == 1
+            runner.run(dispatcher.promote_due(100))
+            worker_clock.set(T0 + 995)
+            started = runner.run(worker.claim("w2", 60_000, 2)) or []
+        finally:
+            runner.close()
+    assert started == [], "a second start 995 ms after the first, under 1/s"
