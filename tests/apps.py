@@ -10,6 +10,7 @@ import time
 import redis
 
 import duetime
+from duetime.worker.context import current_attempt
 
 app = duetime.App()
 _record = redis.Redis.from_url(os.environ.get("DUETIME_TEST_RECORD_URL", "redis://127.0.0.1:1/0"))
@@ -161,8 +162,6 @@ class ClaimTimes(duetime.Hooks):
     ``started_at`` is the worker's server-clock estimate at that handler start."""
 
     def before_attempt(self, attempt: duetime.AttemptInfo) -> None:
-        from duetime.worker.context import current_attempt
-
         since_claim = time.monotonic() - current_attempt.get().started
         _claimed_ms.set((attempt.started_at - since_claim) * 1000)
 
