@@ -3,12 +3,14 @@ in the server named by $DUETIME_TEST_RECORD_URL, so the test can watch them."""
 
 from __future__ import annotations
 
+import contextvars
 import os
 import time
 
 import redis
 
 import duetime
+from duetime.worker.context import current_attempt
 
 app = duetime.App()
 _record = redis.Redis.from_url(os.environ.get("DUETIME_TEST_RECORD_URL", "redis://127.0.0.1:1/0"))
@@ -47,11 +49,14 @@ LEDGER = "test:ledger"
 
 
 def _ledger(kind: str) -> None:
+    _record.rpush(LEDGER, _ledger_entry(kind))
+
+
+def _ledger_entry(kind: str) -> str:
     context = duetime.current_task()
-    _record.rpush(
-        LEDGER,
+    return (
         f"{kind} {context.id} {context.attempt} {os.getpid()} {time.time() * 1000:.3f} "
-        f"{context.run_at * 1000:.3f}",  # run-at keeps microseconds
+        f"{context.run_at * 1000:.3f}"  # run-at keeps microseconds
     )
 
 
@@ -136,3 +141,48 @@ def server_clock(data: dict[str, object]) -> None:
         f"{context.id}:{context.attempt}:{seconds * 1_000_000 + micros}:"
         f"{round(context.run_at * 1000)}:{wall_us}",
     )
+
+
+# --- flow-control ledger (tests/reliability/test_flow_faults.py) -------------------------
+#: Beside the ledger's "start" and "done" records, each attempt of ``flow_ledger`` appends
+#: "claim <task id> <attempt> <pid> <server ms>" (written with its "start", both or
+#: neither) and, for an attempt that fails on purpose, "fail <task id> <attempt> <pid>
+#: <wall ms>" as it ends. A rate limit counts claims, by the ``now`` each claim script was
+#: given (the claiming worker's estimate of the server's clock), not handler starts,
+#: which trail their claims by a varying delay: at a saturated rate two starts may be
+#: closer than their claims were.
+FLOW_LEDGER = "test:flow_ledger"
+_claimed_ms: contextvars.ContextVar[float] = contextvars.ContextVar("claimed_ms")
+
+
+class ClaimTimes(duetime.Hooks):
+    """Hands the handler the server time its attempt was claimed at. Hooks see no claim,
+    so this reads the worker's attempt, which holds the monotonic time its claim was sent
+    (``started``) until just after ``before_attempt``, when it becomes the handler's start;
+    ``started_at`` is the worker's server-clock estimate at that handler start."""
+
+    def before_attempt(self, attempt: duetime.AttemptInfo) -> None:
+        since_claim = time.monotonic() - current_attempt.get().started
+        _claimed_ms.set((attempt.started_at - since_claim) * 1000)
+
+
+flow_app = duetime.App(hooks=[ClaimTimes()])
+
+
+@flow_app.task
+def flow_ledger(data: dict[str, object]) -> None:
+    """Records its start and claim, works for ``data["work"]`` seconds, fails its first
+    attempt when ``data["fail_first"]``, and records its end."""
+    context = duetime.current_task()
+    head = f"{context.id} {context.attempt} {os.getpid()}"
+    with _record.pipeline(transaction=True) as both:
+        both.rpush(LEDGER, _ledger_entry("start"))
+        both.rpush(FLOW_LEDGER, f"claim {head} {_claimed_ms.get():.3f}")
+        both.execute()
+    work = data.get("work")
+    if isinstance(work, float | int) and work > 0:
+        time.sleep(float(work))
+    if data.get("fail_first") and context.attempt == 1:
+        _record.rpush(FLOW_LEDGER, f"fail {head} {time.time() * 1000:.3f}")
+        raise RuntimeError("the first attempt fails on purpose")
+    _ledger("done")
