@@ -22,8 +22,8 @@ limits and spent rates. On top, from the ledger:
   attempts that were then killed count too: the rate counts starts, not successes.
 
 A third test, with no process at all, pins down a fault the storm found: a dispatcher
-whose estimate of the server's clock reads ahead of a worker's forgets a spent rate too
-soon (strict xfail until promote_due.lua is fixed).
+whose estimate of the server's clock reads ahead of a worker's must not forget a spent
+rate too soon (promote_due.lua drops spent rates a minute late).
 """
 
 from __future__ import annotations
@@ -640,12 +640,6 @@ def test_a_worker_killed_holding_a_keys_only_slot(
 T0 = 1_800_000_000_000  # ms; the server time the clocks are set to
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="promote_due.lua forgets a spent rate by the dispatcher's clock (ZREMRANGEBYSCORE "
-    "rates -inf now), so a worker whose clock trails it finds none and starts early; in the "
-    "storm above this let rate-limited keys start 21 tasks in 967 ms under 20/s",
-)
 def test_a_dispatcher_clock_ahead_of_a_workers_does_not_lift_a_rate_limit(
     redis_url: str, queue_name: str
 ) -> None:
