@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-peers reliability clean
+.PHONY: demo test lint bench bench-flow bench-peers reliability clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/bench_core.py
 	$(BIN)/python bench/bench_enqueue.py
+
+# Flow control (issue #31): what limits cost, how exactly a rate limit holds, how fairly
+# limit keys take turns. About 8 minutes; ARGS=--quick for a smoke run of about 2.
+bench-flow: $(STAMP)
+	$(BIN)/python bench/bench_flow.py $(ARGS)
 
 # duetime against RQ, arq, Dramatiq, Huey, Celery, SAQ, BullMQ and Docket; installs the peers
 # into bench/.venv-peers (not into .venv). Long: use --quick via ARGS for a smoke run.

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for peers.*
 
-from peers.common import PROFILES, QUEUE, Adapter, Item, JobSpec, payload
+from peers.common import PROFILES, QUEUE, Adapter, Item, JobSpec, LimitedProducer, payload
 
 
 def load(system: str) -> Adapter:
@@ -44,6 +44,7 @@ def describe(adapter: Adapter) -> dict[str, object]:
         "python": sys.version.split()[0],
         "roles": {name: adapter.roles(p) for name, p in PROFILES.items()},
         "settings": {name: adapter.settings(p) for name, p in PROFILES.items()},
+        "flow": getattr(adapter, "flow", {}),
     }
 
 
@@ -73,7 +74,11 @@ def produce(adapter: Adapter, url: str, spec: JobSpec, mode: str) -> dict[str, o
         items = spec.items(start)
         began = time.perf_counter()
         began_wall = time.time()
-        producer.enqueue(items, mode)
+        if spec.flow:
+            limited: LimitedProducer = producer  # type: ignore[assignment]
+            limited.enqueue_limited(items, mode, spec.flow, spec.keys)
+        else:
+            producer.enqueue(items, mode)
         seconds = time.perf_counter() - began
     finally:
         producer.close()

@@ -32,6 +32,14 @@ QUEUE = "bench"  # queue name every system uses (where it lets us choose)
 HANG_SECONDS = 5.0
 IO_SECONDS = 0.001  # the simulated I/O of the "io" handler
 
+#: The limits of the opt-in flow scenario (flow.py), known to producers and workers alike:
+#: a rate of FLOW_RATE starts a second on one key; at most FLOW_CONCURRENCY tasks of a key
+#: running at once, over FLOW_KEYS keys, each task taking FLOW_TASK_SECONDS.
+FLOW_RATE = 50
+FLOW_CONCURRENCY = 2
+FLOW_KEYS = 4
+FLOW_TASK_SECONDS = 0.02
+
 
 @dataclass(frozen=True, slots=True)
 class Profile:
@@ -46,7 +54,14 @@ PROFILES: dict[str, Profile] = {
     "noop": Profile("noop", 50),  # throughput, no-op handler
     "io": Profile("io", 50),  # throughput, 1 ms of simulated I/O per task
     "recovery": Profile("hang", None),  # recovery: every default left alone
+    "flow-rate": Profile("noop", 50),  # flow: a rate limit on one key
+    "flow-concurrency": Profile("flow", 50),  # flow: a concurrency limit per key
 }
+
+
+def key_of(index: int, keys: int) -> str:
+    """The limit key of task ``index`` when tasks are spread over ``keys`` keys."""
+    return f"key-{index % max(1, keys)}"
 
 
 def payload(index: int) -> dict[str, Any]:
@@ -74,6 +89,23 @@ def stamp(index: int) -> None:
     os.write(_stamp_fd(), record)
 
 
+#: Where a task's end is stamped too, when a scenario needs it (flow: how many of a key
+#: run at once); read once, so that the other scenarios pay nothing for it.
+_END_FILE = os.environ.get("BENCH_END_FILE")
+_end_fd: tuple[int, int] | None = None
+
+
+def stamp_end(index: int) -> None:
+    """Record that task ``index`` ended now (a record like ``stamp``'s, in its own file)."""
+    global _end_fd
+    if _END_FILE is None:
+        return
+    pid = os.getpid()
+    if _end_fd is None or _end_fd[0] != pid:
+        _end_fd = (pid, os.open(_END_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    os.write(_end_fd[1], f"{index:>11d} {time.time():>20.6f} {pid:>8d}\n".encode())
+
+
 def handler_kind() -> str:
     return os.environ.get("BENCH_HANDLER", "noop")
 
@@ -84,19 +116,23 @@ def _start_task(data: dict[str, Any]) -> float:
     stamp(index)
     if index < 0:
         return 0.0
-    return {"io": IO_SECONDS, "hang": HANG_SECONDS}.get(handler_kind(), 0.0)
+    return {"io": IO_SECONDS, "hang": HANG_SECONDS, "flow": FLOW_TASK_SECONDS}.get(
+        handler_kind(), 0.0
+    )
 
 
 def run_task(data: dict[str, Any]) -> None:
     """The body of every system's task, for workers that run plain functions."""
     if seconds := _start_task(data):
         time.sleep(seconds)
+    stamp_end(int(data["i"]))
 
 
 async def run_task_async(data: dict[str, Any]) -> None:
     """The same for asyncio workers: the I/O is awaited, so the loop runs other tasks."""
     if seconds := _start_task(data):
         await asyncio.sleep(seconds)
+    stamp_end(int(data["i"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +182,10 @@ class JobSpec:
     seed: int = 0
     first_index: int = 0
     relative: bool = False
+    #: The flow scenario: "rate" or "concurrency" (which limit the tasks answer to, see
+    #: ``Producer.enqueue_limited``), the tasks spread over ``keys`` limit keys.
+    flow: str = ""
+    keys: int = 1
 
     def items(self, start: float | None = None) -> list[Item]:
         base = self.start if start is None else start
@@ -177,11 +217,22 @@ class Producer(Protocol):
     def close(self) -> None: ...
 
 
+class LimitedProducer(Producer, Protocol):
+    """A producer of a system with flow control of its own (``Adapter.flow`` not empty)."""
+
+    def enqueue_limited(self, items: Sequence[Item], mode: str, limit: str, keys: int) -> None:
+        """Schedule ``items`` (due now) as tasks under the system's ``limit`` ("rate":
+        FLOW_RATE starts a second; "concurrency": FLOW_CONCURRENCY at once), per limit key
+        (``key_of(index, keys)``), declaring the limit first if the system asks for that."""
+
+
 class Adapter(Protocol):
     """What a module under ``peers/adapters`` provides (as its ``ADAPTER`` object)."""
 
     name: str
-    #: How the bulk API is called, or "" when the system has none.
+    #: How the bulk API is called, or "" when the system has none. (An adapter of a
+    #: system with flow control also has ``flow``: how it limits "rate" and
+    #: "concurrency" per key, in words, a limit it lacks left out; read with getattr.)
     bulk: str
 
     def producer(self, url: str) -> Producer: ...

@@ -99,7 +99,9 @@ class Harness:
         self.started: list[Proc] = []
         self._serial = 0
 
-    def env(self, system: System, stamp_file: Path | None = None) -> dict[str, str]:
+    def env(
+        self, system: System, stamp_file: Path | None = None, end_file: Path | None = None
+    ) -> dict[str, str]:
         env = dict(os.environ)
         for name in ("VIRTUAL_ENV", "PYTHONHOME"):
             env.pop(name, None)
@@ -109,6 +111,8 @@ class Harness:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         if stamp_file is not None:
             env["BENCH_STAMP_FILE"] = str(stamp_file)
+        if end_file is not None:
+            env["BENCH_END_FILE"] = str(end_file)
         return env
 
     def stamp_file(self, label: str) -> Path:
@@ -168,10 +172,16 @@ class Harness:
     # --- long-running roles ----------------------------------------------------------
 
     def start(
-        self, system: System, profile: str, stamp_file: Path, workers: int | None = None
+        self,
+        system: System,
+        profile: str,
+        stamp_file: Path,
+        workers: int | None = None,
+        end_file: Path | None = None,
     ) -> list[Proc]:
         """Start the system's roles for ``profile``: each non-worker role once, then
-        ``workers`` (default: the session's process count) worker processes."""
+        ``workers`` (default: the session's process count) worker processes. With
+        ``end_file``, handlers stamp their end there too."""
         roles: list[str] = system.info["roles"][profile]
         count = self.processes if workers is None else workers
         plan = [(r, 1) for r in roles if r != "worker"]
@@ -185,7 +195,8 @@ class Harness:
                     [str(system.venv.python), str(CHILD), "role", "--system", system.name,
                      "--url", self.server.url, "--role", role, "--profile", profile,
                      "--number", str(number)],
-                    env=self.env(system, stamp_file), stdout=out, stderr=subprocess.STDOUT,
+                    env=self.env(system, stamp_file, end_file), stdout=out,
+                    stderr=subprocess.STDOUT,
                     start_new_session=True,
                 )  # fmt: skip
             proc = Proc(system.name, role, number, process, log)

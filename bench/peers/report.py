@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from peers import flow
+
 DUETIME = "duetime"
 
 
@@ -17,6 +19,8 @@ def median(values: Iterable[float | None]) -> float | None:
 
 def brief(result: dict[str, Any]) -> str:
     """One line for the progress log."""
+    if "rate" in result or "concurrency" in result:
+        return flow.brief(result)
     if "noop" in result:
         return (
             f"no-op {result['noop']['per_second']:,.0f}/s, io {result['io']['per_second']:,.0f}/s"
@@ -143,6 +147,8 @@ def summarise(document: dict[str, Any]) -> dict[str, Any]:
             for name, rounds in results["recovery"].items()
             if rounds
         }
+    if "flow" in results:
+        summary["flow"] = flow.summarise(results["flow"])
     summary["ratios"] = ratios(summary)
     return summary
 
@@ -314,6 +320,7 @@ def markdown(document: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {shown} | {setting(document, name, 'recovery', 'recovery settings')} |"
             )
+    lines += flow.markdown(document, measured(document, "flow"))
     if summary.get("ratios"):
         lines += ["", "## duetime / best peer", "",
                   "| scenario | figure | duetime | best peer | ratio | better |",

@@ -10,7 +10,9 @@ which holds duetime (editable), redis-py and matplotlib. It starts its own redis
 a free loopback port (never 6379), runs the scenarios (see scenarios.py), kills everything
 it started, and writes bench/results/peers.json, peers.md and peers.png.
 
-Scenarios: punctuality, throughput, enqueue, memory, scale, recovery (all by default).
+Scenarios: punctuality, throughput, enqueue, memory, scale, recovery (all by default),
+and flow, run only when named (``--scenario flow``; see flow.py): a rate limit on one key
+and a concurrency limit per key, for duetime, Docket, Celery and Dramatiq by default.
 """
 
 from __future__ import annotations

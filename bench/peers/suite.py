@@ -4,7 +4,8 @@ Interleaving: repeat r runs system after system (the order rotated each repeat),
 burst of load from someone else on the machine hits every system alike. Exceptions:
 ``scale`` runs system by system (a 1M-task backlog is built once per system and level,
 then measured ``--repeat`` times), and ``recovery`` runs every system at once (its
-figures are seconds-long timeouts; the systems' keys do not overlap).
+figures are seconds-long timeouts; the systems' keys do not overlap). The opt-in ``flow``
+scenario (flow.py) runs only for the systems whose adapters have flow limits.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from typing import Any
 import redis
 from benchlib import Server, git_revision, json_safe
 
-from peers import report, scenarios
+from peers import flow, report, scenarios
 from peers.harness import ChildError, Harness, System, warn
 from peers.scenarios import FULL, QUICK, Sizes
 from peers.venvs import RUNNER, Venv, ensure_all, systems
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 SCENARIOS = ("punctuality", "throughput", "enqueue", "memory", "scale", "recovery")
+OPT_IN = ("flow",)  # run only when named with --scenario
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -49,8 +51,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=SCENARIOS,
-        help="run only this scenario (repeatable; default: all)",
+        choices=SCENARIOS + OPT_IN,
+        help="run only this scenario (repeatable; default: all but flow, which runs only "
+        "when named, and then by default only for the systems with flow limits)",
     )
     parser.add_argument(
         "--system",
@@ -154,17 +157,21 @@ def run_scenarios(
     sizes: Sizes,
     repeat: int,
     memory_repeat: int,
+    quick: bool = False,
 ) -> tuple[dict[str, Any], dict[str, dict[str, str]], dict[str, dict[str, Any]]]:
     results: dict[str, Any] = {}
-    errors: dict[str, dict[str, str]] = {name: {} for name in SCENARIOS}
+    errors: dict[str, dict[str, str]] = {name: {} for name in SCENARIOS + OPT_IN}
     timing: dict[str, dict[str, Any]] = {}
 
     def interleaved(
-        name: str, one: Callable[[System, int], dict[str, Any]], runs: int = repeat
+        name: str,
+        one: Callable[[System, int], dict[str, Any]],
+        runs: int = repeat,
+        among: list[System] = runnable,
     ) -> None:
-        table: dict[str, list[dict[str, Any]]] = {s.name: [] for s in runnable}
+        table: dict[str, list[dict[str, Any]]] = {s.name: [] for s in among}
         for r in range(runs):
-            for system in rotated(runnable, r):
+            for system in rotated(among, r):
                 if system.name in errors[name]:
                     continue
                 label = f"{name} {system.name} run {r + 1}/{runs}"
@@ -238,6 +245,10 @@ def run_scenarios(
                     shown = figure["problem"] or f"{figure['seconds']:.2f} s"
                     print(f"    {system_name:9} {shown}", flush=True)
             results[name] = rounds
+        elif name == "flow":
+            limited = [s for s in runnable if flow.supported(s)]
+            measure = functools.partial(flow.run, h, sizes=flow.QUICK if quick else flow.FULL)
+            interleaved(name, lambda s, r: measure(s), among=limited)  # noqa: B023 (run at once)
         timing[name]["load_average_at_end"] = list(os.getloadavg())
         timing[name]["seconds"] = time.monotonic() - began
         print(f"  ({name} took {time.monotonic() - began:.0f} s)", flush=True)
@@ -334,8 +345,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         return write_report(json.loads((args.output / "peers.json").read_text()), args.output)
     sizes = QUICK if args.quick else FULL
-    chosen = [s for s in SCENARIOS if s in (args.scenario or SCENARIOS)]
-    names = [s for s in systems() if s in (args.system or systems())]
+    chosen = [s for s in SCENARIOS + OPT_IN if s in (args.scenario or SCENARIOS)]
+    default = list(flow.SYSTEMS) if set(chosen) <= set(OPT_IN) else systems()
+    names = [s for s in systems() if s in (args.system or default)]
     if RUNNER not in names:
         names.insert(0, RUNNER)  # ratios need duetime
     venvs = ensure_all(names)
@@ -351,8 +363,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(s.name for s in runnable)}; load average {load_start[0]:.2f}",
               flush=True)  # fmt: skip
         results, errors, timing = run_scenarios(
-            h, chosen, runnable, sizes, max(1, args.repeat), max(1, args.memory_repeat)
-        )
+            h, chosen, runnable, sizes, max(1, args.repeat), max(1, args.memory_repeat),
+            args.quick,
+        )  # fmt: skip
         print("\n== redis-benchmark (physical reference)", flush=True)
         reference = redis_benchmark(h)
         server_version = h.server.version()
@@ -379,6 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                 "versions": s.info.get("versions", {}),
                 "bulk_api": s.bulk,
                 "settings": s.info.get("settings", {}),
+                "flow": s.info.get("flow", {}),
             }
             for s in all_systems
         },

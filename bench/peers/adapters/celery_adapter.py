@@ -8,11 +8,11 @@ import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from importlib import metadata
-from typing import Any
+from typing import Any, ClassVar
 
 from celery import Celery
 
-from peers.common import Item, Profile, payload, run_task
+from peers.common import FLOW_RATE, Item, Profile, payload, run_task
 
 app = Celery("bench", broker=os.environ.get("BENCH_REDIS_URL", "redis://"))
 app.conf.broker_connection_retry_on_startup = True  # silences a deprecation warning only
@@ -20,6 +20,13 @@ app.conf.broker_connection_retry_on_startup = True  # silences a deprecation war
 
 @app.task(name="bench.task")  # type: ignore[untyped-decorator]  # peer lib not in .venv
 def task(data: Any) -> None:
+    run_task(data)
+
+
+@app.task(name="bench.rated", rate_limit=f"{FLOW_RATE}/s")  # type: ignore[untyped-decorator]
+def rated(data: Any) -> None:
+    """The flow scenario's rate-limited task (Celery's limit is per task type and per
+    worker node, so the key is not passed: the scenario's rate run has one key)."""
     run_task(data)
 
 
@@ -35,6 +42,12 @@ class CeleryProducer:
             else:
                 task.apply_async((payload(index),), eta=datetime.fromtimestamp(at, tz=UTC))
 
+    def enqueue_limited(self, items: Sequence[Item], mode: str, limit: str, keys: int) -> None:
+        if limit != "rate":
+            raise ValueError(f"Celery has no per-key {limit} limit")
+        for index, _ in items:
+            rated.apply_async((payload(index),))
+
     def close(self) -> None:
         app.close()
 
@@ -42,6 +55,11 @@ class CeleryProducer:
 class CeleryAdapter:
     name = "celery"
     bulk = ""
+    flow: ClassVar[dict[str, str]] = {
+        "rate": f'rate_limit="{FLOW_RATE}/s" on the task: a token bucket (capacity 1) in '
+        "each worker node's consumer, per task type: the limit is per node, not shared by "
+        "the nodes, and not per key",
+    }
 
     def producer(self, url: str) -> CeleryProducer:
         return CeleryProducer(url)

@@ -17,13 +17,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from importlib import metadata
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
-from docket import Docket
+from docket import ConcurrencyLimit, Docket, RateLimit
 
-from peers.common import QUEUE, Item, Profile, enqueue_on, payload, run_task_async
+from peers.common import (
+    FLOW_CONCURRENCY,
+    FLOW_RATE,
+    QUEUE,
+    Item,
+    Profile,
+    enqueue_on,
+    key_of,
+    payload,
+    run_task_async,
+)
 
 CHUNK = 1000  # add_many's default chunk_size: one pipelined round trip per 1,000 tasks
 
@@ -32,8 +42,22 @@ async def task(data: Any) -> None:
     await run_task_async(data)
 
 
+async def rated(
+    data: Any, tenant: Annotated[str, RateLimit(FLOW_RATE, per=timedelta(seconds=1))]
+) -> None:
+    """The flow scenario's rate-limited task: at most FLOW_RATE starts of one tenant in
+    any second (a sliding-window log); a task over it is rescheduled to when it fits."""
+    await run_task_async(data)
+
+
+async def limited(data: Any, tenant: Annotated[str, ConcurrencyLimit(FLOW_CONCURRENCY)]) -> None:
+    """The flow scenario's concurrency-limited task: a task over the limit is parked
+    until a slot of its tenant frees."""
+    await run_task_async(data)
+
+
 #: The task collection the ``docket worker --tasks`` option names.
-tasks = [task]
+tasks = [task, rated, limited]
 
 
 def _when(at: float | None) -> datetime | None:
@@ -60,6 +84,11 @@ class DocketProducer:
         else:
             self.loop.run_until_complete(self._bulk(items))
 
+    def enqueue_limited(self, items: Sequence[Item], mode: str, limit: str, keys: int) -> None:
+        function = rated if limit == "rate" else limited
+        calls = [self.docket.call(function)(payload(i), tenant=key_of(i, keys)) for i, _ in items]
+        self.loop.run_until_complete(self.docket.add_many(calls, chunk_size=CHUNK))
+
     def close(self) -> None:
         self.loop.run_until_complete(self.docket.__aexit__(None, None, None))
         self.loop.close()
@@ -68,6 +97,13 @@ class DocketProducer:
 class DocketAdapter:
     name = "docket"
     bulk = "Docket.add_many of Docket.call specs, 1,000 per pipelined round trip"
+    flow: ClassVar[dict[str, str]] = {
+        "rate": f"RateLimit({FLOW_RATE}, per=1 s) on the task's tenant parameter "
+        "(Annotated): a sliding-window log checked as the task starts; a task over it "
+        "is rescheduled to when the window has room",
+        "concurrency": f"ConcurrencyLimit({FLOW_CONCURRENCY}) on the tenant parameter "
+        "(Annotated): a task over it is parked until a slot frees",
+    }
 
     def producer(self, url: str) -> DocketProducer:
         return DocketProducer(url)

@@ -5,10 +5,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import metadata
-from typing import Any
+from typing import Any, ClassVar
 
 import duetime
-from peers.common import QUEUE, Item, Profile, payload, run_task_async
+from peers.common import (
+    FLOW_CONCURRENCY,
+    FLOW_RATE,
+    QUEUE,
+    Item,
+    Profile,
+    key_of,
+    payload,
+    run_task_async,
+)
 
 app = duetime.App()
 
@@ -40,6 +49,19 @@ class DuetimeProducer:
                 for i, at in items[start : start + CHUNK]
             )
 
+    def enqueue_limited(self, items: Sequence[Item], mode: str, limit: str, keys: int) -> None:
+        each_key = (
+            duetime.KeyLimits(rate=duetime.Rate(FLOW_RATE))
+            if limit == "rate"
+            else duetime.KeyLimits(concurrency=FLOW_CONCURRENCY)
+        )
+        self.queue.set_limits(duetime.Limits(each_key=each_key))
+        for start in range(0, len(items), CHUNK):
+            self.queue.schedule_many(
+                duetime.Job(payload(i), delay=0, limit_key=key_of(i, keys))
+                for i, _ in items[start : start + CHUNK]
+            )
+
     def close(self) -> None:
         self.queue.close()
 
@@ -47,6 +69,13 @@ class DuetimeProducer:
 class DuetimeAdapter:
     name = "duetime"
     bulk = "Queue.schedule_many (one script call per 1,000 tasks, one round trip)"
+    flow: ClassVar[dict[str, str]] = {
+        "rate": f"Limits(each_key=KeyLimits(rate=Rate({FLOW_RATE}))) (burst 1), tasks "
+        "scheduled with limit_key: checked as the claim script starts a task, over every "
+        "worker; a task over the limit waits among the due, no attempt spent",
+        "concurrency": f"Limits(each_key=KeyLimits(concurrency={FLOW_CONCURRENCY})), tasks "
+        "scheduled with limit_key: the same, slots counted from leases",
+    }
 
     def producer(self, url: str) -> DuetimeProducer:
         return DuetimeProducer(url)
