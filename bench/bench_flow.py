@@ -23,9 +23,10 @@ Scenarios (all by default):
   twice: at the server time of the claim that started it (its lease's deadline less the
   lease length: the clock the limit is checked on) and at the handler's start. Reported:
   the start rate (cost a second) against the limit; the most cost started in any span of
-  one period, against what the limit allows (count + burst - 1; a cost above the burst
-  starts once the limit is idle, so then count - 1 + that cost); with a burst of 1, the
-  starts that came sooner after the previous one than its cost times the interval. Cases:
+  one period, against what the limit allows (count + burst: a start a moment late keeps
+  its place in the schedule; a cost above the burst starts once the limit is idle, so
+  then count + that cost); with a burst of 1, the starts that came sooner after the
+  previous one than its cost times the interval (less than one interval of credit). Cases:
   50/s with burst 1 and cost 1; costs 1 to 3 at burst 3 and at burst 1; 400/s (an
   interval of 2.5 ms, not a whole number of the clock's milliseconds) with burst 1 and
   with burst 10.
@@ -394,13 +395,21 @@ def start_figures(starts: list[tuple[float, int]], case: RateCase) -> dict[str, 
 
 
 def early_claims(claims: list[tuple[float, int]], rate: Rate) -> int | None:
-    """With a burst of 1, each start may come only once the previous one's cost has been
-    paid (its cost times the interval after it): how many came sooner, by the claims'
-    server time. None for a larger burst (starts may then come back to back)."""
-    if rate.burst != 1:
+    """With a burst of 1, each start may come only at its place in the schedule: the
+    previous start's place plus its cost times the interval, where a start less than
+    one interval late keeps its place (the limit's credit) and a later one starts the
+    schedule afresh. How many came before their place, by the claims' server time
+    (1 µs of slack for float sums). None for a larger burst."""
+    if rate.burst != 1 or not claims:
         return None
     interval = rate.per / rate.count
-    return sum(1 for a, b in itertools.pairwise(claims) if b[0] - a[0] < a[1] * interval - 1e-6)
+    early, place = 0, claims[0][0]  # the place of the start just seen
+    for (_, cost), (at, _) in itertools.pairwise(claims):
+        due = place + cost * interval
+        if at < due - 1e-6:
+            early += 1
+        place = at if due < at - interval else due  # over one interval late: afresh
+    return early
 
 
 def accuracy_run(lab: Lab, case: RateCase, seconds: float) -> dict[str, Any]:
@@ -439,11 +448,10 @@ def accuracy_run(lab: Lab, case: RateCase, seconds: float) -> dict[str, Any]:
         "starts": len(stamps),
         "cost_started": sum(costs[index] for index, _, _ in stamps),
         "limit_per_second": per_second,
-        # The Rate docstring's bound (a cost counting as that many starts), and the one
-        # the claim script keeps: a cost above the burst starts once the limit is idle,
-        # so a span may hold count - 1 and then that cost.
-        "documented_bound": rate.count + rate.burst - 1,
-        "bound": rate.count - 1 + max(rate.burst, case.most_cost),
+        # The Rate docstring's bound (a cost counting as that many starts), and with a
+        # cost above the burst (it starts once the limit is idle): count + that cost.
+        "documented_bound": rate.count + rate.burst,
+        "bound": rate.count + max(rate.burst, case.most_cost),
         "claims": start_figures([(claimed, costs[i]) for i, _, claimed in stamps], case),
         "early_claims": early_claims(sorted((c, costs[i]) for i, _, c in stamps), rate),
         "handlers": start_figures([(started, costs[i]) for i, started, _ in stamps], case),
@@ -469,8 +477,8 @@ def bench_accuracy(lab: Lab) -> tuple[list[Row], dict[str, Any]]:
                   f"(bound {bound}), least gap {figures['gap_vs_interval']['min']:.2f} of the "
                   "interval", flush=True)  # fmt: skip
         claims, handlers = run["claims"], run["handlers"]
-        why = ("count - 1 + largest cost" if case.most_cost > case.rate.burst
-               else "count + burst - 1")  # fmt: skip
+        why = ("count + largest cost" if case.most_cost > case.rate.burst
+               else "count + burst")  # fmt: skip
         rows += [
             Row("accuracy", f"{case.label}: start rate, claims' server time",
                 round(claims["per_second"], 3), "cost/s", f"{limit:g}"),

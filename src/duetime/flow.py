@@ -99,8 +99,11 @@ def record_parts(record: str) -> tuple[int, int, str | None]:
 @dataclass(frozen=True, slots=True)
 class Rate:
     """``count`` starts per ``per`` seconds, evenly spaced (GCRA): after a quiet spell up
-    to ``burst`` may start back to back, so no span of ``per`` seconds sees more than
-    count + burst - 1 starts. A task's cost counts as that many starts."""
+    to ``burst`` may start back to back. On average exactly ``count`` start per ``per``
+    seconds, and no span of ``per`` seconds sees more than count + burst starts (a start
+    a moment late keeps its place in the schedule). A task's cost counts as that many
+    starts; one whose cost is above the burst starts only once the limit is idle, so a
+    span may then hold count + that cost."""
 
     count: int
     per: float = 1.0

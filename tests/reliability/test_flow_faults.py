@@ -15,7 +15,8 @@ limits and spent rates. On top, from the ledger:
   hung rather than killed, may still run while its slot is given away: the documented
   bound. Here every worker that ends early ends by SIGKILL.)
 - Per rate-limited key, the cost started within any span shorter than the rate's period
-  never exceeds count + burst - 1, as ``Rate`` promises. A rate counts claims, by the
+  never exceeds count + burst, as ``Rate`` promises (a start a moment late keeps its
+  place in the schedule). A rate counts claims, by the
   server time each claim script was given; the handler records it (tests/apps.py:
   ``flow_ledger``), since a handler starts a varying delay after its claim, and two
   starts at a saturated rate can be closer than their claims were. The claims of
@@ -271,8 +272,8 @@ def rate_problem(
 ) -> tuple[str | None, str, bool]:
     """The rate of ``key`` checked against the claims of its attempts (``found``): what
     broke it, if anything; the figure (how fast ``bound + 1`` were claimed, and started);
-    and whether the rate was reached (``bound`` claimed in less than its period)."""
-    bound = rate.count + rate.burst - 1
+    and whether the rate was reached (``bound - 1`` claimed in less than its period)."""
+    bound = rate.count + rate.burst
     claims = [
         (records.claimed_ms[s.task_id, s.attempt], plan.cost_of[s.task_id])
         for s in found
@@ -284,7 +285,8 @@ def rate_problem(
     problem = None
     if fastest < rate.period_ms - CLAIM_CLOCK_SLACK_MS:
         problem = f"key {key}: {bound + 1} started in {fastest:.1f} ms, under {rate}"
-    return problem, figure, tightest(claims, bound) < rate.period_ms
+    # Reached: as many claimed within one period as strict GCRA lets through.
+    return problem, figure, tightest(claims, bound - 1) < rate.period_ms
 
 
 def limit_problems(
