@@ -119,13 +119,12 @@ if flowing then
       moved[#moved + 1] = id
     end
   end
-  while #moved < most do
-    local id = pick(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
-      KEYS[3], KEYS[17], now, worker)
-    if not id then
-      break
+  if #moved < most then
+    local picked = pick_many(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
+      KEYS[16], KEYS[3], KEYS[17], now, worker, most - #moved)
+    for _, id in ipairs(picked) do
+      moved[#moved + 1] = id
     end
-    moved[#moved + 1] = id
   end
 end
 for _, id in ipairs(moved) do

@@ -145,24 +145,39 @@ local function limits_of(config_key, group)
   return found
 end
 
--- GCRA: when a task of ``cost`` may start under ``rate`` ("<count>|<period ms>|<burst>",
--- or anything else: no limit), and the theoretical arrival time its start leaves. Up to
--- burst may start at once, then one per period/count. A cost above the burst starts only
--- once the limit is idle. A start that comes less than one interval after its time keeps
--- the schedule: the clock is whole ms and a claim comes a moment after a rate lets go, so
--- without it every start would lose that moment (a rate of 400/s gave 333/s at most);
--- with it the average is exact, and a span of one period holds at most count + burst.
-local function rate_check(tats_key, member, rate, cost, now)
+-- A rate ("<count>|<period ms>|<burst>") as its interval (ms per unit of cost) and burst;
+-- nil for none (or anything else).
+local function rate_parts(rate)
   local count, period, burst = string.match(rate or '', '^(%d+)|(%d+)|(%d+)$')
   if not count or tonumber(count) == 0 then
-    return now, false
+    return nil
   end
-  local interval = tonumber(period) / tonumber(count)
-  local tat = tonumber(redis.call('ZSCORE', tats_key, member)) or now
+  return tonumber(period) / tonumber(count), tonumber(burst)
+end
+
+-- GCRA: when a task of ``cost`` may start, given the stored theoretical arrival time
+-- (``stored``, or nil), and the arrival time its start leaves. Up to burst may start at
+-- once, then one per interval. A cost above the burst starts only once the limit is
+-- idle. A start that comes less than one interval after its time keeps the schedule: the
+-- clock is whole ms and a claim comes a moment after a rate lets go, so without it every
+-- start would lose that moment (a rate of 400/s gave 333/s at most); with it the average
+-- is exact, and a span of one period holds at most count + burst.
+local function gcra(stored, interval, burst, cost, now)
+  local tat = stored or now
   if tat < now - interval then
     tat = now
   end
-  return tat - math.max(0, tonumber(burst) - cost) * interval, tat + cost * interval
+  return tat - math.max(0, burst - cost) * interval, tat + cost * interval
+end
+
+-- When a task of ``cost`` may start under ``rate`` (now when there is none), and the
+-- arrival time its start leaves (false when there is no rate): gcra() on the stored state.
+local function rate_check(tats_key, member, rate, cost, now)
+  local interval, burst = rate_parts(rate)
+  if not interval then
+    return now, false
+  end
+  return gcra(tonumber(redis.call('ZSCORE', tats_key, member)), interval, burst, cost, now)
 end
 
 -- Why the next task of ``group`` (of ``cost``) may not start now: false when it may, then
@@ -236,46 +251,174 @@ local function start_task(running_key, tats_key, group, lease, group_tat, queue_
   end
 end
 
--- Take the next due task, group by group in turns, the best-ranked of its group: its
--- id, or false when none may start now (the reason then: 'hold' when the queue's cap or
--- rate holds everything, 'tries' when too many groups were refused in this call).
--- ``worker``: start it for that worker (its lease member is "<worker>|<id>"); false:
--- only take it out of the due set (to hand it to ready: it is checked when claimed).
-local function pick(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
-                    running_key, leases_key, wake_key, now, worker)
-  for _ = 1, PICK_TRIES do
-    local group = redis.call('ZRANGE', turns_key, 0, 0)[1]
-    if not group then
-      return false, 'none'
+-- The running count of the queue (cap) as a call goes: read once, healed at the cap.
+local queue_running = false
+
+-- Take the next due tasks of one group, best rank first, as many of ``candidates`` (its
+-- due members, in order) as may start now; ``room`` holds what this call may still
+-- start ({cap room or false}); the queue's rate state is ``queue`` ({tat, changed}).
+-- Returns the ids taken, and why it stopped short: false, 'cap' or 'queue' (which hold
+-- every group), 'busy' or 'rate' (with the time it may start).
+local function take_group(config_key, records_key, due_key, running_key, leases_key, tats_key,
+                          group, candidates, room, queue, now, worker)
+  local limits = limits_of(config_key, group)
+  local key_room = false
+  if limits[1] then
+    local low, high = group_low(group), group_high(group)
+    key_room = limits[1] - redis.call('ZLEXCOUNT', running_key, low, high)
+    if key_room <= 0 then
+      key_room = limits[1] - heal_running(running_key, leases_key, low, high)
     end
-    local member = first_of(due_key, group)
-    if not member then
-      redis.call('ZREM', turns_key, group)
-    else
-      local id = due_id(member)
-      local _, cost = parse_record(redis.call('HGET', records_key, id))
-      local hold, at, queue_tat = hold_of(config_key, running_key, leases_key, tats_key,
-        throttled_key, group, cost, now)
-      hold_group(turns_key, throttled_key, wake_key, group, hold, at)
-      if hold == 'cap' or hold == 'queue' then
-        return false, 'hold'
+  end
+  local interval, burst = rate_parts(limits[2])
+  local queue_interval, queue_burst = rate_parts(queue_limits[2])
+  local ids, costs = {}, {}
+  for n, member in ipairs(candidates) do
+    ids[n] = due_id(member)
+  end
+  if interval or queue_interval then -- costs count only against a rate
+    local records = redis.call('HMGET', records_key, unpack(ids))
+    for n = 1, #ids do
+      local _, cost = parse_record(records[n])
+      costs[n] = cost
+    end
+  end
+  local tat = interval and tonumber(redis.call('ZSCORE', tats_key, group))
+  local taken, running, why, at = {}, {}, false, nil
+  for n, id in ipairs(ids) do
+    if room[1] and room[1] <= 0 then
+      why = 'cap'
+      break
+    end
+    if key_room and key_room <= 0 then
+      why = 'busy'
+      break
+    end
+    local cost = costs[n] or 1
+    local next_tat, next_queue_tat
+    if interval then
+      at, next_tat = gcra(tat, interval, burst, cost, now)
+      if at > now then
+        why = 'rate'
+        break
       end
-      if not hold then
-        redis.call('ZREM', due_key, member)
-        if worker then
-          start_task(running_key, tats_key, group, worker .. '|' .. id, at, queue_tat)
-        end
-        if first_of(due_key, group) then
-          redis.call('ZREM', turns_key, group)
-          give_turn(turns_key, throttled_key, group)
-        else
-          redis.call('ZREM', turns_key, group)
-        end
-        return id
+    end
+    if queue_interval then
+      at, next_queue_tat = gcra(queue[1], queue_interval, queue_burst, cost, now)
+      if at > now then
+        why = 'queue'
+        break
+      end
+      queue[1], queue[2] = next_queue_tat, true
+    end
+    tat = next_tat or tat
+    taken[#taken + 1] = candidates[n]
+    if worker then
+      running[#running + 1] = 0
+      running[#running + 1] = group .. '\0' .. worker .. '|' .. id
+      started_here[worker .. '|' .. id] = true
+      room[1] = room[1] and room[1] - 1
+    end
+    key_room = key_room and key_room - 1
+  end
+  if #taken > 0 then
+    redis.call('ZREM', due_key, unpack(taken))
+    if worker then
+      redis.call('ZADD', running_key, unpack(running))
+      if interval then
+        redis.call('ZADD', tats_key, tat, group)
       end
     end
   end
-  return false, 'tries'
+  local taken_ids = {}
+  for n = 1, #taken do
+    taken_ids[n] = ids[n]
+  end
+  return taken_ids, why, at
+end
+
+-- Take up to ``need`` due tasks that may start now, key by key in turns (round-robin; a
+-- key alone in the turns gives all it may), the best-ranked of each key first: their
+-- ids. ``worker``: start them for that worker (each holds a slot, "<group>\0<worker>|<id>",
+-- and spends its cost of the rates); false: only take them out of the due set (to hand
+-- to ready: they are checked again when claimed). A key refused leaves the turns (until
+-- a slot frees, or at its rate's time); a refusal of the whole queue (its cap or rate)
+-- ends the call. Also returns 'tries' when too many keys were refused in this call.
+local function pick_many(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
+                         running_key, leases_key, wake_key, now, worker, need)
+  local picked, tries = {}, 0
+  limits_of(config_key, '')  -- reads the queue's own limits (queue_limits)
+  local room = {false}
+  if queue_limits[1] then -- a hint for ready too: none while the queue runs all it may
+    if not queue_running then
+      queue_running = redis.call('ZCARD', running_key)
+      if queue_running >= queue_limits[1] then
+        queue_running = heal_running(running_key, leases_key, '-', '+')
+      end
+    end
+    room[1] = queue_limits[1] - queue_running
+  end
+  local queue = {tonumber(redis.call('ZSCORE', tats_key, QUEUE_GROUP)), false}
+  local stop = false
+  while #picked < need and not stop do
+    local round = redis.call('ZRANGE', turns_key, 0, need - #picked - 1, 'WITHSCORES')
+    if #round == 0 then
+      break
+    end
+    local share = #round == 2 and (need - #picked) or 1 -- a lone key gives all it may
+    local last = tonumber(redis.call('ZRANGE', turns_key, -1, -1, 'WITHSCORES')[2])
+    local done, again = {}, {}
+    for i = 1, #round, 2 do
+      local group = round[i]
+      tries = tries + 1
+      local candidates = redis.call('ZRANGE', due_key, group_low(group), group_high(group),
+        'BYLEX', 'LIMIT', 0, share + 1)
+      local more = #candidates > share
+      if more then
+        candidates[#candidates] = nil
+      end
+      local ids, why, at = {}, false, nil
+      if #candidates > 0 then
+        ids, why, at = take_group(config_key, records_key, due_key, running_key, leases_key,
+          tats_key, group, candidates, room, queue, now, worker)
+      end
+      for _, id in ipairs(ids) do
+        picked[#picked + 1] = id
+      end
+      if why == 'cap' or why == 'queue' then
+        if why == 'queue' then
+          throttle(throttled_key, wake_key, QUEUE_GROUP, at)
+        end
+        stop = true -- the group keeps its place: nothing of it was refused
+        break
+      end
+      done[#done + 1] = group
+      if why == 'rate' then
+        throttle(throttled_key, wake_key, group, at)
+      elseif not why and (more or #ids < #candidates) then
+        last = last + 1
+        again[#again + 1] = last
+        again[#again + 1] = group
+      end
+      if tries >= PICK_TRIES and #picked < need then
+        stop = true
+        break
+      end
+    end
+    if #done > 0 then
+      redis.call('ZREM', turns_key, unpack(done))
+    end
+    if #again > 0 then
+      redis.call('ZADD', turns_key, unpack(again))
+    end
+  end
+  if queue[2] and worker then
+    redis.call('ZADD', tats_key, queue[1], QUEUE_GROUP)
+  end
+  if room[1] and worker then
+    queue_running = queue_limits[1] - room[1]
+  end
+  return picked, (tries >= PICK_TRIES and #picked < need) and 'tries' or false
 end
 
 -- Keep one due task in ready while any may start, so that a worker blocked on ready
@@ -286,10 +429,10 @@ local function feed(config_key, records_key, due_key, turns_key, throttled_key, 
   if redis.call('LLEN', ready_key) > 0 then
     return
   end
-  local id, why = pick(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
-    running_key, leases_key, wake_key, now, false)
-  if id then
-    redis.call('RPUSH', ready_key, id)
+  local ids, why = pick_many(config_key, records_key, due_key, turns_key, throttled_key,
+    tats_key, running_key, leases_key, wake_key, now, false, 1)
+  if #ids > 0 then
+    redis.call('RPUSH', ready_key, ids[1])
   elseif why == 'tries' and redis.call('LLEN', wake_key) == 0 then
     redis.call('RPUSH', wake_key, 1)
   end
