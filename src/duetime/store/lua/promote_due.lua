@@ -147,14 +147,16 @@ if bucketed > 0 then
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '-1'
 if flowing then
-  local released = redis.call('ZRANGE', KEYS[15], '-inf', now, 'BYSCORE')
+  local released = redis.call('ZRANGE', KEYS[15], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1000)
   if #released > 0 then
     redis.call('ZREM', KEYS[15], unpack(released))
+    local waiting = {}
     for _, group in ipairs(released) do
       if group ~= QUEUE_GROUP and first_of(KEYS[13], group) then
-        give_turn(KEYS[14], KEYS[15], group)
+        waiting[#waiting + 1] = group
       end
     end
+    give_turns(KEYS[14], KEYS[15], waiting)
   end
   -- Spent rates long past mean nothing: dropped, a minute late so that a worker whose
   -- clock reads behind this dispatcher's still finds every one that holds it back.

@@ -49,14 +49,31 @@ local function first_of(set_key, group)
     0, 1)[1] or false
 end
 
--- Give ``group`` a turn after every group that has one, unless it has one or waits for
--- its rate limit.
+-- Give each of ``groups`` a turn after every group that has one, unless it has one or
+-- waits for its rate limit: give_turn for many, in a few commands whatever their number.
+local function give_turns(turns_key, throttled_key, groups)
+  local adds = {}
+  local last = false
+  in_chunks(groups, function(first, final)
+    local having = redis.call('ZMSCORE', turns_key, unpack(groups, first, final))
+    local waiting = redis.call('ZMSCORE', throttled_key, unpack(groups, first, final))
+    last = last or tonumber(redis.call('ZRANGE', turns_key, -1, -1, 'WITHSCORES')[2]) or 0
+    for n = first, final do
+      if not having[n - first + 1] and not waiting[n - first + 1] then
+        last = last + 1
+        adds[#adds + 1] = last
+        adds[#adds + 1] = groups[n]
+      end
+    end
+  end)
+  in_chunks(adds, function(first, final)
+    redis.call('ZADD', turns_key, unpack(adds, first, final))
+  end)
+end
+
+-- give_turns for one group.
 local function give_turn(turns_key, throttled_key, group)
-  if redis.call('ZSCORE', turns_key, group) or redis.call('ZSCORE', throttled_key, group) then
-    return
-  end
-  local last = redis.call('ZRANGE', turns_key, -1, -1, 'WITHSCORES')[2]
-  redis.call('ZADD', turns_key, (tonumber(last) or 0) + 1, group)
+  give_turns(turns_key, throttled_key, {group})
 end
 
 -- Put due tasks in the due set, ranked: ``ids`` with their run-at (ms) in ``run_ats``.
@@ -81,9 +98,11 @@ local function file_due(records_key, due_key, turns_key, throttled_key, ids, run
   in_chunks(records, function(first, last)
     redis.call('HSET', records_key, unpack(records, first, last))
   end)
+  local listed = {}
   for group in pairs(groups) do
-    give_turn(turns_key, throttled_key, group)
+    listed[#listed + 1] = group
   end
+  give_turns(turns_key, throttled_key, listed)
 end
 
 -- Put back among the due a task taken from ready that may not start yet; its group.
@@ -128,21 +147,34 @@ end
 -- {concurrency, rate}. A group's own value wins over the queue's for each key ("none"
 -- lifts it); tasks without a limit key answer only to the queue's limits.
 local read_limits, queue_limits = {}, false
-local function limits_of(config_key, group)
-  local found = read_limits[group]
-  if found then
-    return found
+
+-- Read the limits of ``groups`` not read yet in this call, in one command.
+local function read_limits_of(config_key, groups)
+  local fields, wanted = {'cap', 'rate', 'each_concurrency', 'each_rate'}, {}
+  for _, group in ipairs(groups) do
+    if not read_limits[group] and not wanted[group] then
+      wanted[group] = #fields + 1
+      fields[#fields + 1] = 'concurrency:' .. group
+      fields[#fields + 1] = 'rate:' .. group
+    end
   end
-  local got = redis.call('HMGET', config_key, 'cap', 'rate', 'each_concurrency', 'each_rate',
-    'concurrency:' .. group, 'rate:' .. group)
+  if queue_limits and #fields == 4 then
+    return
+  end
+  local got = redis.call('HMGET', config_key, unpack(fields))
   queue_limits = {tonumber(got[1]) or false, got[2] or false}
-  if group == '' then
-    found = {false, false}
-  else
-    found = {tonumber(got[5] or got[3]) or false, got[6] or got[4] or false}
+  for group, at in pairs(wanted) do
+    if group == '' then
+      read_limits[group] = {false, false}
+    else
+      read_limits[group] = {tonumber(got[at] or got[3]) or false, got[at + 1] or got[4] or false}
+    end
   end
-  read_limits[group] = found
-  return found
+end
+
+local function limits_of(config_key, group)
+  read_limits_of(config_key, {group})
+  return read_limits[group]
 end
 
 -- A rate ("<count>|<period ms>|<burst>") as its interval (ms per unit of cost) and burst;
@@ -158,16 +190,20 @@ end
 -- GCRA: when a task of ``cost`` may start, given the stored theoretical arrival time
 -- (``stored``, or nil), and the arrival time its start leaves. Up to burst may start at
 -- once, then one per interval. A cost above the burst starts only once the limit is
--- idle. A start that comes less than one interval after its time keeps the schedule: the
--- clock is whole ms and a claim comes a moment after a rate lets go, so without it every
--- start would lose that moment (a rate of 400/s gave 333/s at most); with it the average
--- is exact, and a span of one period holds at most count + burst.
+-- idle. A start that comes less than one interval (or 1 ms, the clock's step, if that is
+-- longer) after its time keeps the schedule: a claim comes a moment after a rate lets go,
+-- and without it every start would lose that moment (400/s gave 333/s at most, and any
+-- burst of 1 at most one start per ms); with it the average is exact, and a span of one
+-- period holds at most count + burst. Past 1,000/s (an interval under the clock's 1 ms
+-- step), "now" stands for the whole millisecond: starts due within it may go, or a burst
+-- of 1 would allow one start per ms; a span then holds 2 ms worth of starts more.
 local function gcra(stored, interval, burst, cost, now)
   local tat = stored or now
-  if tat < now - interval then
+  if tat < now - math.max(interval, 1) then
     tat = now
   end
-  return tat - math.max(0, burst - cost) * interval, tat + cost * interval
+  local within = interval < 1 and 0.999 or 0
+  return tat - math.max(0, burst - cost) * interval - within, tat + cost * interval
 end
 
 -- When a task of ``cost`` may start under ``rate`` (now when there is none), and the
@@ -257,10 +293,11 @@ local queue_running = false
 -- Take the next due tasks of one group, best rank first, as many of ``candidates`` (its
 -- due members, in order) as may start now; ``room`` holds what this call may still
 -- start ({cap room or false}); the queue's rate state is ``queue`` ({tat, changed}).
--- Returns the ids taken, and why it stopped short: false, 'cap' or 'queue' (which hold
--- every group), 'busy' or 'rate' (with the time it may start).
-local function take_group(config_key, records_key, due_key, running_key, leases_key, tats_key,
-                          group, candidates, room, queue, now, worker)
+-- What it takes goes in ``writes`` (write_round writes a round's at once). Returns how
+-- many it took, and why it stopped short: false, 'cap' or 'queue' (which hold every
+-- group), 'busy' or 'rate' (with the time it may start).
+local function take_group(config_key, records_key, running_key, leases_key, tats_key,
+                          group, candidates, room, queue, now, worker, writes)
   local limits = limits_of(config_key, group)
   local key_room = false
   if limits[1] then
@@ -321,20 +358,32 @@ local function take_group(config_key, records_key, due_key, running_key, leases_
     end
     key_room = key_room and key_room - 1
   end
-  if #taken > 0 then
-    redis.call('ZREM', due_key, unpack(taken))
-    if worker then
-      redis.call('ZADD', running_key, unpack(running))
-      if interval then
-        redis.call('ZADD', tats_key, tat, group)
-      end
-    end
-  end
-  local taken_ids = {}
   for n = 1, #taken do
-    taken_ids[n] = ids[n]
+    writes.due[#writes.due + 1] = taken[n]
+    writes.ids[#writes.ids + 1] = ids[n]
   end
-  return taken_ids, why, at
+  for _, entry in ipairs(running) do
+    writes.running[#writes.running + 1] = entry
+  end
+  if interval and #taken > 0 and worker then
+    writes.tats[#writes.tats + 1] = tat
+    writes.tats[#writes.tats + 1] = group
+  end
+  return #taken, why, at
+end
+
+-- Write what a round of take_group took: out of the due set, into running, the rates
+-- spent; one command each.
+local function write_round(due_key, running_key, tats_key, writes)
+  in_chunks(writes.due, function(first, last)
+    redis.call('ZREM', due_key, unpack(writes.due, first, last))
+  end)
+  in_chunks(writes.running, function(first, last)
+    redis.call('ZADD', running_key, unpack(writes.running, first, last))
+  end)
+  in_chunks(writes.tats, function(first, last)
+    redis.call('ZADD', tats_key, unpack(writes.tats, first, last))
+  end)
 end
 
 -- Take up to ``need`` due tasks that may start now, key by key in turns (round-robin; a
@@ -367,7 +416,12 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
     end
     local share = #round == 2 and (need - #picked) or 1 -- a lone key gives all it may
     local last = tonumber(redis.call('ZRANGE', turns_key, -1, -1, 'WITHSCORES')[2])
-    local done, again = {}, {}
+    local done, again, groups = {}, {}, {}
+    for i = 1, #round, 2 do
+      groups[#groups + 1] = round[i]
+    end
+    read_limits_of(config_key, groups)
+    local writes = {due = {}, ids = {}, running = {}, tats = {}}
     for i = 1, #round, 2 do
       local group = round[i]
       tries = tries + 1
@@ -377,13 +431,10 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
       if more then
         candidates[#candidates] = nil
       end
-      local ids, why, at = {}, false, nil
+      local took, why, at = 0, false, nil
       if #candidates > 0 then
-        ids, why, at = take_group(config_key, records_key, due_key, running_key, leases_key,
-          tats_key, group, candidates, room, queue, now, worker)
-      end
-      for _, id in ipairs(ids) do
-        picked[#picked + 1] = id
+        took, why, at = take_group(config_key, records_key, running_key, leases_key, tats_key,
+          group, candidates, room, queue, now, worker, writes)
       end
       if why == 'cap' or why == 'queue' then
         if why == 'queue' then
@@ -395,15 +446,19 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
       done[#done + 1] = group
       if why == 'rate' then
         throttle(throttled_key, wake_key, group, at)
-      elseif not why and (more or #ids < #candidates) then
+      elseif not why and (more or took < #candidates) then
         last = last + 1
         again[#again + 1] = last
         again[#again + 1] = group
       end
-      if tries >= PICK_TRIES and #picked < need then
+      if tries >= PICK_TRIES and #picked + #writes.ids < need then
         stop = true
         break
       end
+    end
+    write_round(due_key, running_key, tats_key, writes)
+    for _, id in ipairs(writes.ids) do
+      picked[#picked + 1] = id
     end
     if #done > 0 then
       redis.call('ZREM', turns_key, unpack(done))
@@ -458,11 +513,13 @@ local function release(records_key, running_key, due_key, turns_key, throttled_k
   in_chunks(gone, function(first, last)
     redis.call('ZREM', running_key, unpack(gone, first, last))
   end)
+  local waiting = {}
   for group in pairs(groups) do
     if first_of(due_key, group) then
-      give_turn(turns_key, throttled_key, group)
+      waiting[#waiting + 1] = group
     end
   end
+  give_turns(turns_key, throttled_key, waiting)
 end
 
 -- Read each flow key a script may write, before its first write: a key of the wrong type
