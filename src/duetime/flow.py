@@ -102,9 +102,9 @@ class Rate:
     to ``burst`` may start back to back. On average exactly ``count`` start per ``per``
     seconds, and no span of ``per`` seconds sees more than count + burst starts (a start
     a moment late keeps its place in the schedule; past 1,000 starts a second, also two
-    milliseconds' worth more: the clock's step). A task's cost counts as that many starts; one whose cost
-    is above the burst starts only once the limit is idle, so a span may then hold
-    count + that cost."""
+    milliseconds' worth more: the clock's step). A task's cost counts as that many
+    starts; one whose cost is above the burst starts only once the limit is idle, so a
+    span may then hold count + that cost."""
 
     count: int
     per: float = 1.0
