@@ -397,18 +397,19 @@ def start_figures(starts: list[tuple[float, int]], case: RateCase) -> dict[str, 
 def early_claims(claims: list[tuple[float, int]], rate: Rate) -> int | None:
     """With a burst of 1, each start may come only at its place in the schedule: the
     previous start's place plus its cost times the interval, where a start less than
-    one interval late keeps its place (the limit's credit) and a later one starts the
-    schedule afresh. How many came before their place, by the claims' server time
-    (1 µs of slack for float sums). None for a larger burst."""
+    one interval (or 1 ms) late keeps its place (the limit's credit) and a later one
+    starts the schedule afresh. How many came before their place, by the claims' server
+    time, whole ms: places are known to within that step. None for a larger burst."""
     if rate.burst != 1 or not claims:
         return None
     interval = rate.per / rate.count
+    # The first start's place is not seen: it is within the clock's step (1 ms) before it.
     early, place = 0, claims[0][0]  # the place of the start just seen
     for (_, cost), (at, _) in itertools.pairwise(claims):
         due = place + cost * interval
-        if at < due - 1e-6:
+        if at < due - 1 - 1e-6:
             early += 1
-        place = at if due < at - interval else due  # over one interval late: afresh
+        place = at if due < at - max(interval, 1) else due  # over a step late: afresh
     return early
 
 
@@ -491,8 +492,8 @@ def bench_accuracy(lab: Lab) -> tuple[list[Row], dict[str, Any]]:
                 handlers["most_in_one_period"], "cost"),
         ]  # fmt: skip
         if run["early_claims"] is not None:
-            rows.append(Row("accuracy", f"{case.label}: starts sooner than the interval after "
-                            "the previous one, claims' server time", run["early_claims"],
+            rows.append(Row("accuracy", f"{case.label}: starts before their place in the "
+                            "schedule, claims' server time", run["early_claims"],
                             "starts", "0", run["early_claims"] == 0))  # fmt: skip
     problems = sum(run["checker_problems"] for run in runs)
     rows.append(Row("accuracy", "checker problems after the runs", problems, "problems", "0",
