@@ -56,7 +56,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from benchlib import Server, git_revision, json_safe, percentile
+from benchlib import Server, git_revision, merge_results, percentile
 from redis.utils import HIREDIS_AVAILABLE
 
 import duetime
@@ -641,17 +641,8 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 
 def save_results(scenarios: dict[str, Any], environment: dict[str, Any]) -> None:
-    """Merge this session's scenarios into core.json (atomically: write .tmp, rename)."""
-    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    previous: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        previous = json.loads(RESULTS_PATH.read_text())
-    merged = {"scenarios": {**previous.get("scenarios", {}), **scenarios}}
-    for name, entry in scenarios.items():
-        merged["scenarios"][name] = {**entry, "environment": environment}
-    temporary = RESULTS_PATH.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(json_safe(merged), indent=2, allow_nan=False) + "\n")
-    temporary.replace(RESULTS_PATH)
+    """Merge this session's scenarios into core.json."""
+    merge_results(RESULTS_PATH, scenarios, environment)
 
 
 # --- entry point ---------------------------------------------------------------------

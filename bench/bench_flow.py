@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import itertools
-import json
 import os
 import platform
 import random
@@ -71,7 +70,7 @@ import bench_core
 import redis
 import redis.asyncio
 from bench_core import Role, Row, markdown_table
-from benchlib import Server, git_revision, json_safe, percentile
+from benchlib import Server, git_revision, merge_results, percentile
 
 import duetime
 from duetime import Job, KeyLimits, Limits, Rate
@@ -612,17 +611,8 @@ RUNNERS: dict[str, Callable[[Lab], tuple[list[Row], dict[str, Any]]]] = {
 
 
 def save_results(scenarios: dict[str, Any], environment: dict[str, Any]) -> None:
-    """Merge this session's scenarios into flow.json (atomically: write .tmp, rename)."""
-    RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-    previous: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        previous = json.loads(RESULTS_PATH.read_text())
-    merged = {"scenarios": {**previous.get("scenarios", {})}}
-    for name, entry in scenarios.items():
-        merged["scenarios"][name] = {**entry, "environment": environment}
-    temporary = RESULTS_PATH.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(json_safe(merged), indent=2, allow_nan=False) + "\n")
-    temporary.replace(RESULTS_PATH)
+    """Merge this session's scenarios into flow.json."""
+    merge_results(RESULTS_PATH, scenarios, environment)
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ queues). Needs only the standard library and redis-py.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import shutil
 import socket
@@ -141,6 +142,21 @@ def git_revision(where: Path) -> str | None:
         dirty = git("status", "--porcelain", "--", str(Path(top) / "src"))
         return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
     return None
+
+
+def merge_results(path: Path, scenarios: dict[str, Any], environment: dict[str, Any]) -> None:
+    """Merge this session's scenarios, each with ``environment``, into the results file at
+    ``path`` (atomically: write .tmp, rename); scenarios not run keep their last figures."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    previous: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        previous = json.loads(path.read_text())
+    merged = {"scenarios": {**previous.get("scenarios", {})}}
+    for name, entry in scenarios.items():
+        merged["scenarios"][name] = {**entry, "environment": environment}
+    temporary = path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(json_safe(merged), indent=2, allow_nan=False) + "\n")
+    temporary.replace(path)
 
 
 def json_safe(value: Any) -> Any:
