@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from duetime.errors import InvalidOptionError
-from duetime.validation import shown
+from duetime.validation import shown, whole_number
 
 #: A priority ranks a due task as if it were due this many seconds earlier per point.
 MOST_PRIORITY: Final = 1000
@@ -35,23 +35,15 @@ _UNIT_MS = {
 }  # fmt: skip
 
 
-def _whole(value: object, what: str, least: int, most: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
-        raise InvalidOptionError(
-            f"{what} must be an integer from {least} to {most}, got {shown(value)}"
-        )
-    return value
-
-
 def priority(value: object) -> int:
     """A task's priority: among due tasks, one of priority p ranks as if due p seconds
     earlier (higher first); it never runs before its run-at."""
-    return _whole(value, "priority", -MOST_PRIORITY, MOST_PRIORITY)
+    return whole_number(value, "priority", -MOST_PRIORITY, MOST_PRIORITY)
 
 
 def cost(value: object) -> int:
     """What one start of the task spends of its rate limits (1 by default)."""
-    return _whole(value, "cost", 1, MOST_COST)
+    return whole_number(value, "cost", 1, MOST_COST)
 
 
 def limit_key(value: object) -> str:
@@ -111,7 +103,7 @@ class Rate:
     burst: int = 1
 
     def __post_init__(self) -> None:
-        _whole(self.count, "a rate's count", 1, MOST_RATE_COUNT)
+        whole_number(self.count, "a rate's count", 1, MOST_RATE_COUNT)
         per = self.per
         if isinstance(per, bool) or not isinstance(per, int | float) or not math.isfinite(per):
             raise InvalidOptionError(f"a rate's period must be seconds, got {shown(per)}")
@@ -119,7 +111,7 @@ class Rate:
             raise InvalidOptionError(
                 f"a rate's period must be from 0.001 s to 30 days, got {shown(per)} s"
             )
-        _whole(self.burst, "a rate's burst", 1, MOST_RATE_COUNT)
+        whole_number(self.burst, "a rate's burst", 1, MOST_RATE_COUNT)
 
     @classmethod
     def parse(cls, text: str, burst: int = 1) -> Rate:
@@ -154,7 +146,7 @@ class Rate:
 
 
 def _concurrency(value: int | None, what: str) -> int | None:
-    return None if value is None else _whole(value, what, 1, MOST_CONCURRENCY)
+    return None if value is None else whole_number(value, what, 1, MOST_CONCURRENCY)
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,11 +123,8 @@ class Reporter:
         final: bool,
     ) -> None:
         state = self._state
-        attempt.finished = True
-        state.release_slot()
         try:
-            if attempt.fenced:
-                state.drop(attempt)
+            if not self._ending(attempt):
                 return
             text = _capped(_describe(error), MAX_ERROR_CHARS)
             trace = _capped(trace, MAX_TRACEBACK_CHARS, keep_end=True)
@@ -161,14 +158,21 @@ class Reporter:
         finally:
             state.forget(attempt.shard, attempt.task_id, attempt.attempt)
 
+    def _ending(self, attempt: Attempt) -> bool:
+        """An attempt ended without success: free its slot. False when its lease is gone
+        (dropped: there is nothing to report, another attempt owns the task)."""
+        attempt.finished = True
+        self._state.release_slot()
+        if attempt.fenced:
+            self._state.drop(attempt)
+            return False
+        return True
+
     async def report_snooze(self, attempt: Attempt, snooze: Snooze) -> None:
         """The handler asked to run again later: the task waits, its attempt given back."""
         state = self._state
-        attempt.finished = True
-        state.release_slot()
         try:
-            if attempt.fenced:
-                state.drop(attempt)
+            if not self._ending(attempt):
                 return
             applied = await self._with_retries(
                 lambda: attempt.shard.operations.snooze(

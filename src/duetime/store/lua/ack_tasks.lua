@@ -91,11 +91,10 @@ if #done > 0 then
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
-local flowing = #done > 0 and flow_on(KEYS[8])
+local flowing = #done > 0 and flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
+  KEYS[13], KEYS[14], KEYS[16])
 if flowing then
-  redis.call('LLEN', KEYS[16])
   redis.call('LLEN', KEYS[15])
-  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
 end
 for n = 1, #ids do
   if out[n] == 1 then

@@ -56,11 +56,8 @@ else
   head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   wake = must_wake(KEYS[7], comes_before(retry_at, head))
 end
-local flowing = flow_on(KEYS[12])
-if flowing then
-  redis.call('LLEN', KEYS[19])
-  probe_flow(KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18])
-end
+local flowing = flow_to_release(KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18],
+  KEYS[19])
 redis.call('LREM', KEYS[1], 1, id)
 redis.call('ZREM', KEYS[2], member)
 redis.call('HSET', KEYS[4], id, ARGV[5])

@@ -39,11 +39,8 @@ redis.call('HGET', KEYS[5], '')
 for key = 15, #KEYS do
   redis.call('LLEN', KEYS[key])
 end
-local flowing = flow_on(KEYS[7])
-if flowing then
-  redis.call('LLEN', KEYS[14])
-  probe_flow(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13])
-end
+local flowing = flow_to_release(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
+  KEYS[14])
 local ended, ended_leases = {}, {}
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]

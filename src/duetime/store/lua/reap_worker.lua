@@ -61,11 +61,8 @@ redis.call('ZSCORE', KEYS[3], '')
 redis.call('ZSCORE', KEYS[4], '')
 redis.call('ZSCORE', KEYS[7], '')
 redis.call('LLEN', KEYS[5])
-local flowing = flow_on(KEYS[10])
-if flowing then
-  redis.call('LLEN', KEYS[17])
-  probe_flow(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16])
-end
+local flowing = flow_to_release(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
+  KEYS[17])
 local members = {}
 for _, id in ipairs(listed) do
   members[#members + 1] = worker .. '|' .. id

@@ -39,11 +39,8 @@ end
 -- nothing written (a script that fails half way keeps the writes it made).
 local wake = must_wake(KEYS[5], comes_before(due_at,
   redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')))
-redis.call('LLEN', KEYS[15])
-local flowing = flow_on(KEYS[8])
-if flowing then
-  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
-end
+local flowing = flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],
+  KEYS[15])
 redis.call('LREM', KEYS[1], 1, id)
 redis.call('ZREM', KEYS[2], member)
 -- The attempt is given back, as when a worker hands a task back on shutdown.

@@ -534,6 +534,19 @@ local function probe_flow(records_key, due_key, turns_key, throttled_key, tats_k
   redis.call('ZSCORE', running_key, '')
 end
 
+-- Whether the queue is under flow control; if it is, every key a release writes is read
+-- first (the flow keys, and ``list_key``: the ready or wake list it may push to), so
+-- that one of the wrong type fails the call with nothing written.
+local function flow_to_release(config_key, records_key, due_key, turns_key, throttled_key,
+                               tats_key, running_key, list_key)
+  if not flow_on(config_key) then
+    return false
+  end
+  redis.call('LLEN', list_key)
+  probe_flow(records_key, due_key, turns_key, throttled_key, tats_key, running_key)
+  return true
+end
+
 -- After the leases of tasks ended (``ids``, with their lease members ``leases``): free
 -- their slots (release), and keep a task that may start in ready for a blocked worker
 -- (feed).
