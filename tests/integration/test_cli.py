@@ -262,8 +262,10 @@ def test_tables_fit_80_columns_and_never_cut_a_time(
     listed = cli.invoke(main, ["--utc", "dead", "list", "-q", queue_name], env=narrow)
     assert listed.exit_code == 0, listed.output
     assert fits(listed.stdout) and "2026-12-01 08:00:00+00:00" in listed.stdout
-    assert "an-id-far" in listed.stdout and "…" in listed.stdout  # cut, not wrapped
-    assert len(listed.stdout.splitlines()) == 3  # header, rule, one row
+    # The id (90 characters) is whole, folded onto more lines: an id is copied into other
+    # commands; the time is whole too, and the other columns give up their room.
+    rows = [line for line in listed.stdout.splitlines()[2:] if line.strip()]
+    assert "".join(line.split()[0] for line in rows) == long_id
 
     name = "a-cron-job-with-a-name-that-goes-on-and-on"
     add = ["cron", "add", "-q", queue_name, name, "0 9 * * *", "{}", "--tz", "America/St_Johns"]

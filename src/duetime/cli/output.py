@@ -20,6 +20,10 @@ from rich.text import Text as RichText
 from duetime import times
 from duetime.client import TaskStatus
 
+#: The widest an id column is made to keep its ids on one line: a generated id (12
+#: characters), or a cron tick's ("cron:<name>:<ms>") of a name of up to 25, with some
+#: room left for the other columns in an 80-column terminal.
+WHOLE_WIDTH = 44
 #: How the default handler (task name "") is shown, and may be named to --task.
 DEFAULT_HANDLER_SHOWN = "(default)"
 
@@ -29,13 +33,20 @@ class Table(RichTable):
     name read from Redis that is not UTF-8 (written by hand) is escaped, not a crash, and
     never taken as markup.
 
-    The cells of the columns named in ``one_line`` stay on one line, cut with an
-    ellipsis when space is short (ids, error text); a ``no_wrap`` column is never
-    narrowed (times): rich takes the room from the other columns.
+    The cells of the columns named in ``whole`` (ids: they are copied into other
+    commands) are never cut: their column is as wide as its longest cell (up to
+    WHOLE_WIDTH), rich takes the room from the others, and a longer id is folded onto
+    more lines, whole. The cells of the columns named in
+    ``one_line`` stay on one line, cut with an ellipsis when space is short (names, error
+    text); a ``no_wrap`` column is never narrowed (times).
     """
 
     def __init__(
-        self, *headers: str | Column, one_line: Sequence[str] = (), **options: Any
+        self,
+        *headers: str | Column,
+        one_line: Sequence[str] = (),
+        whole: Sequence[str] = ("id",),
+        **options: Any,
     ) -> None:
         options.setdefault("box", box.SIMPLE_HEAD)  # no side borders: room for the text
         options.setdefault("show_edge", False)
@@ -43,12 +54,18 @@ class Table(RichTable):
         options.setdefault("collapse_padding", True)
         super().__init__(*headers, **options)
         self.one_line = {i for i, c in enumerate(self.columns) if c.header in one_line}
+        self.whole = {i for i, c in enumerate(self.columns) if c.header in whole}
 
     def add_row(self, *cells: Any, **options: Any) -> None:
         shown_cells = []
         for index, cell in enumerate(cells):
             text = RichText(shown(str(cell)))
-            if index in self.one_line:
+            if index in self.whole:
+                text.overflow = "fold"
+                column = self.columns[index]
+                width = min(text.cell_len, WHOLE_WIDTH)
+                column.min_width = max(column.min_width or 0, width)
+            elif index in self.one_line:
                 text.no_wrap, text.overflow = True, "ellipsis"
             shown_cells.append(text)
         super().add_row(*shown_cells, **options)
@@ -71,13 +88,14 @@ def stderr_console() -> Console:
 def fail(message: str, code: int) -> NoReturn:
     errors = stderr_console()
     errors.print("[red]error:[/red] ", end="", highlight=False)
-    errors.print(shown(message), markup=False, highlight=False)  # user text is not markup
+    # Not wrapped at the terminal's width: a hint copied from it (a command) stays whole.
+    errors.print(shown(message), markup=False, highlight=False, soft_wrap=True)
     sys.exit(code)
 
 
 def say(message: str) -> None:
     """A remark for the person at the terminal, on stderr (stdout stays for results)."""
-    stderr_console().print(shown(message), markup=False, highlight=False)
+    stderr_console().print(shown(message), markup=False, highlight=False, soft_wrap=True)
 
 
 def display_zone(preferred: tzinfo | None = None) -> tzinfo | None:
