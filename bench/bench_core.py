@@ -56,7 +56,7 @@ from typing import Any
 
 import redis
 import redis.asyncio
-from benchlib import Server, git_revision, merge_results, percentile
+from benchlib import Server, bench_parser, git_revision, merge_results, percentile
 from redis.utils import HIREDIS_AVAILABLE
 
 import duetime
@@ -664,12 +664,7 @@ def session(kind: str, sizes: Sizes) -> Iterator[Bench]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument(
-        "--scenario", action="append", choices=SCENARIOS, help="run only this (repeatable)"
-    )
-    parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
+    parser = bench_parser(__doc__, SCENARIOS)
     # Internal: how the benchmark runs its dispatcher and worker processes.
     parser.add_argument("--role", choices=("dispatcher", "worker"), help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)

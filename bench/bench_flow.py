@@ -70,7 +70,7 @@ import bench_core
 import redis
 import redis.asyncio
 from bench_core import Role, Row, markdown_table
-from benchlib import Server, git_revision, merge_results, percentile
+from benchlib import Server, bench_parser, git_revision, merge_results, percentile
 
 import duetime
 from duetime import Job, KeyLimits, Limits, Rate
@@ -631,13 +631,7 @@ def session(kind: str, sizes: Sizes) -> Iterator[Lab]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument(
-        "--scenario", action="append", choices=SCENARIOS, help="run only this (repeatable)"
-    )
-    parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
-    return parser.parse_args(argv)
+    return bench_parser(__doc__, SCENARIOS).parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

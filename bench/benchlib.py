@@ -6,6 +6,7 @@ queues). Needs only the standard library and redis-py.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -142,6 +143,18 @@ def git_revision(where: Path) -> str | None:
         dirty = git("status", "--porcelain", "--", str(Path(top) / "src"))
         return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
     return None
+
+
+def bench_parser(doc: str | None, scenarios: Sequence[str]) -> argparse.ArgumentParser:
+    """The options every benchmark script takes: --quick, --scenario (repeatable) and
+    --server; ``doc`` is the script's docstring (its first paragraph describes it)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0] if doc else None)
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument(
+        "--scenario", action="append", choices=scenarios, help="run only this (repeatable)"
+    )
+    parser.add_argument("--server", choices=("redis", "valkey"), default="redis")
+    return parser
 
 
 def merge_results(path: Path, scenarios: dict[str, Any], environment: dict[str, Any]) -> None:
