@@ -51,7 +51,9 @@ end
 
 -- Give each of ``groups`` a turn after every group that has one, unless it has one or
 -- waits for its rate limit: give_turn for many, in a few commands whatever their number.
-local function give_turns(turns_key, throttled_key, groups)
+-- With ``due_key``, only to those that have a due task (looked up only for the groups
+-- without a turn: most keep theirs).
+local function give_turns(turns_key, throttled_key, groups, due_key)
   local adds = {}
   local last = false
   in_chunks(groups, function(first, final)
@@ -59,7 +61,8 @@ local function give_turns(turns_key, throttled_key, groups)
     local waiting = redis.call('ZMSCORE', throttled_key, unpack(groups, first, final))
     last = last or tonumber(redis.call('ZRANGE', turns_key, -1, -1, 'WITHSCORES')[2]) or 0
     for n = first, final do
-      if not having[n - first + 1] and not waiting[n - first + 1] then
+      if not having[n - first + 1] and not waiting[n - first + 1]
+          and (not due_key or first_of(due_key, groups[n])) then
         last = last + 1
         adds[#adds + 1] = last
         adds[#adds + 1] = groups[n]
@@ -118,6 +121,11 @@ end
 
 -- Lease members of the tasks this call started: their leases are written at its end.
 local started_here = {}
+
+-- At least as many as run in the queue as a call goes (read once, counted up at each
+-- start; entries left by gone leases only make it larger): no key runs more, so a key
+-- whose limit leaves room for its candidates under it needs no count of its own.
+local running_bound = false
 
 -- Drop from running the entries in [low, high] (BYLEX) whose lease is gone: a task taken
 -- back by a path that did not release its slot never holds it. Returns how many stay.
@@ -229,7 +237,11 @@ local function hold_of(config_key, running_key, leases_key, tats_key, throttled_
     return 'cap'
   end
   local most = limits[1]
-  if most and redis.call('ZLEXCOUNT', running_key, group_low(group), group_high(group)) >= most
+  if most and not running_bound then
+    running_bound = redis.call('ZCARD', running_key)
+  end
+  if most and running_bound >= most
+      and redis.call('ZLEXCOUNT', running_key, group_low(group), group_high(group)) >= most
       and heal_running(running_key, leases_key, group_low(group), group_high(group)) >= most then
     return 'busy'
   end
@@ -278,6 +290,7 @@ end
 -- lasts, and spends its cost of the rates.
 local function start_task(running_key, tats_key, group, lease, group_tat, queue_tat)
   started_here[lease] = true
+  running_bound = running_bound and running_bound + 1
   redis.call('ZADD', running_key, 0, group .. '\0' .. lease)
   if group_tat then
     redis.call('ZADD', tats_key, group_tat, group)
@@ -300,7 +313,12 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
                           group, candidates, room, queue, now, worker, writes)
   local limits = limits_of(config_key, group)
   local key_room = false
-  if limits[1] then
+  if limits[1] and not running_bound then -- the round's starts are not written yet
+    running_bound = redis.call('ZCARD', running_key) + #writes.running / 2
+  end
+  if limits[1] and limits[1] - running_bound >= #candidates then
+    key_room = limits[1] - running_bound
+  elseif limits[1] then
     local low, high = group_low(group), group_high(group)
     key_room = limits[1] - redis.call('ZLEXCOUNT', running_key, low, high)
     if key_room <= 0 then
@@ -354,6 +372,7 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
       running[#running + 1] = 0
       running[#running + 1] = group .. '\0' .. worker .. '|' .. id
       started_here[worker .. '|' .. id] = true
+      running_bound = running_bound and running_bound + 1
       room[1] = room[1] and room[1] - 1
     end
     key_room = key_room and key_room - 1
@@ -513,13 +532,11 @@ local function release(records_key, running_key, due_key, turns_key, throttled_k
   in_chunks(gone, function(first, last)
     redis.call('ZREM', running_key, unpack(gone, first, last))
   end)
-  local waiting = {}
+  local listed = {}
   for group in pairs(groups) do
-    if first_of(due_key, group) then
-      waiting[#waiting + 1] = group
-    end
+    listed[#listed + 1] = group
   end
-  give_turns(turns_key, throttled_key, waiting)
+  give_turns(turns_key, throttled_key, listed, due_key)
 end
 
 -- Read each flow key a script may write, before its first write: a key of the wrong type
