@@ -1,6 +1,6 @@
-"""Flow control under SIGKILL: a kill storm on a queue with a cap, per-key concurrency,
-per-key rates and one key with limits of its own; and a worker killed while it holds a
-key's only slot.
+"""Flow control under SIGKILL and SIGSTOP: a kill storm on a queue with a cap, per-key
+concurrency, per-key rates and one key with limits of its own; a worker killed while it
+holds a key's only slot; and one frozen past its lease while it holds it.
 
 Both use the machinery of test_faults.py (daemons as ``python -m duetime`` processes, the
 handlers' ledger, its comparison with what was scheduled) and end with its verdict:
@@ -13,7 +13,8 @@ limits and spent rates. On top, from the ledger:
   its slot is held from its claim until its outcome is written or its lease is reaped,
   which covers that span, so the count is exact. (A worker that outlives its lease,
   hung rather than killed, may still run while its slot is given away: the documented
-  bound. Here every worker that ends early ends by SIGKILL.)
+  bound, which the SIGSTOP test checks. In the others every worker that ends early ends
+  by SIGKILL.)
 - Per rate-limited key, the cost started within any span shorter than the rate's period
   never exceeds count + burst, as ``Rate`` promises (a start a moment late keeps its
   place in the schedule). A rate counts claims, by the
@@ -29,9 +30,11 @@ rate too soon (promote_due.lua drops spent rates a minute late).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -635,6 +638,124 @@ def test_a_worker_killed_holding_a_keys_only_slot(
     )
     assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
     assert counters.get("completed") == len(jobs), counters
+
+
+# --- 2b. a worker paused past its lease while it holds a key's only slot -----------------
+
+
+def pause_solo_holder(
+    ledger: Ledger, workers: list[Daemon], solo: set[str], frozen_for: float
+) -> tuple[Fault, tuple[str, int]]:
+    """Freeze a worker running a solo task with SIGSTOP for ``frozen_for`` seconds (past
+    its lease and its TTL), then resume it. Returns the fault and the frozen attempt."""
+    holder: tuple[Daemon, str] | None = None
+
+    def found() -> bool:
+        nonlocal holder
+        holder = solo_holder(ledger, workers, solo)
+        return holder is not None
+
+    wait_until_sync(found, timeout=30, what="a live worker running a solo task")
+    assert holder is not None
+    victim, task_id = holder
+    start = time.time()
+    victim.process.send_signal(signal.SIGSTOP)
+    try:
+        pause_until(start + frozen_for)
+    finally:
+        victim.process.send_signal(signal.SIGCONT)
+    attempt = max(a for (t, a), runs in ledger.attempts.items()
+                  if t == task_id and any(r.pid == victim.pid for r in runs))  # fmt: skip
+    return Fault("SIGSTOP", start, time.time(), frozenset({victim.pid})), (task_id, attempt)
+
+
+def test_a_worker_paused_past_its_lease_overlaps_a_keys_limit_by_its_own_attempt_only(
+    fleet: Fleet,
+    server: Server,
+    redis_url: str,
+    raw: redis.Redis,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The documented bound of a concurrency limit (docs/flow.md): a worker that is hung,
+    not killed, past its lease gives its slot away while its handler may still run, and
+    that is the only way a key runs more than its limit. The key "solo" may run one task
+    at a time; twice (five times in the soak run) the worker running solo's task is
+    frozen with SIGSTOP past its lease and its TTL, then resumed, so that its handler
+    finishes after the next solo task started. Leaving out the frozen attempts, solo
+    never runs two at once; with them, never more than one more; each frozen attempt's
+    outcome is refused (fenced) and its task runs again; nothing is lost or early."""
+    rng = random.Random(SEED)
+    env = {**STORM_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
+    lease = float(STORM_ENV["DUETIME_LEASE_DURATION"])
+    cycles = pick(2, 5)
+    ledger = Ledger(raw)
+    with Queue(queue_name, redis_url) as queue:
+        queue.set_limits(SOLO_LIMITS)
+        dispatcher = fleet.start("dispatcher", queue_name, redis_url, env)
+        workers = [start_worker(fleet, queue_name, redis_url, env, 4) for _ in range(2)]
+        wait_for_workers(raw, queue_name, 2)
+        begin = time.time() + 0.5
+        jobs = [
+            Job({"work": 0.6}, at=begin, task="flow_ledger", id=f"solo-{n}",
+                max_attempts=MAX_ATTEMPTS, limit_key="solo")
+            for n in range(pick(12, 30))
+        ] + [
+            Job({"work": round(rng.uniform(0.05, 0.2), 3)}, at=begin + rng.uniform(0, 8.0),
+                task="flow_ledger", id=f"other-{n}", max_attempts=MAX_ATTEMPTS,
+                limit_key=f"other-{n % 3}")
+            for n in range(pick(100, 250))
+        ]  # fmt: skip
+        queue.schedule_many(jobs)
+        solo = {str(job.id) for job in jobs if job.limit_key == "solo"}
+        faults: list[Fault] = []
+        frozen: list[tuple[str, int]] = []
+        pause_until(begin)
+        try:
+            for _ in range(cycles):
+                fault, attempt = pause_solo_holder(ledger, workers, solo, lease + 1.5)
+                faults.append(fault)
+                frozen.append(attempt)
+                pause_until(time.time() + rng.uniform(0.5, 1.5))
+        finally:
+            for worker in workers:
+                with contextlib.suppress(ProcessLookupError):
+                    worker.process.send_signal(signal.SIGCONT)
+        run_at = {str(job.id): float(job.at) for job in jobs}  # type: ignore[arg-type]
+        settle(ledger, queue, raw, list(run_at), timeout=60, fleet=fleet)
+        shut_down(fleet, raw, queue_name, workers, [dispatcher], reap_bound=30)
+        dump(fleet, ledger, faults)
+        verdict = compare(ledger, run_at, faults=faults, after=lease + 4.0)
+        counters = queue.stats().counters
+        problems = house_problems(verdict, queue, raw, fleet, rate_keys=0)
+    found = [s for s in spans(ledger, read_flow_records(raw), {}) if s.task_id in solo]
+    stale = [s for s in found if (s.task_id, s.attempt) in frozen]
+    most_others, when = peak(s for s in found if s not in stale)
+    most, _ = peak(found)
+    if most_others > 1:
+        problems.append(f"{most_others} solo tasks ran at once at {when / 1000:.3f}")
+    if most > 2:
+        problems.append(f"{most} solo tasks ran at once, frozen attempts included")
+    overlapped = [s for s in stale if any(o.start_ms < s.end_ms and o.start_ms > s.start_ms
+                                          for o in found if o not in stale)]  # fmt: skip
+    runs = ledger.runs_by_task()
+    for task_id, _ in frozen:
+        if len(runs.get(task_id, [])) < 2:
+            problems.append(f"{task_id} was frozen past its lease but did not run again")
+    report(
+        "flow control: a worker paused past its lease holding a key's only slot",
+        capsys,
+        kind=server.kind,
+        tasks=len(jobs),
+        pauses=len(faults),
+        frozen_attempts_overlapped_by_the_next=len(overlapped),
+        most_solo_at_once=most,
+        counters=counters,
+        **verdict.summary(),
+    )
+    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
+    assert overlapped, "no frozen attempt ran on beside the next solo task: nothing tested"
+    assert counters.get("fenced", 0) >= len(overlapped), counters
 
 
 # --- 3. a rate limit between clocks that disagree --------------------------------------
