@@ -27,8 +27,9 @@ class ScheduleRecorder(Hooks):
         self.scheduled += [(queue, task.id, task.task) for task in tasks]
 
 
+@pytest.mark.parametrize("shards", [1, 2])
 def test_plain_and_async_handlers_schedule_follow_ups_on_the_workers_connection(
-    redis_url: str, queue_name: str
+    redis_url: str, queue_name: str, shards: int
 ) -> None:
     recorder = ScheduleRecorder()
     app = App(hooks=[recorder])
@@ -59,11 +60,12 @@ def test_plain_and_async_handlers_schedule_follow_ups_on_the_workers_connection(
         follow_ups[follow_up] = context.id
 
     async def scenario() -> None:
-        worker = Worker(app, queue_name, redis_url, settings=FAST)
-        async with AsyncQueue(queue_name, redis_url) as queue:
+        worker = Worker(app, queue_name, redis_url, settings=FAST, shards=shards)
+        dispatcher = Dispatcher([queue_name], redis_url, settings=FAST, shards=shards)
+        async with AsyncQueue(queue_name, redis_url, shards=shards) as queue:
             starts = [await queue.schedule_now({"n": n}, task=start_plain) for n in range(3)]
             starts += [await queue.schedule_now({"n": n}, task=start_async) for n in range(3)]
-            async with running(Dispatcher([queue_name], redis_url, settings=FAST), worker):
+            async with running(dispatcher, worker):
                 await wait_until(lambda: len(done) == 6, what="the six follow-ups")
             assert sorted(follow_ups.values()) == sorted(starts)
             assert await queue.check() == []
@@ -80,6 +82,7 @@ def test_plain_and_async_handlers_schedule_follow_ups_on_the_workers_connection(
         assert asynchronous.runner is worker.runner
         assert isinstance(plain.runner, LoopRunner) and plain.runner._runner is worker.runner
         assert plain.core is asynchronous.core
+        assert plain.core.layout.count == shards
         # The app's hooks hear of the follow-ups, as a queue's hooks would.
         assert sorted(recorder.scheduled) == sorted(
             (queue_name, follow_up, "finish") for follow_up in follow_ups

@@ -74,9 +74,10 @@ class Worker:
     4. the outcomes still pending are sent;
     5. every shard's unfinished tasks are handed back to ready, and the worker
        deregistered;
-    6. whatever happened: the metrics hear of the last attempts, attempts left behind are
-       cancelled, the threads and the timeout timer stopped, and (``DaemonStartup``) the
-       runner closed and the metrics export taken back."""
+    6. whatever happened: the metrics hear of the last attempts, the connection lent to
+       handlers is taken back, attempts left behind are cancelled, the threads and the
+       timeout timer stopped, and (``DaemonStartup``) the runner closed and the metrics
+       export taken back."""
 
     def __init__(
         self,
@@ -215,8 +216,9 @@ class Worker:
         await self._hand_back()
 
     def _leave_nothing_running(self) -> None:
-        """Last, whatever happened: the metrics hear of the last attempts, and nothing of
-        the worker's keeps running (an attempt left behind, a thread, the timer)."""
+        """Last, whatever happened: the metrics hear of the last attempts, handlers can no
+        longer use the worker's connection, and nothing of the worker's keeps running (an
+        attempt left behind, a thread, the timer)."""
         if self._tally is not None:
             self._tally.flush()
         if self._lent is not None:
