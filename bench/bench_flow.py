@@ -115,7 +115,7 @@ async def claim_stamp(data: int) -> None:
     task = duetime.current_task()
     [url] = _leases
     deadline = await _leases[url].zscore(
-        QueueKeys(task.queue).leases, f"{task.worker_id}|{task.id}"
+        QueueKeys(task.queue_name).leases, f"{task.worker_id}|{task.id}"
     )
     claimed = float("nan") if deadline is None else (deadline - LEASE_MS) / 1000
     bench_core._stamps.append((data, started, claimed))  # type: ignore[arg-type]

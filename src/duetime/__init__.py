@@ -8,6 +8,7 @@ task_id = queue.schedule_task(1795320000, {"to": "a@example.com"})
 from duetime.app import App
 from duetime.client import (
     AsyncQueue,
+    AsyncTaskHandle,
     CronInfo,
     CronRun,
     DeadTask,
@@ -15,6 +16,7 @@ from duetime.client import (
     MinuteFigures,
     Queue,
     QueueStats,
+    TaskHandle,
     TaskStatus,
     TaskSummary,
     known_queues,
@@ -31,7 +33,8 @@ from duetime.hooks import (
     ScheduledTask,
 )
 from duetime.settings import Settings
-from duetime.worker import TaskContext, Worker, current_task
+from duetime.task_context import TaskContext, current_task
+from duetime.worker import Worker
 from duetime.worker.context import Snooze
 
 __version__ = "0.1.0"
@@ -39,6 +42,7 @@ __version__ = "0.1.0"
 __all__ = [
     "App",
     "AsyncQueue",
+    "AsyncTaskHandle",
     "AttemptInfo",
     "AttemptOutcome",
     "AttemptResult",
@@ -61,6 +65,7 @@ __all__ = [
     "Settings",
     "Snooze",
     "TaskContext",
+    "TaskHandle",
     "TaskStatus",
     "TaskSummary",
     "Worker",

@@ -114,6 +114,12 @@ class DaemonFailedError(DuetimeError):
     exit non-zero so that its supervisor (systemd, Kubernetes, ...) restarts it."""
 
 
+class QueueNotLentError(DuetimeError, RuntimeError):
+    """``current_task().queue`` cannot serve this caller: the worker that lends it has
+    stopped, the caller runs on an event loop other than the worker's, or the
+    ``TaskContext`` was not made by a worker. Open a ``Queue`` of your own there."""
+
+
 class NotDurableError(DuetimeError):
     """Durable mode: a write was applied on the master, but its confirmation fell short
     in time (fewer replicas than asked, or, with durable_fsync, no fsync), so a failover

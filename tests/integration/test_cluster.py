@@ -210,12 +210,12 @@ def test_main_scenarios_on_three_masters(clean_cluster: Cluster) -> None:
     @app.default
     def record(data: dict[str, str]) -> str:
         context = current_task()
-        seen[context.queue].append((data["kind"], context.attempt))
+        seen[context.queue_name].append((data["kind"], context.attempt))
         if data["kind"] == "flaky" and context.attempt == 1:
             raise ValueError("first attempt fails")
         if data["kind"] == "broken":
             raise ValueError("always fails")
-        return f"ok from {context.queue}"
+        return f"ok from {context.queue_name}"
 
     queues = [Queue(name, url, settings=FAST) for name in QUEUES]
     try:

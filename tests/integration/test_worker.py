@@ -52,7 +52,7 @@ def test_named_and_default_handlers_run_with_their_context(redis_url: str, queue
         assert queue.stats().counters["completed"] == 2
     data, context = seen["greet"]
     assert data == {"name": "ada"}
-    assert (context.id, context.task, context.attempt, context.queue) == (
+    assert (context.id, context.task, context.attempt, context.queue_name) == (
         greet_id,
         "greet",
         1,

@@ -444,7 +444,7 @@ def run_sample(redis_url: str, sample: list[Runnable]) -> list[str]:
 
     def recorder(data: Any) -> None:
         context = duetime.current_task()
-        seen[context.queue, context.id] = codec.pack(data)
+        seen[context.queue_name, context.id] = codec.pack(data)
 
     app.default(recorder)
     for name in REGISTERED:

@@ -6,11 +6,13 @@ Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepar
 task checked and ready to write), ``shards``, ``preparing``, ``producing``,
 ``inspection``, ``control`` and ``cron`` (the plans, joined by ``core.QueueCore``),
 ``reports`` (records read from the store's replies), ``queue`` (``Queue``,
-``AsyncQueue``), ``selection`` and ``coalescing``.
+``AsyncQueue``), ``handles`` (typed schedule calls of one handler), ``registry`` (the
+queues a server knows), ``selection`` and ``coalescing``.
 """
 
 from duetime.client.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
+from duetime.client.handles import AsyncTaskHandle, HandleOptions, TaskHandle
 from duetime.client.ids import new_task_id, new_task_ids
 from duetime.client.models import (
     LISTED_STATES,
@@ -28,7 +30,8 @@ from duetime.client.models import (
     TaskSummary,
     Timestamp,
 )
-from duetime.client.queue import AsyncQueue, Queue, known_queues
+from duetime.client.queue import AsyncQueue, Queue
+from duetime.client.registry import known_queues
 from duetime.client.selection import (
     BATCH_SIZE,
     DeadFilter,
@@ -46,18 +49,21 @@ __all__ = [
     "LISTED_STATES",
     "MOST_PER_ROUND_TRIP",
     "AsyncQueue",
+    "AsyncTaskHandle",
     "CronInfo",
     "CronRun",
     "DeadFilter",
     "DeadSelection",
     "DeadTask",
     "Duration",
+    "HandleOptions",
     "Job",
     "MinuteFigures",
     "Queue",
     "QueueCore",
     "QueueStats",
     "TaskCoalescer",
+    "TaskHandle",
     "TaskIds",
     "TaskOptions",
     "TaskRef",

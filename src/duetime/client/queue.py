@@ -1,5 +1,5 @@
 """``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
-wait for tasks; and ``known_queues``, the queues a server's dispatchers have served.
+wait for tasks, and make typed handles of handlers (``task``).
 
 ``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
 synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
@@ -8,13 +8,14 @@ same by construction. Every input is checked before anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Sequence
-from typing import Any, Self, Unpack
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Self, TypeVar, Unpack
 
 from duetime import cron, validation
 from duetime.checker import Violation
 from duetime.client.coalescing import TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
+from duetime.client.handles import AsyncTaskHandle, TaskHandle
 from duetime.client.models import (
     CronInfo,
     DeadTask,
@@ -29,27 +30,17 @@ from duetime.client.models import (
     Timestamp,
 )
 from duetime.client.prepared import PreparedTask
+from duetime.client.preparing import task_name_of
 from duetime.clock import Clock
-from duetime.errors import DuetimeError
 from duetime.flow import KeyLimits, Limits
 from duetime.hooks import Hooks
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store import AsyncRunner, SyncRunner
+from duetime.store.bridge import LoopRunner
 from duetime.store.flow_control import FlowState
-from duetime.store.operations import RegisteredQueue, registered_queues
 from duetime.store.runner import RedisSpec
 
-
-def known_queues(
-    redis: RedisSpec = None, settings: Settings = DEFAULT_SETTINGS
-) -> list[RegisteredQueue]:
-    """The queues dispatchers have served on this server (each noted when a dispatcher
-    starts), by name, with their shard count: what ``duetime queues`` lists."""
-    runner = SyncRunner(redis, settings)
-    try:
-        return runner.run(registered_queues())
-    finally:
-        runner.close()
+T = TypeVar("T")
 
 
 class Queue:
@@ -75,16 +66,31 @@ class Queue:
         shards: int = 1,
         hooks: Iterable[Hooks] = (),
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
-        self.runner = SyncRunner(redis, settings)
-        self.name = self.core.name
+        core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
+        self._use(core, SyncRunner(redis, settings), owns_runner=True)
+
+    @classmethod
+    def lent(cls, core: QueueCore, runner: LoopRunner) -> Self:
+        """A queue on a worker's connection, lent to its plain-function handlers
+        (``current_task().queue``); ``close()`` leaves the connection to the worker."""
+        queue = cls.__new__(cls)
+        queue._use(core, runner, owns_runner=False)
+        return queue
+
+    def _use(self, core: QueueCore, runner: SyncRunner | LoopRunner, owns_runner: bool) -> None:
+        self.core, self.runner, self.name, self._owns_runner = core, runner, core.name, owns_runner
         self._coalescer: ThreadCoalescer[PreparedTask, str] | None = None
-        if settings.coalesce_schedules:
-            core, runner = self.core, self.runner  # not self: a cycle would outlive a drop
+        if core.settings.coalesce_schedules:
+            run = runner.run  # not self: a cycle would outlive a drop
             self._coalescer = ThreadCoalescer(
-                lambda item: runner.run(core.schedule_one_plan(item)),
-                lambda items: runner.run(core.schedule_together_plan(items)),
+                lambda item: run(core.schedule_one_plan(item)),
+                lambda items: run(core.schedule_together_plan(items)),
             )
+
+    def task(self, handler: Callable[[T], object]) -> TaskHandle[T]:
+        """The schedule calls of ``handler`` (registered with ``@app.task``), ``data``
+        typed as its parameter: ``queue.task(send_email).schedule_in(60, email)``."""
+        return TaskHandle(self, task_name_of(handler))
 
     def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` at ``at`` (epoch seconds or aware datetime); returns the task id.
@@ -223,7 +229,8 @@ class Queue:
         return self.runner.run(self.core.trigger_cron_plan(name))
 
     def close(self) -> None:
-        self.runner.close()
+        if self._owns_runner:
+            self.runner.close()
 
     def __enter__(self) -> Self:
         return self
@@ -247,20 +254,29 @@ class AsyncQueue:
         shards: int = 1,
         hooks: Iterable[Hooks] = (),
     ) -> None:
-        self.core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
-        self.runner = AsyncRunner(redis, settings)
-        self.name = self.core.name
+        core = QueueCore(name, settings, clock, result_ttl, durable, shards, hooks)
+        self._use(core, AsyncRunner(redis, settings), owns_runner=True)
+
+    @classmethod
+    def lent(cls, core: QueueCore, runner: AsyncRunner) -> Self:
+        """As ``Queue.lent``, for async handlers, on the worker's own runner."""
+        queue = cls.__new__(cls)
+        queue._use(core, runner, owns_runner=False)
+        return queue
+
+    def _use(self, core: QueueCore, runner: AsyncRunner, owns_runner: bool) -> None:
+        self.core, self.runner, self.name, self._owns_runner = core, runner, core.name, owns_runner
         self._coalescer: TaskCoalescer[PreparedTask, str] | None = None
-        if settings.coalesce_schedules:
-            core, runner = self.core, self.runner  # not self: a cycle would outlive a drop
+        if core.settings.coalesce_schedules:
+            run = runner.run  # not self: a cycle would outlive a drop
+            self._coalescer = TaskCoalescer(
+                lambda item: run(core.schedule_one_plan(item)),
+                lambda items: run(core.schedule_together_plan(items)),
+            )
 
-            async def one(item: PreparedTask) -> str:
-                return await runner.run(core.schedule_one_plan(item))
-
-            async def together(items: list[PreparedTask]) -> list[str | DuetimeError]:
-                return await runner.run(core.schedule_together_plan(items))
-
-            self._coalescer = TaskCoalescer(one, together)
+    def task(self, handler: Callable[[T], object]) -> AsyncTaskHandle[T]:
+        """As ``Queue.task``: ``await queue.task(send_email).schedule_in(60, email)``."""
+        return AsyncTaskHandle(self, task_name_of(handler))
 
     async def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
         if at is None:
@@ -373,7 +389,8 @@ class AsyncQueue:
         return await self.runner.run(self.core.trigger_cron_plan(name))
 
     async def close(self) -> None:
-        await self.runner.close()
+        if self._owns_runner:
+            await self.runner.close()
 
     async def __aenter__(self) -> Self:
         return self

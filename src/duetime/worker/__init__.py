@@ -28,7 +28,6 @@ about a second while Redis answers.
 """
 
 from duetime.worker.attempt import EARLY_NOTE_SLACK, FURTHEST_NOTE_MS
-from duetime.worker.context import TaskContext, current_task
 from duetime.worker.reporter import ACK_BATCH, MAX_ERROR_CHARS, MAX_TRACEBACK_CHARS
 from duetime.worker.state import WorkerCounters
 from duetime.worker.worker import DEFAULT_CONCURRENCY, HURRY, Worker, new_worker_id
@@ -41,9 +40,7 @@ __all__ = [
     "HURRY",
     "MAX_ERROR_CHARS",
     "MAX_TRACEBACK_CHARS",
-    "TaskContext",
     "Worker",
     "WorkerCounters",
-    "current_task",
     "new_worker_id",
 ]

@@ -1,29 +1,24 @@
-"""What a handler can learn of the attempt it runs (``current_task()``), and what it
-can ask of the worker beyond succeeding or failing (``Snooze``)."""
+"""What a handler can ask of the worker beyond succeeding or failing (``Snooze``), the
+attempt it runs (``current_attempt``, read by ``duetime.task_context.current_task()``),
+and the worker's connection as it lends it to its handlers (``LentConnection``)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from duetime import validation
+from duetime.clock import Clock
+from duetime.hooks import Hooks
+from duetime.settings import Settings
+from duetime.store import AsyncRunner
+from duetime.store.bridge import LoopRunner
 
 if TYPE_CHECKING:
     from duetime.worker.state import Attempt
-
-
-@dataclass(frozen=True, slots=True)
-class TaskContext:
-    """What a handler may want to know about the attempt it runs (``current_task()``)."""
-
-    id: str
-    queue: str
-    task: str
-    attempt: int
-    max_attempts: int
-    run_at: float  # epoch seconds
-    worker_id: str
 
 
 #: The longest a handler may snooze its task: past that, schedule a new one.
@@ -49,6 +44,37 @@ class Snooze(Exception):
 current_attempt: contextvars.ContextVar[Attempt] = contextvars.ContextVar("duetime_task")
 
 
-def current_task() -> TaskContext:
-    """The attempt the calling handler runs; LookupError outside a handler."""
-    return current_attempt.get().task_context()
+class LentConnection:
+    """The worker's connection as its handlers use it: its asyncio runner on its event
+    loop for async handlers, ``bridge`` (the same runner, reached from other threads)
+    for plain functions, and what a queue client on them must know of the queue. The
+    worker makes one when it starts and closes it when it ends.
+
+    The worker knows nothing of queue clients (the layers below ``duetime`` do not
+    import each other): ``duetime.task_context`` makes the clients a handler gets, once
+    per worker, and keeps them in ``clients``."""
+
+    def __init__(
+        self,
+        queue: str,
+        shards: int,
+        settings: Settings,
+        clock: Clock | None,
+        hooks: Sequence[Hooks],
+        runner: AsyncRunner,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.queue = queue
+        self.shards = shards
+        self.settings = settings
+        self.clock = clock  # the worker's own when it was given one (a test's ManualClock)
+        self.hooks = hooks
+        self.runner = runner
+        self.loop = loop
+        self.bridge = LoopRunner(runner, loop)
+        self.clients: Any = None  # (Queue, AsyncQueue), made on first use
+        self.making = threading.Lock()  # handler threads may ask for them at once
+
+    def close(self) -> None:
+        """The worker has stopped: a plain function's queue refuses what comes later."""
+        self.bridge.close()

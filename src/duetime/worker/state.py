@@ -16,7 +16,7 @@ from duetime.settings import Settings
 from duetime.store import AsyncRunner
 from duetime.store.operations import QueueOperations
 from duetime.store.working import Outcome
-from duetime.worker.context import TaskContext
+from duetime.worker.context import LentConnection
 
 if TYPE_CHECKING:
     from duetime.codec import Envelope
@@ -38,6 +38,7 @@ class Shard:
     fences_unreported: int = 0  # outcomes dropped here, not yet added to `fenced`
     paused: bool = False  # the queue was found paused (said once in the log)
     woken: bool = False  # the last wait for a resume was woken, not timed out
+    lent: LentConnection | None = None  # the worker's, once it runs (current_task().queue)
 
     @property
     def label(self) -> str:
@@ -64,7 +65,8 @@ class Attempt:
     envelope: Envelope | None = None
     job: Job | None = None  # a plain handler's run on the worker's threads
     info: AttemptInfo | None = None  # what hooks are told, made when the handler starts
-    context: TaskContext | None = None  # made on the first current_task()
+    # Its duetime.TaskContext, made on the first current_task() (above this layer).
+    context: object = None
 
     def __init__(self, shard: Shard, task_id: str, attempt: int, leased_at: float) -> None:
         self.shard = shard
@@ -76,21 +78,6 @@ class Attempt:
     @property
     def key(self) -> tuple[int, str]:
         return self.shard.index, self.task_id
-
-    def task_context(self) -> TaskContext:
-        if self.context is None:
-            envelope = self.envelope
-            assert envelope is not None  # set before the handler runs
-            self.context = TaskContext(
-                id=self.task_id,
-                queue=self.shard.queue,
-                task=envelope.task,
-                attempt=self.attempt,
-                max_attempts=envelope.max_attempts,
-                run_at=validation.seconds_of_ms(envelope.run_at_ms),
-                worker_id=self.shard.worker_id,
-            )
-        return self.context
 
     def attempt_info(self) -> AttemptInfo:
         """What hooks are told of this attempt (once its handler started)."""

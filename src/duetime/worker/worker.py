@@ -28,6 +28,7 @@ from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor, cancel_and_wait
 from duetime.worker.attempt import AttemptRunner
 from duetime.worker.claimer import Claimer
+from duetime.worker.context import LentConnection
 from duetime.worker.heartbeater import Heartbeater
 from duetime.worker.reporter import Reporter
 from duetime.worker.state import Shard, WorkerCounters, WorkerSetup, WorkerState
@@ -73,9 +74,10 @@ class Worker:
     4. the outcomes still pending are sent;
     5. every shard's unfinished tasks are handed back to ready, and the worker
        deregistered;
-    6. whatever happened: the metrics hear of the last attempts, attempts left behind are
-       cancelled, the threads and the timeout timer stopped, and (``DaemonStartup``) the
-       runner closed and the metrics export taken back."""
+    6. whatever happened: the metrics hear of the last attempts, the connection lent to
+       handlers is taken back, attempts left behind are cancelled, the threads and the
+       timeout timer stopped, and (``DaemonStartup``) the runner closed and the metrics
+       export taken back."""
 
     def __init__(
         self,
@@ -99,6 +101,7 @@ class Worker:
         self.settings = settings
         self.worker_id = validation.worker_id(worker_id or new_worker_id())
         self.layout = QueueLayout(self.queue, validation.shards(shards))
+        self._clock = clock
         self.shards = [
             Shard(index, operations, self.queue, self.worker_id)
             for index, operations in enumerate(
@@ -107,6 +110,7 @@ class Worker:
         ]
         self.operations = self.shards[0].operations
         self.runner: AsyncRunner | None = None
+        self._lent: LentConnection | None = None  # lent to the handlers while it runs
         self._redis = redis
         self._state = WorkerState(concurrency)
         self.counters: WorkerCounters = self._state.counters
@@ -168,6 +172,7 @@ class Worker:
             hooks=self._hooks,
             tally=self._tally,
         )
+        self._lend(runner)
         reporter = Reporter(setup, state, self._durable)
         attempts = AttemptRunner(
             setup,
@@ -211,15 +216,33 @@ class Worker:
         await self._hand_back()
 
     def _leave_nothing_running(self) -> None:
-        """Last, whatever happened: the metrics hear of the last attempts, and nothing of
-        the worker's keeps running (an attempt left behind, a thread, the timer)."""
+        """Last, whatever happened: the metrics hear of the last attempts, handlers can no
+        longer use the worker's connection, and nothing of the worker's keeps running (an
+        attempt left behind, a thread, the timer)."""
         if self._tally is not None:
             self._tally.flush()
+        if self._lent is not None:
+            self._lent.close()
         for attempt in self._state.held.values():
             if attempt.runner is not None:
                 attempt.runner.cancel()
         self._threads.close()
         self._timeouts.cancel()
+
+    def _lend(self, runner: AsyncRunner) -> None:
+        """Lend the worker's connection to its handlers (``current_task().queue``): they
+        schedule on it rather than open connections of their own."""
+        self._lent = LentConnection(
+            self.queue,
+            self.layout.count,
+            self.settings,
+            self._clock,
+            self.app.hooks.hooks,
+            runner,
+            asyncio.get_running_loop(),
+        )
+        for shard in self.shards:
+            shard.lent = self._lent
 
     def _claimer_name(self, shard: Shard) -> str:
         return "claimer" if len(self.shards) == 1 else f"claimer of shard {shard.index}"
