@@ -51,9 +51,9 @@ end
 
 -- Give each of ``groups`` a turn after every group that has one, unless it has one or
 -- waits for its rate limit: give_turn for many, in a few commands whatever their number.
--- With ``due_key``, only to those that have a due task (looked up only for the groups
--- without a turn: most keep theirs).
-local function give_turns(turns_key, throttled_key, groups, due_key)
+-- With ``wanted`` (a function of a group), only to those it accepts: it is asked only of
+-- the groups without a turn (most keep theirs).
+local function give_turns(turns_key, throttled_key, groups, wanted)
   local adds = {}
   local last = false
   in_chunks(groups, function(first, final)
@@ -62,7 +62,7 @@ local function give_turns(turns_key, throttled_key, groups, due_key)
     last = last or tonumber(redis.call('ZRANGE', turns_key, -1, -1, 'WITHSCORES')[2]) or 0
     for n = first, final do
       if not having[n - first + 1] and not waiting[n - first + 1]
-          and (not due_key or first_of(due_key, groups[n])) then
+          and (not wanted or wanted(groups[n])) then
         last = last + 1
         adds[#adds + 1] = last
         adds[#adds + 1] = groups[n]
@@ -536,7 +536,9 @@ local function release(records_key, running_key, due_key, turns_key, throttled_k
   for group in pairs(groups) do
     listed[#listed + 1] = group
   end
-  give_turns(turns_key, throttled_key, listed, due_key)
+  give_turns(turns_key, throttled_key, listed, function(group)
+    return first_of(due_key, group) -- a group with due tasks
+  end)
 end
 
 -- Read each flow key a script may write, before its first write: a key of the wrong type
