@@ -90,8 +90,10 @@ def test_an_async_queue_starts_the_server_without_blocking_the_event_loop(
         async with AsyncQueue("reminders") as queue:  # no URL, none in the environment
             assert not embedded.socket_path().exists()  # made, nothing started yet
             # Two first calls at once share one start.
-            return await asyncio.gather(
-                queue.schedule_in(600, {"n": 1}), queue.schedule_in(600, {"n": 2})
+            return list(
+                await asyncio.gather(
+                    queue.schedule_in(600, {"n": 1}), queue.schedule_in(600, {"n": 2})
+                )
             )
 
     loop = asyncio.new_event_loop()

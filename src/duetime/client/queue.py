@@ -1,5 +1,5 @@
 """``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
-wait for tasks; and ``known_queues``, the queues a server's dispatchers have served.
+wait for tasks; and ``known_queues``, the queues a server has seen used.
 
 ``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
 synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
@@ -43,8 +43,9 @@ from duetime.store.runner import RedisSpec
 def known_queues(
     redis: RedisSpec = None, settings: Settings = DEFAULT_SETTINGS
 ) -> list[RegisteredQueue]:
-    """The queues dispatchers have served on this server (each noted when a dispatcher
-    starts), by name, with their shard count: what ``duetime queues`` lists."""
+    """The queues on this server, by name, with their shard count: what ``duetime
+    queues`` lists. A client notes a queue after its first write to it, and a dispatcher
+    each time it starts (``seen_ms``, which is 0 while no dispatcher has)."""
     runner = SyncRunner(redis, settings)
     try:
         return runner.run(registered_queues())

@@ -136,9 +136,13 @@ class SyncRunner:
                     *wire_arguments(request.args), **routed(self, client, request)
                 )
             except redis.ResponseError as error:
-                if not request.refusal_as_reply:
+                if not (request.refusal_as_reply or request.failure_as_reply):
                     raise
                 return translated_refusal(self.address, error)
+            except REDIS_ERRORS as error:
+                if not request.failure_as_reply:
+                    raise
+                return translated(error, self.address, self.clustered)
             return scan_reply(reply)
         if isinstance(request, Eval):
             arguments = ("EVALSHA", *evalsha_arguments(request.script, request.keys, request.args))
@@ -294,9 +298,13 @@ class AsyncRunner:
                     *wire_arguments(request.args), **routed(self, client, request)
                 )
             except redis.ResponseError as error:
-                if not request.refusal_as_reply:
+                if not (request.refusal_as_reply or request.failure_as_reply):
                     raise
                 return translated_refusal(self.address, error)
+            except REDIS_ERRORS as error:
+                if not request.failure_as_reply:
+                    raise
+                return translated(error, self.address, self.clustered)
             return scan_reply(reply)
         if isinstance(request, Eval):
             arguments = ("EVALSHA", *evalsha_arguments(request.script, request.keys, request.args))
