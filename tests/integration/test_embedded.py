@@ -18,6 +18,7 @@ import redis
 
 from duetime import AsyncQueue, Queue, embedded
 from duetime.embedded import EmbeddedServer, ensure_server, stop_server
+from duetime.errors import EmbeddedServerError
 from tests.servers import binary
 
 pytestmark = pytest.mark.skipif(
@@ -105,3 +106,30 @@ def test_an_async_queue_starts_the_server_without_blocking_the_event_loop(
     monkeypatch.setattr(embedded, "ensure_server", real_start)
     with Queue("reminders") as queue:  # the tasks are on the server that was started
         assert [queue.status(task_id) is not None for task_id in task_ids] == [True, True]
+
+
+def test_an_async_queue_tries_a_failed_start_again_on_the_next_call(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_start = embedded.ensure_server
+    attempts: list[int] = []
+
+    def fails_once(*args: Any, **kwargs: Any) -> EmbeddedServer:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise EmbeddedServerError("could not start the embedded Valkey (on purpose)")
+        return real_start(*args, **kwargs)
+
+    monkeypatch.setattr(embedded, "ensure_server", fails_once)
+
+    async def scenario() -> str:
+        async with AsyncQueue("reminders") as queue:
+            with pytest.raises(EmbeddedServerError, match="on purpose"):
+                await queue.schedule_in(600, {"n": 1})
+            return await queue.schedule_in(600, {"n": 2})
+
+    task_id = asyncio.run(scenario())
+    assert len(attempts) == 2
+    monkeypatch.setattr(embedded, "ensure_server", real_start)
+    with Queue("reminders") as queue:
+        assert queue.status(task_id) is not None
