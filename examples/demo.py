@@ -1,12 +1,17 @@
 """The duetime demo (`make demo`): on the embedded Valkey server, delayed tasks fire on
 time (with their measured lateness), a flaky task is retried, a broken one is
-dead-lettered, and the invariant check passes."""
+dead-lettered, and the invariant check passes. The commands it suggests are written so
+that they run as printed, from where the demo ran: `make demo` does not activate the
+virtualenv, so they name `.venv/bin/duetime` unless `duetime` on PATH is this one."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -43,6 +48,19 @@ async def broken_report(data: dict[str, Any]) -> None:
     raise ValueError("report template missing (fails on every attempt)")
 
 
+def duetime_command() -> str:
+    """How to run this install's `duetime` from the current directory: `duetime` when the
+    one on PATH is it, else its path (relative when under this directory)."""
+    script = Path(sys.executable).parent / "duetime"  # not resolved: a venv's python links out
+    on_path = shutil.which("duetime")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "duetime"
+    try:
+        return str(script.relative_to(Path.cwd()))
+    except ValueError:
+        return str(script)
+
+
 async def run_until_done(url: str, reminder_ids: list[str]) -> None:
     dispatcher = duetime.Dispatcher([QUEUE], url, settings=SETTINGS)
     worker = duetime.Worker(app, QUEUE, url, concurrency=10, settings=SETTINGS)
@@ -64,8 +82,15 @@ async def run_until_done(url: str, reminder_ids: list[str]) -> None:
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="  worker log: %(message)s")
+    duetime_cli = duetime_command()
     server = ensure_server()
-    console.print(server.describe(), highlight=False)
+    console.print(server.describe(), highlight=False, soft_wrap=True)
+    console.print(
+        "  it is yours, not this project's: every project of yours that gives no Redis URL "
+        "shares it (set DUETIME_HOME for one of a project's own)",
+        highlight=False,
+        soft_wrap=True,
+    )
     with duetime.Queue(QUEUE, server.url, settings=SETTINGS) as queue:
         queue.purge_dead()  # earlier demo runs left their dead-letter example
         now = time.time()
@@ -97,15 +122,30 @@ def main() -> None:
         console.print(f"retry: flaky_sync ran attempts {flaky_attempts}; result: {result!r}")
         [dead] = [d for d in queue.dead_tasks() if d.id == dead_id]
         console.print(f"dead letter: {dead.task} after {dead.attempts} attempts: {dead.error}")
-        console.print(f"  inspect it: duetime dead show --queue {QUEUE} {dead_id}")
+        console.print(
+            f"  inspect it: {duetime_cli} dead show --queue {QUEUE} {dead_id}",
+            highlight=False,
+            soft_wrap=True,
+        )
         violations = queue.check()
         console.print(
             "invariant check: " + ("[green]all hold[/green]" if not violations else str(violations))
         )
         if violations or len(starts) != len(reminder_ids):
             raise SystemExit(1)
-    console.print("the embedded server keeps running for other duetime commands; stop it with "
-                  "`duetime server stop`")  # fmt: skip
+    console.print(
+        f"the embedded server keeps running for other duetime commands: try `{duetime_cli} "
+        f"queues`; stop it with `{duetime_cli} server stop`",
+        highlight=False,
+        soft_wrap=True,
+    )
+    if duetime_cli != "duetime":
+        console.print(
+            f"(to type plain `duetime`, activate the virtualenv: . {Path(duetime_cli).parent}"
+            "/activate)",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 if __name__ == "__main__":

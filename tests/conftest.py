@@ -5,9 +5,12 @@ the run instead of being skipped, since nothing that needs a server may be skipp
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -68,3 +71,19 @@ def in_paris(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     monkeypatch.undo()
     time.tzset()
+
+
+@pytest.fixture
+def embedded_home(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An embedded server of the test's own: DUETIME_HOME a fresh directory (short: it
+    holds the server's Unix socket), no DUETIME_REDIS_URL; the server, if the test
+    started one, stopped at the end. Needs the valkey kind (a failure in CI)."""
+    require_binary("valkey")
+    directory = Path(tempfile.mkdtemp(prefix="dt-", dir="/tmp"))
+    monkeypatch.setenv("DUETIME_HOME", str(directory))
+    monkeypatch.delenv("DUETIME_REDIS_URL", raising=False)
+    yield directory
+    from duetime.embedded import stop_server
+
+    stop_server()
+    shutil.rmtree(directory, ignore_errors=True)

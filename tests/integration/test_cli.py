@@ -386,9 +386,13 @@ def test_queues_tasks_run_now_pause_and_resume(
     from duetime import Dispatcher
     from tests.helpers import FAST, running, wait_until
 
+    def seen() -> bool:
+        listed = json.loads(cli.invoke(main, ["queues", "--json"]).stdout)
+        return any(entry["queue"] == queue_name and entry["seen"] for entry in listed)
+
     async def register() -> None:  # a dispatcher notes its queues when it starts
         async with running(Dispatcher([queue_name], redis_url, settings=FAST, shards=2)):
-            await wait_until(lambda: queue_name in cli.invoke(main, ["queues"]).stdout)
+            await wait_until(seen, what="the dispatcher's note")
 
     with Queue(queue_name, redis_url, shards=2) as queue:
         later = queue.schedule_in(3600, {"n": 1}, task="send", id="later-1")
@@ -423,6 +427,29 @@ def test_queues_tasks_run_now_pause_and_resume(
         assert "paused" in cli.invoke(main, ["queues"], env={"COLUMNS": "80"}).stdout
         assert cli.invoke(main, ["resume", queue_name, *shards]).exit_code == 0
         assert not queue.is_paused()
+
+
+def test_queues_lists_a_queue_from_its_first_task(
+    cli: CliRunner, redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """Listed as soon as a client has written to it, before any dispatcher ran, with its
+    shard count; each client notes it once, and only after a write that went through."""
+    before = raw.info("commandstats").get("cmdstat_hsetnx", {}).get("calls", 0)
+    with Queue(queue_name, redis_url, shards=3) as queue:
+        queue.schedule_in(60, {"n": 1})
+        queue.schedule_many([(time.time() + 60, {"n": 2}), (time.time() + 60, {"n": 3})])
+        queue.add_cron("nightly", "0 3 * * *", {})
+    assert raw.info("commandstats")["cmdstat_hsetnx"]["calls"] == before + 1
+    listed = json.loads(cli.invoke(main, ["queues", "--json"]).stdout)
+    [mine] = [entry for entry in listed if entry["queue"] == queue_name]
+    assert (mine["shards"], mine["scheduled"], mine["seen"]) == (3, 3, None)
+    table = cli.invoke(main, ["queues"], env={"COLUMNS": "80"}).stdout
+    assert "no dispatcher" in table
+    # A cron job alone lists its queue too.
+    with Queue(f"{queue_name}-cron", redis_url) as queue:
+        queue.add_cron("nightly", "0 3 * * *", {})
+    listed = json.loads(cli.invoke(main, ["queues", "--json"]).stdout)
+    assert f"{queue_name}-cron" in {entry["queue"] for entry in listed}
 
 
 def test_dashboard_serves_the_queues_and_refuses_an_open_address_without_auth(

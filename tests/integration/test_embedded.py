@@ -1,19 +1,24 @@
-"""The embedded Valkey: started once, attached to by other processes, data on disk."""
+"""The embedded Valkey: started once, attached to by other processes, data on disk; an
+AsyncQueue starts it without holding up the event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 
-from duetime import Queue
-from duetime.embedded import ensure_server, stop_server
+from duetime import AsyncQueue, Queue, embedded
+from duetime.embedded import EmbeddedServer, ensure_server, stop_server
+from duetime.errors import EmbeddedServerError
 from tests.servers import binary
 
 pytestmark = pytest.mark.skipif(
@@ -61,3 +66,70 @@ def test_data_survives_a_restart(home: Path) -> None:
     with Queue("durable") as queue:
         status = queue.status(task_id)
     assert status is not None and status.data == {"keep": "me"}
+
+
+def test_an_async_queue_starts_the_server_without_blocking_the_event_loop(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start (a process to launch and wait for) runs in a thread on the first call.
+    The check needs no clock: while the start runs, it asks the event loop to run a
+    callback and waits for it. Run on the loop's own thread, the start would hold the
+    loop, the callback could not run, and the wait would end in a failure."""
+    real_start = embedded.ensure_server
+    starts: list[int] = []  # the threads the start ran in
+
+    def start_while_the_loop_runs(*args: Any, **kwargs: Any) -> EmbeddedServer:
+        starts.append(threading.get_ident())
+        loop_ran = threading.Event()
+        loop.call_soon_threadsafe(loop_ran.set)
+        assert loop_ran.wait(30), "the event loop stood still while the server started"
+        return real_start(*args, **kwargs)
+
+    monkeypatch.setattr(embedded, "ensure_server", start_while_the_loop_runs)
+
+    async def scenario() -> list[str]:
+        async with AsyncQueue("reminders") as queue:  # no URL, none in the environment
+            assert not embedded.socket_path().exists()  # made, nothing started yet
+            # Two first calls at once share one start.
+            return list(
+                await asyncio.gather(
+                    queue.schedule_in(600, {"n": 1}), queue.schedule_in(600, {"n": 2})
+                )
+            )
+
+    loop = asyncio.new_event_loop()
+    try:
+        task_ids = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert len(starts) == 1 and starts[0] != threading.get_ident()
+    monkeypatch.setattr(embedded, "ensure_server", real_start)
+    with Queue("reminders") as queue:  # the tasks are on the server that was started
+        assert [queue.status(task_id) is not None for task_id in task_ids] == [True, True]
+
+
+def test_an_async_queue_tries_a_failed_start_again_on_the_next_call(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_start = embedded.ensure_server
+    attempts: list[int] = []
+
+    def fails_once(*args: Any, **kwargs: Any) -> EmbeddedServer:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise EmbeddedServerError("could not start the embedded Valkey (on purpose)")
+        return real_start(*args, **kwargs)
+
+    monkeypatch.setattr(embedded, "ensure_server", fails_once)
+
+    async def scenario() -> str:
+        async with AsyncQueue("reminders") as queue:
+            with pytest.raises(EmbeddedServerError, match="on purpose"):
+                await queue.schedule_in(600, {"n": 1})
+            return await queue.schedule_in(600, {"n": 2})
+
+    task_id = asyncio.run(scenario())
+    assert len(attempts) == 2
+    monkeypatch.setattr(embedded, "ensure_server", real_start)
+    with Queue("reminders") as queue:
+        assert queue.status(task_id) is not None

@@ -260,8 +260,9 @@ def test_cancel_from_each_place_leaves_nothing(
         assert queue.status(scheduled) is None
         assert queue.check() == []
     keys = QueueKeys(queue_name)
-    # Counters and an unconsumed wake signal (one element at most) are all that remain.
-    assert set(raw.keys("*")) <= {keys.stats.encode(), keys.wake.encode()}
+    # Counters, an unconsumed wake signal (one element at most) and the registry of
+    # queues (which lists it) are all that remain.
+    assert set(raw.keys("*")) <= {keys.stats.encode(), keys.wake.encode(), b"duetime:queues"}
     assert raw.llen(keys.wake) <= 1
 
 

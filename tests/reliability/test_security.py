@@ -193,6 +193,7 @@ ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_de
 ROLE_DIRECT: dict[str, set[str]] = {
     "producer": {
         "time",
+        "hsetnx",
         "hget",
         "blmove",
         "zcard",
@@ -462,6 +463,34 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     assert len(warnings) == 2 and all("could not read" in w for w in warnings)
     unexpected = [d for d in acl_denials(raw) if d.split()[-1] not in TOLERATED_DENIALS]
     assert unexpected == []
+
+
+def test_a_producer_kept_to_one_queue_schedules_though_the_registry_is_refused(
+    server: Server, raw: redis.Redis, queue_name: str
+) -> None:
+    """The registry of queues is outside a one-queue key pattern: the note a client adds
+    after its first write is refused, and the call still returns its task, written."""
+    password = secrets.token_urlsafe(16)
+    tokens = acl_lines()["producer"]
+    line = [
+        f">{password}" if token.startswith(">") else
+        f"~duetime:{{{queue_name}}}:*" if token.startswith("~") else token
+        for token in tokens
+    ]  # fmt: skip
+    line[2] = "duetime-one-queue"
+    execute(raw, *line)
+    execute(raw, "ACL", "LOG", "RESET")
+    url = f"redis://duetime-one-queue:{password}@127.0.0.1:{server.port}/0"
+    try:
+        with Queue(queue_name, url) as queue:
+            task_id = queue.schedule_in(60, {"n": 1})
+            assert queue.schedule_in(60, {"n": 2}) != task_id
+        assert raw.hexists(QueueKeys(queue_name).tasks, task_id)
+        assert not raw.exists("duetime:queues")
+        refused = [d.split()[-1] for d in acl_denials(raw)]
+        assert [d for d in refused if d not in TOLERATED_DENIALS] == ["duetime:queues"]
+    finally:
+        execute(raw, "ACL", "DELUSER", "duetime-one-queue")
 
 
 def test_flow_control_works_with_each_roles_least_privilege_user(

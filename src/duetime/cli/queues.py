@@ -85,8 +85,8 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
 
 
 def _refuse_unknown(queue: str, redis_url: str | None) -> None:
-    """Raise TaskNotFoundError unless a dispatcher has served ``queue`` (a queue never
-    used: most likely a mistyped name, --shards or --redis)."""
+    """Raise TaskNotFoundError unless the registry of queues lists ``queue`` (a queue
+    never used: most likely a mistyped name, --shards or --redis)."""
     url = resolve_redis_url(redis_url)
     if all(known.name != queue for known in known_queues(url, command_settings())):
         raise TaskNotFoundError(
@@ -107,9 +107,10 @@ def _never_used(stats: QueueStats) -> bool:
 @redis_option
 @guarded
 def queues(as_json: bool, redis_url: str | None) -> None:
-    """The queues dispatchers have served on this server, with their depths.
+    """The queues on this server, with their depths.
 
-    A queue is listed once a dispatcher has started for it (each notes its queues).
+    A queue is listed from its first task (the client that wrote it notes it) or once a
+    dispatcher has started for it (each notes its queues); "no dispatcher" says none has.
     """
     url = resolve_redis_url(redis_url)
     settings = command_settings()
@@ -123,7 +124,7 @@ def queues(as_json: bool, redis_url: str | None) -> None:
             {
                 "queue": known.name,
                 "shards": known.shards,
-                "seen": known.seen_ms / 1000,
+                "seen": known.seen_ms / 1000 if known.seen_ms else None,
                 "scheduled": stats.scheduled,
                 "ready": stats.ready,
                 "running": stats.running,
@@ -154,7 +155,7 @@ def queues(as_json: bool, redis_url: str | None) -> None:
             str(stats.running),
             str(stats.dead),
             str(len(stats.workers)),
-            "paused" if stats.paused else "active",
+            "paused" if stats.paused else "active" if known.seen_ms else "no dispatcher",
         )
     stdout_console().print(table)
 

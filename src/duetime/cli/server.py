@@ -20,6 +20,9 @@ from duetime.cli.output import Table, stdout_console
 def server() -> None:
     """The embedded Valkey server used when no Redis URL is given.
 
+    It is your user's, not a project's: every project of yours that gives no URL
+    shares it, unless DUETIME_HOME gives a project one of its own.
+
     \b
     Examples:
       duetime server status

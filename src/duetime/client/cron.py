@@ -73,6 +73,8 @@ class CronPlans(Producing):
             # time (its ticks are other tasks in another shard): one job, one place.
             for other in self._search_order(home)[1:]:
                 yield from other.remove_cron(job.name)
+        if jobs and not self.listed:
+            yield from self._list()
         return outcomes
 
     def sync_cron_plan(self, jobs: Sequence[cron.CronJob], prune: bool) -> Plan[dict[str, str]]:

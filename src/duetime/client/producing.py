@@ -67,6 +67,8 @@ class Producing(Preparing):
             generated = [pending[i] for i in refused if prepared[pending[i]][GENERATED]]
             pending = yield from self._collided(generated, items)
             if not pending:
+                if not self.listed:
+                    yield from self._list()
                 if self.hooks:
                     scheduled = [
                         ScheduledTask(task_id, item[TASK_NAME], stored[1] / 1_000_000)
@@ -152,6 +154,8 @@ class Producing(Preparing):
         if refused and item[GENERATED]:
             # Our own write resent after a dropped reply, or a collision: sorted out there.
             return (yield from self.schedule_plan([item]))[0]
+        if not self.listed:
+            yield from self._list()
         if self.hooks:
             self.hooks.on_schedule(
                 self.name, [ScheduledTask(task_id, item[TASK_NAME], run_at_us / 1_000_000)]

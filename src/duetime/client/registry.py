@@ -1,5 +1,5 @@
-"""``known_queues``: the queues a server's dispatchers have served, read from the
-registry each dispatcher writes to when it starts."""
+"""``known_queues``: the queues a server has seen used, read from the registry that a
+client notes a queue in after its first write to it, and a dispatcher when it starts."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from duetime.store.runner import RedisSpec
 def known_queues(
     redis: RedisSpec = None, settings: Settings = DEFAULT_SETTINGS
 ) -> list[RegisteredQueue]:
-    """The queues dispatchers have served on this server (each noted when a dispatcher
-    starts), by name, with their shard count: what ``duetime queues`` lists."""
+    """The queues on this server, by name, with their shard count: what ``duetime
+    queues`` lists. A client notes a queue after its first write to it, and a dispatcher
+    each time it starts (``seen_ms``, which is 0 while no dispatcher has)."""
     runner = SyncRunner(redis, settings)
     try:
         return runner.run(registered_queues())

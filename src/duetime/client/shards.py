@@ -14,7 +14,7 @@ from duetime.hooks import HookChain, Hooks
 from duetime.settings import Settings
 from duetime.states import TaskState
 from duetime.store.keys import QueueLayout
-from duetime.store.operations import QueueOperations, shard_operations
+from duetime.store.operations import QueueOperations, note_queue, shard_operations
 from duetime.store.producing import StatusReply
 from duetime.store.requests import Durability, Plan
 
@@ -47,6 +47,15 @@ class QueueShards:
         )
         self.default_timeout_ms = round(settings.task_timeout * 1000)
         self._fsync_checked: set[int] = set()  # shards whose server can confirm fsyncs
+        self.listed = False  # noted in the registry of queues by this client (see _list)
+
+    def _list(self) -> Plan[None]:
+        """After this client's first write to the queue: note it in the registry of
+        queues, so that ``duetime queues`` lists it before any dispatcher has served it.
+        After, not before: a write refused (a server that cannot confirm fsyncs) leaves
+        nothing behind. Once per client; its failure does not fail the call."""
+        self.listed = True
+        yield from note_queue(self.layout)
 
     def _home(self, task_id: str) -> QueueOperations:
         """The shard a task id is written to."""

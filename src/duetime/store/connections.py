@@ -103,6 +103,27 @@ def resolve_url(spec: str | None) -> str:
     return ensure_server().url
 
 
+def embedded_wanted(spec: RedisSpec) -> bool:
+    """Whether ``spec`` leaves the choice to the embedded server: no URL given, and none
+    in $DUETIME_REDIS_URL."""
+    return (spec is None or spec == "") and not os.environ.get("DUETIME_REDIS_URL")
+
+
+def embedded_url() -> str:
+    """The embedded server's URL, without starting it (see ``start_embedded``)."""
+    from duetime.embedded import server_url
+
+    return server_url()
+
+
+def start_embedded() -> None:
+    """Start the embedded server, or attach to the running one: blocking (a process to
+    start, about 75 ms), so an asyncio caller runs it in a thread."""
+    from duetime.embedded import ensure_server
+
+    ensure_server()
+
+
 def connect(spec: RedisSpec, settings: Settings, asynchronous: bool) -> Connection:
     """The main and blocking clients for ``spec`` (a URL, a client, or None)."""
     if spec is None or isinstance(spec, str):

@@ -272,9 +272,9 @@ def split_lease_member(member: str) -> tuple[str, str]:
     return worker_id, task_id
 
 
-#: HASH queue name -> "<shards> <ms>": the queues dispatchers served, with their shard
-#: count and when a dispatcher last started for them (for listing queues; one key, so
-#: it lives on one node of a cluster, like any key).
+#: HASH queue name -> "<shards> <ms>": the queues clients wrote to and dispatchers
+#: served, with their shard count and when a dispatcher last started for them (0: none
+#: yet) (for listing queues; one key, so it lives on one node of a cluster, like any key).
 QUEUE_REGISTRY = f"{PREFIX}:queues"
 
 

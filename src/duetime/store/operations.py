@@ -8,7 +8,8 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 The plans of one queue are written in groups, one module per role (``producing``,
 ``dispatching``, ``working``, ``cron_jobs``, ``operating``, ``snapshot``,
 ``server_checks``, ``flow_control``), and joined here into ``QueueOperations``. Also
-here: the queues of a sharded layout, and the registry of the queues dispatchers serve.
+here: the queues of a sharded layout, and the registry of queues (noted by the
+dispatchers that serve them and by clients after their first write).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def shard_operations(
 class RegisteredQueue:
     name: str
     shards: int
-    seen_ms: int  # when a dispatcher last started for it (server clock)
+    seen_ms: int  # when a dispatcher last started for it (server clock); 0: none yet
 
 
 def register_queues(layouts: Sequence[QueueLayout]) -> Plan[None]:
@@ -67,9 +68,19 @@ def register_queues(layouts: Sequence[QueueLayout]) -> Plan[None]:
     yield Command(("HSET", QUEUE_REGISTRY, *fields))
 
 
+def note_queue(layout: QueueLayout) -> Plan[None]:
+    """Note a queue a client has written to, unless a dispatcher (or another client)
+    noted it already: listed from its first task, with no dispatcher seen yet (0). Any
+    failure is left alone (an ACL line from before this command was granted, the server
+    gone): listing is a courtesy, and the write it follows is done."""
+    yield Command(
+        ("HSETNX", QUEUE_REGISTRY, layout.queue, f"{layout.count} 0"), failure_as_reply=True
+    )
+
+
 def registered_queues() -> Plan[list[RegisteredQueue]]:
-    """The queues dispatchers noted, by name; an entry written by hand that does not
-    parse is left out."""
+    """The queues clients and dispatchers noted, by name; an entry written by hand that
+    does not parse is left out."""
     reply = yield Command(("HGETALL", QUEUE_REGISTRY))
     if isinstance(reply, list):  # some clients leave HGETALL as a flat list
         reply = dict(zip(reply[::2], reply[1::2], strict=True))

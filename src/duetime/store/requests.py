@@ -26,12 +26,15 @@ class Command:
     is longer than that. ``route`` is a key of the queue for a command that names none
     (TIME, SCAN, CONFIG GET): on a cluster it goes to the node holding that key.
     ``refusal_as_reply``: the server's refusal comes back to the plan as a
-    RedisCommandError reply, for a plan that can say what it means."""
+    RedisCommandError reply, for a plan that can say what it means. ``failure_as_reply``:
+    any failure comes back as its DuetimeError reply (a refusal, the server unavailable),
+    for a courtesy step that must not fail a plan whose work is done."""
 
     args: tuple[Any, ...]
     block: float | None = None
     route: str | None = None
     refusal_as_reply: bool = False
+    failure_as_reply: bool = False
 
 
 @dataclass(frozen=True, slots=True)

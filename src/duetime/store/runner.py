@@ -12,6 +12,7 @@ plan names as its route (see ``routing``). redis-py errors become ``duetime.erro
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -23,9 +24,12 @@ from duetime.store.connections import (
     BLOCK_MARGIN,
     RedisSpec,
     connect,
+    embedded_url,
+    embedded_wanted,
     mask_url,
     mask_urls_in,
     resolve_url,
+    start_embedded,
 )
 from duetime.store.damage import damaged_key_error, suspects, types_of
 from duetime.store.failures import (
@@ -132,9 +136,13 @@ class SyncRunner:
                     *wire_arguments(request.args), **routed(self, client, request)
                 )
             except redis.ResponseError as error:
-                if not request.refusal_as_reply:
+                if not (request.refusal_as_reply or request.failure_as_reply):
                     raise
                 return translated_refusal(self.address, error)
+            except REDIS_ERRORS as error:
+                if not request.failure_as_reply:
+                    raise
+                return translated(error, self.address, self.clustered)
             return scan_reply(reply)
         if isinstance(request, Eval):
             arguments = ("EVALSHA", *evalsha_arguments(request.script, request.keys, request.args))
@@ -223,10 +231,18 @@ class SyncRunner:
 
 
 class AsyncRunner:
-    """Runs the same plans on an asyncio redis-py client."""
+    """Runs the same plans on an asyncio redis-py client.
+
+    With no URL at all (``embedded_wanted``), the clients are made for the embedded
+    server's socket at once, but the server is started (or attached to) only by the
+    first call, in a thread: a start blocks for a process to come up, and the event loop
+    must go on meanwhile."""
 
     def __init__(self, spec: RedisSpec, settings: Settings) -> None:
-        connection = connect(spec, settings, asynchronous=True)
+        self._unstarted = embedded_wanted(spec)
+        self._server_start: asyncio.Future[None] | None = None  # shared by the first calls
+        where = embedded_url() if self._unstarted else spec
+        connection = connect(where, settings, asynchronous=True)
         self.client, self.blocking_client = connection.main, connection.blocking
         self.address, self.clustered = connection.address, connection.clustered
         self._helpers = connection.helpers
@@ -237,6 +253,8 @@ class AsyncRunner:
         self.loaded_scripts: set[str] = set()  # see _load_first
 
     async def run(self, plan: Plan[T]) -> T:
+        if self._unstarted:
+            await self._start_server()
         reply: Any = None
         try:
             while True:
@@ -255,6 +273,21 @@ class AsyncRunner:
                 raise
             raise mid_move(error, self.address) from error
 
+    async def _start_server(self) -> None:
+        """Start the embedded server in a thread, once for every call that comes before
+        it is up; a failed start is tried again by the next call. A caller cancelled
+        meanwhile leaves the start going for the others (``shield``)."""
+        if self._server_start is None:
+            self._server_start = asyncio.ensure_future(asyncio.to_thread(start_embedded))
+        start = self._server_start
+        try:
+            await asyncio.shield(start)
+        except BaseException:
+            if start.done() and (start.cancelled() or start.exception() is not None):
+                self._server_start = None
+            raise
+        self._unstarted = False
+
     async def _execute(self, request: Request) -> Any:
         if isinstance(request, Command):
             client = self.client if request.block is None else self.blocking_client
@@ -265,9 +298,13 @@ class AsyncRunner:
                     *wire_arguments(request.args), **routed(self, client, request)
                 )
             except redis.ResponseError as error:
-                if not request.refusal_as_reply:
+                if not (request.refusal_as_reply or request.failure_as_reply):
                     raise
                 return translated_refusal(self.address, error)
+            except REDIS_ERRORS as error:
+                if not request.failure_as_reply:
+                    raise
+                return translated(error, self.address, self.clustered)
             return scan_reply(reply)
         if isinstance(request, Eval):
             arguments = ("EVALSHA", *evalsha_arguments(request.script, request.keys, request.args))

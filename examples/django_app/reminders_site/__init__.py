@@ -1,0 +1,1 @@
+"""The reminders site: a small Django project that schedules work with duetime."""
