@@ -1,14 +1,21 @@
 """The client side of duetime: ``Queue`` and ``AsyncQueue`` (schedule, cancel,
-reschedule, inspect and wait for tasks), the records they hand in and back, the choosing
-of dead tasks by filters, and the coalescing of single schedule calls.
+reschedule, inspect, search and wait for tasks, and act on many at once), the records
+they hand in and back, the choosing of dead tasks by filters, and the coalescing of
+single schedule calls.
 
 Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepared`` (a
 task checked and ready to write), ``shards``, ``preparing``, ``producing``,
-``inspection``, ``control`` and ``cron`` (the plans, joined by ``core.QueueCore``),
-``reports`` (records read from the store's replies), ``queue`` (``Queue``,
-``AsyncQueue``), ``selection`` and ``coalescing``.
+``inspection``, ``control``, ``searching``, ``bulk`` and ``cron`` (the plans, joined by
+``core.QueueCore``), ``reports`` (records read from the store's replies), ``queue``
+(``Queue``, ``AsyncQueue``, with ``search_methods``), ``selection`` and ``coalescing``.
 """
 
+from duetime.client.bulk import (
+    BulkOutcome,
+    MatchSelection,
+    select_matching,
+    select_matching_async,
+)
 from duetime.client.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
 from duetime.client.ids import new_task_id, new_task_ids
@@ -29,6 +36,7 @@ from duetime.client.models import (
     Timestamp,
 )
 from duetime.client.queue import AsyncQueue, Queue, known_queues
+from duetime.client.searching import SearchPage, TaskSearch
 from duetime.client.selection import (
     BATCH_SIZE,
     DeadFilter,
@@ -46,6 +54,7 @@ __all__ = [
     "LISTED_STATES",
     "MOST_PER_ROUND_TRIP",
     "AsyncQueue",
+    "BulkOutcome",
     "CronInfo",
     "CronRun",
     "DeadFilter",
@@ -53,14 +62,17 @@ __all__ = [
     "DeadTask",
     "Duration",
     "Job",
+    "MatchSelection",
     "MinuteFigures",
     "Queue",
     "QueueCore",
     "QueueStats",
+    "SearchPage",
     "TaskCoalescer",
     "TaskIds",
     "TaskOptions",
     "TaskRef",
+    "TaskSearch",
     "TaskStatus",
     "TaskSummary",
     "ThreadCoalescer",
@@ -74,4 +86,6 @@ __all__ = [
     "new_task_ids",
     "select_dead",
     "select_dead_async",
+    "select_matching",
+    "select_matching_async",
 ]

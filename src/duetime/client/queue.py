@@ -1,5 +1,6 @@
 """``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
-wait for tasks; and ``known_queues``, the queues a server's dispatchers have served.
+wait for tasks (their search and bulk methods: ``search_methods``); and ``known_queues``,
+the queues a server's dispatchers have served.
 
 ``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
 synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
@@ -29,6 +30,7 @@ from duetime.client.models import (
     Timestamp,
 )
 from duetime.client.prepared import PreparedTask
+from duetime.client.search_methods import AsyncSearchMethods, SearchMethods
 from duetime.clock import Clock
 from duetime.errors import DuetimeError
 from duetime.flow import KeyLimits, Limits
@@ -52,7 +54,7 @@ def known_queues(
         runner.close()
 
 
-class Queue:
+class Queue(SearchMethods):
     """A queue on a synchronous connection.
 
     ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
@@ -232,7 +234,7 @@ class Queue:
         self.close()
 
 
-class AsyncQueue:
+class AsyncQueue(AsyncSearchMethods):
     """The asyncio twin of ``Queue``: same arguments, same plans, awaited."""
 
     def __init__(
