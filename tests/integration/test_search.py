@@ -75,8 +75,10 @@ def every_state(redis_url: str, queue_name: str) -> Iterator[Queue]:
             queue.schedule_now({"path": "/var"}, task=broken, id="dead-1", max_attempts=1)
             queue.schedule_now({"customer": {"id": 0}}, task=hold, id="order-held")
             wait_until_sync(
-                lambda: (queue.stats().dead, queue.stats().running) == (1, 1)
-                and queue.tasks("scheduled", 10)[0].attempts == 1,
+                lambda: (
+                    (queue.stats().dead, queue.stats().running) == (1, 1)
+                    and queue.tasks("scheduled", 10)[0].attempts == 1
+                ),
                 what="a dead task, a running one and a retry waiting",
             )
             queue.pause()
@@ -209,7 +211,7 @@ def test_bulk_actions_act_on_waiting_tasks_and_say_what_they_skipped(
             queue.cancel_many(["invoice-1", "not an id!"])
         assert queue.status("invoice-1") is not None  # checked first: nothing was done
         with pytest.raises(InvalidInputError):
-            queue.reschedule_many(["invoice-1"], "tomorrow")
+            queue.reschedule_many(["invoice-1"], "tomorrow")  # type: ignore[arg-type]
     assert queue.check() == []
 
 
