@@ -121,6 +121,8 @@ def test_bulk_actions_on_ticked_tasks_and_on_every_match(
     with dashboard(redis_url, queue_name) as client:
         html = client.get(page).text
         assert 'name="ids" value="order-0001"' in html
+        back = re.search(r'name="back" value="([^"]+)"', html)
+        assert back is not None and back.group(1).replace("&amp;", "&") == page  # this search
         chosen = {"action": "run_now", "ids": ["order-0001", "ready-0"], "back": page}
         done = post(client, page, f"{q}/search/act", chosen)
         assert "Made due now 1; skipped 1 (1 ready)." in done.text

@@ -134,7 +134,7 @@ class SearchPages:
             "further": request.query_params.get("cursor") is not None,
             "budget": SEARCH_BUDGET,
             "actions": ACTIONS,
-            "here": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
+            "search_url": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
         }
         return self.site.render(request, "search.html", context)
 
