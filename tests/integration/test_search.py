@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import redis
 
 from duetime import App, AsyncQueue, Job, Queue, TaskSearch, Worker
 from duetime.client import select_matching, select_matching_async
@@ -216,18 +217,30 @@ def test_bulk_actions_act_on_waiting_tasks_and_say_what_they_skipped(
 
 
 def test_the_tasks_of_a_bulk_action_can_be_chosen_by_a_search(
-    redis_url: str, queue_name: str
+    redis_url: str, queue_name: str, raw: redis.Redis
 ) -> None:
     with Queue(queue_name, redis_url) as queue:
         # More than a small hash holds in its compact form (512), which HSCAN reads whole.
         queue.schedule_many(
-            [Job({"customer": "acme" if n % 2 else "other"}, delay=3600) for n in range(1200)]
+            [
+                Job({"customer": "acme" if n % 2 else "other"}, delay=3600, id=f"order-{n:04}")
+                for n in range(1200)
+            ]
         )
         criteria = TaskSearch(data_field="customer", data_value="acme", state="scheduled")
         pages: list[int] = []
         chosen = select_matching(queue, criteria, budget=100, on_page=lambda p: pages.append(1))
         assert len(chosen.ids) == 600 and chosen.complete and len(chosen.sample) == 20
         assert len(pages) >= 10 and chosen.scanned >= 1200
+        # A task written by hand under an id duetime refuses is found, and left out.
+        envelope = raw.hget(f"duetime:{{{queue_name}}}:tasks", "order-0000")
+        assert isinstance(envelope, bytes)
+        raw.hset(f"duetime:{{{queue_name}}}:tasks", "by hand!", envelope)
+        raw.zadd(f"duetime:{{{queue_name}}}:scheduled", {"by hand!": 1})
+        found = select_matching(queue, TaskSearch(id_prefix="by hand"))
+        assert (found.ids, found.unnameable) == ([], 1)
+        raw.hdel(f"duetime:{{{queue_name}}}:tasks", "by hand!")
+        raw.zrem(f"duetime:{{{queue_name}}}:scheduled", "by hand!")
         bounded = select_matching(queue, criteria, budget=100, most_scanned=200)
         assert not bounded.complete and len(bounded.ids) < 600
         outcome = queue.cancel_many(chosen.ids)

@@ -270,6 +270,11 @@ def act_in_bulk(request: BulkRequest, redis_url: str | None) -> None:
                     on_page=lambda page: progress.advance(reading, page.scanned),
                 )
             ids, sample = picked.ids, picked.sample
+            if picked.unnameable:
+                say(
+                    f"duetime: {picked.unnameable:,} matching task(s) have ids duetime does "
+                    "not accept (written by hand?) and are left alone"
+                )
         if request.dry_run:
             _report_dry_run(request, ids, sample)
             return

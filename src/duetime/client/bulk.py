@@ -158,12 +158,15 @@ class AsyncSearchable(Protocol):
 class MatchSelection:
     """The tasks a search matched, walked to its end or to a bound: every id (once),
     the first ``sample`` in full, how many entries were read, and whether the walk got
-    to its end (False: it stopped at the bound; later tasks were not looked at)."""
+    to its end (False: it stopped at the bound; later tasks were not looked at).
+    ``unnameable`` matches carry an id duetime does not accept (written by hand), which
+    the bulk actions would refuse: they are left out of ``ids``."""
 
     ids: list[str]
     sample: list[TaskStatus]
     scanned: int
     complete: bool
+    unnameable: int = 0
 
 
 @dataclass
@@ -175,6 +178,7 @@ class _Collecting:
     shown: list[TaskStatus] = field(default_factory=list)
     scanned: int = 0
     looked: int = 0
+    unnameable: set[str] = field(default_factory=set)
 
     def budget(self, per_call: int) -> int:
         if self.most_scanned is None:
@@ -186,17 +190,24 @@ class _Collecting:
         self.scanned += page.scanned
         self.looked += budget
         for status in page.tasks:
-            if status.id not in self.ids:  # a walk may meet a task twice
-                self.ids[status.id] = None
-                if len(self.shown) < self.sample:
-                    self.shown.append(status)
+            if status.id in self.ids or status.id in self.unnameable:
+                continue  # a walk may meet a task twice
+            try:
+                self.ids[validation.task_id(status.id)] = None
+            except InvalidInputError:
+                self.unnameable.add(status.id)
+                continue
+            if len(self.shown) < self.sample:
+                self.shown.append(status)
         if self.on_page is not None:
             self.on_page(page)
         within = self.most_scanned is None or self.looked < self.most_scanned
         return page.cursor is not None and within
 
     def selection(self, cursor: str | None) -> MatchSelection:
-        return MatchSelection(list(self.ids), self.shown, self.scanned, cursor is None)
+        return MatchSelection(
+            list(self.ids), self.shown, self.scanned, cursor is None, len(self.unnameable)
+        )
 
 
 def select_matching(
