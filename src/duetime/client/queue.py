@@ -1,6 +1,5 @@
 """``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
-wait for tasks (their search and bulk methods: ``search_methods``); and ``known_queues``,
-the queues a server's dispatchers have served.
+wait for tasks; and ``known_queues``, the queues a server's dispatchers have served.
 
 ``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
 synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
