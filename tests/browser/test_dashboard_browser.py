@@ -93,11 +93,13 @@ def fill_history(redis_url: str, minutes: int = 40) -> None:
 
 
 @contextmanager
-def serving(redis_url: str) -> Iterator[str]:
-    """The dashboard under uvicorn on a free loopback port, in a thread."""
+def serving(redis_url: str, **options: Any) -> Iterator[str]:
+    """The dashboard under uvicorn on a free loopback port, in a thread (``options``
+    for ``create_app``, such as a viewer's token)."""
     app = create_app(
-        [QUEUE, OTHER_QUEUE], redis_url, settings=FAST, token=TOKEN, refresh_seconds=1.0
-    )
+        [QUEUE, OTHER_QUEUE], redis_url, settings=FAST, token=TOKEN, refresh_seconds=1.0,
+        **options,
+    )  # fmt: skip
     config = uvicorn.Config(app, log_level="warning", ws="none", http="h11", lifespan="on")
     server = uvicorn.Server(config)
     sock = socket.socket()

@@ -220,7 +220,8 @@ ROLE_DIRECT: dict[str, set[str]] = {
 }
 ROLE_DIRECT["operator"] = ROLE_DIRECT["producer"] | {"scan", "multi", "exec", "hkeys", "lrange",
                                                      "pttl", "hmget", "exists", "set", "del",
-                                                     "rpush", "zlexcount", "zscore"}  # fmt: skip
+                                                     "rpush", "zlexcount", "zscore", "hscan",
+                                                     "hlen"}  # fmt: skip
 #: Every role: script calls (loaded again after NOSCRIPT), and redis-py's health check.
 ALWAYS = {"evalsha", "script|load", "ping"}
 OPTIONAL = {"config|get", "waitaof"}  # waitaof: durable_fsync only (docs/security.md)
@@ -268,6 +269,7 @@ PLAN_MODULES = (
     "server_checks",
     "operations",
     "flow_control",
+    "searching",
 )
 
 
@@ -445,10 +447,17 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     assert handed_back is not None and handed_back.state == "ready"
     assert operator.cancel(slow[0])
     assert sorted(entry.id for entry in operator.dead_tasks()) == sorted(failing)
+    searched = operator.search(duetime.TaskSearch(error="ON PURPOSE"))  # HSCAN, HLEN
+    assert sorted(status.id for status in searched.tasks) == sorted(failing)
     assert operator.requeue_dead([failing[0]]) == 1
     assert operator.cancel(failing[0])
     assert operator.purge_dead() == 1
     assert operator.pause() and operator.is_paused() and operator.resume()
+    waiting = producer.schedule_in(3600, {"customer": "acme"})
+    acme = duetime.TaskSearch(data_field="customer", data_value="acme")
+    assert [status.id for status in operator.search(acme).tasks] == [waiting]
+    assert operator.run_now_many([waiting]).done == [waiting]
+    assert operator.cancel_many([waiting]).done == [waiting]
     assert all(operator.tasks(state) == [] for state in ("ready", "running", "dead"))
     assert producer.stats().paused is False
     raw.zrem(keys.workers, "hung")  # the fake worker that held the expired lease

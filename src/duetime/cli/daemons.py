@@ -167,7 +167,7 @@ def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str
     )
 
 
-# Long: its five options and their help are most of it; the body is short.
+# Long: its seven options and their help are most of it; the body is short.
 @click.command()
 @queues_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -183,6 +183,18 @@ def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str
     metavar="USER:PASSWORD",
     help="HTTP basic authentication (or $DUETIME_DASHBOARD_BASIC_AUTH).",
 )
+@click.option(
+    "--viewer-token",
+    envvar="DUETIME_DASHBOARD_VIEWER_TOKEN",
+    help="A token for viewers, who see everything and act on nothing "
+    "(or $DUETIME_DASHBOARD_VIEWER_TOKEN).",
+)
+@click.option(
+    "--viewer-basic-auth",
+    envvar="DUETIME_DASHBOARD_VIEWER_BASIC_AUTH",
+    metavar="USER:PASSWORD",
+    help="Basic authentication for viewers (or $DUETIME_DASHBOARD_VIEWER_BASIC_AUTH).",
+)
 @redis_option
 @guarded
 def dashboard(
@@ -191,6 +203,8 @@ def dashboard(
     port: int,
     token: str | None,
     basic_auth: str | None,
+    viewer_token: str | None,
+    viewer_basic_auth: str | None,
     redis_url: str | None,
 ) -> None:
     """Serve the web dashboard for the queues (needs the `dashboard` extra).
@@ -227,6 +241,8 @@ def dashboard(
         settings=settings,
         token=token,
         basic_auth=basic_auth,
+        viewer_token=viewer_token,
+        viewer_basic_auth=viewer_basic_auth,
         log_level=logging.getLevelName(logging.getLogger().level).lower(),
     )
 

@@ -3,29 +3,25 @@ the destructive actions ask first, show their progress, and can be dry runs."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import json
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column
 
 from duetime import validation
-from duetime.cli.exits import EXIT_DECLINED
+from duetime.cli.exits import confirm_or_decline
 from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import (
     DEFAULT_HANDLER_SHOWN,
     Table,
-    fail,
     print_status,
+    progress_bar,
     say,
     shown_time,
-    stderr_console,
     stdout_console,
 )
 from duetime.cli.values import MOMENT
@@ -153,22 +149,6 @@ def dead_show(queue: str, task_id: str, redis_url: str | None) -> None:
     print_status(found)
 
 
-@contextlib.contextmanager
-def _progress() -> Iterator[Progress]:
-    """A progress bar on stderr for a person watching; hidden when stderr is not a
-    terminal (a log file, a pipe), where it would be noise."""
-    errors = stderr_console()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(
-        *columns,
-        TimeElapsedColumn(),
-        console=errors,
-        transient=True,
-        disable=not errors.is_terminal,
-    ) as progress:
-        yield progress
-
-
 def _dead_action(verb: str, summary: str) -> click.Command:
     """``duetime dead requeue`` or ``purge`` (one body, two verbs)."""
 
@@ -252,7 +232,7 @@ def _act_on_dead(request: _DeadRequest, redis_url: str | None) -> None:
             chosen = request.chosen
             if request.ids:
                 chosen = dataclasses.replace(chosen, ids=frozenset(request.ids))
-            with _progress() as progress:
+            with progress_bar() as progress:
                 reading = progress.add_task("reading dead tasks", total=None)
                 picked = selection.select_dead(
                     client,
@@ -271,7 +251,7 @@ def _act_on_dead(request: _DeadRequest, redis_url: str | None) -> None:
         if picked.ids and request.destructive and not request.yes:
             _confirm(request, picked)
         action = client.purge_dead if request.verb == "purge" else client.requeue_dead
-        with _progress() as progress:
+        with progress_bar() as progress:
             acting = progress.add_task(f"{request.verb[:-1]}ing", total=len(picked.ids))
             done = selection.in_batches(
                 picked.ids,
@@ -289,17 +269,7 @@ def _confirm(request: _DeadRequest, picked: selection.DeadSelection) -> None:
         f"{request.verb.capitalize()} {how_many} dead task{'' if count == 1 else 's'} "
         f"in queue {request.queue}{' for good' if request.verb == 'purge' else ''}?"
     )
-    try:
-        agreed = click.confirm(question, default=False, err=True)
-    except click.Abort:  # no answer: end of input (not a terminal), or Ctrl-C
-        agreed = False
-    if not sys.stdin.isatty():
-        click.echo(err=True)  # an answer read from a pipe is not echoed, nor its newline
-    if not agreed:
-        fail(
-            f"not confirmed, nothing {request.past}; pass --yes to skip the question",
-            EXIT_DECLINED,
-        )
+    confirm_or_decline(question, f"nothing {request.past}")
 
 
 #: Dead tasks a dry run shows in its table (--json lists every id).

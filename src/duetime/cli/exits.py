@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
+
+import click
 
 from duetime.cli.output import fail
 from duetime.errors import (
@@ -68,6 +71,19 @@ def guarded(function: Callable[..., Any]) -> Callable[..., Any]:
             fail(error_message(error), exit_code(error))
 
     return wrapper
+
+
+def confirm_or_decline(question: str, nothing_done: str) -> None:
+    """Ask ``question`` on stderr (the answer read from stdin, so ``yes |`` works); end
+    with EXIT_DECLINED, saying ``nothing_done``, unless the answer is yes."""
+    try:
+        agreed = click.confirm(question, default=False, err=True)
+    except click.Abort:  # no answer: end of input (not a terminal), or Ctrl-C
+        agreed = False
+    if not sys.stdin.isatty():
+        click.echo(err=True)  # an answer read from a pipe is not echoed, nor its newline
+    if not agreed:
+        fail(f"not confirmed, {nothing_done}; pass --yes to skip the question", EXIT_DECLINED)
 
 
 def daemon_exit_code(error: BaseException | None) -> int:

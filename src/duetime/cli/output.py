@@ -3,16 +3,18 @@ times in the zone asked for, a task's status as JSON), errors and remarks on std
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, tzinfo
 from typing import Any, NoReturn
 
 import click
 from rich import box
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column
 from rich.table import Table as RichTable
 from rich.text import Text as RichText
@@ -96,6 +98,22 @@ def fail(message: str, code: int) -> NoReturn:
 def say(message: str) -> None:
     """A remark for the person at the terminal, on stderr (stdout stays for results)."""
     stderr_console().print(shown(message), markup=False, highlight=False, soft_wrap=True)
+
+
+@contextlib.contextmanager
+def progress_bar() -> Iterator[Progress]:
+    """A progress bar on stderr for a person watching; hidden when stderr is not a
+    terminal (a log file, a pipe), where it would be noise."""
+    errors = stderr_console()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(
+        *columns,
+        TimeElapsedColumn(),
+        console=errors,
+        transient=True,
+        disable=not errors.is_terminal,
+    ) as progress:
+        yield progress
 
 
 def display_zone(preferred: tzinfo | None = None) -> tzinfo | None:

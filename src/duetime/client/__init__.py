@@ -1,15 +1,23 @@
 """The client side of duetime: ``Queue`` and ``AsyncQueue`` (schedule, cancel,
-reschedule, inspect and wait for tasks), the records they hand in and back, the choosing
-of dead tasks by filters, and the coalescing of single schedule calls.
+reschedule, inspect, search and wait for tasks, and act on many at once), the records
+they hand in and back, the choosing of dead tasks by filters, and the coalescing of
+single schedule calls.
 
 Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepared`` (a
 task checked and ready to write), ``shards``, ``preparing``, ``producing``,
-``inspection``, ``control`` and ``cron`` (the plans, joined by ``core.QueueCore``),
-``reports`` (records read from the store's replies), ``queue`` (``Queue``,
-``AsyncQueue``), ``handles`` (typed schedule calls of one handler), ``registry`` (the
-queues a server knows), ``selection`` and ``coalescing``.
+``inspection``, ``control``, ``searching``, ``bulk`` and ``cron`` (the plans, joined by
+``core.QueueCore``), ``reports`` (records read from the store's replies), ``queue``
+(``Queue``, ``AsyncQueue``, with ``search_methods``), ``handles`` (typed schedule calls
+of one handler), ``registry`` (the queues a server knows), ``selection`` and
+``coalescing``.
 """
 
+from duetime.client.bulk import (
+    BulkOutcome,
+    MatchSelection,
+    select_matching,
+    select_matching_async,
+)
 from duetime.client.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
 from duetime.client.handles import AsyncTaskHandle, HandleOptions, TaskHandle
@@ -32,6 +40,7 @@ from duetime.client.models import (
 )
 from duetime.client.queue import AsyncQueue, Queue
 from duetime.client.registry import known_queues
+from duetime.client.searching import SearchPage, TaskSearch
 from duetime.client.selection import (
     BATCH_SIZE,
     DeadFilter,
@@ -50,6 +59,7 @@ __all__ = [
     "MOST_PER_ROUND_TRIP",
     "AsyncQueue",
     "AsyncTaskHandle",
+    "BulkOutcome",
     "CronInfo",
     "CronRun",
     "DeadFilter",
@@ -58,15 +68,18 @@ __all__ = [
     "Duration",
     "HandleOptions",
     "Job",
+    "MatchSelection",
     "MinuteFigures",
     "Queue",
     "QueueCore",
     "QueueStats",
+    "SearchPage",
     "TaskCoalescer",
     "TaskHandle",
     "TaskIds",
     "TaskOptions",
     "TaskRef",
+    "TaskSearch",
     "TaskStatus",
     "TaskSummary",
     "ThreadCoalescer",
@@ -80,4 +93,6 @@ __all__ = [
     "new_task_ids",
     "select_dead",
     "select_dead_async",
+    "select_matching",
+    "select_matching_async",
 ]

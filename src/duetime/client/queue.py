@@ -31,6 +31,7 @@ from duetime.client.models import (
 )
 from duetime.client.prepared import PreparedTask
 from duetime.client.preparing import task_name_of
+from duetime.client.search_methods import AsyncSearchMethods, SearchMethods
 from duetime.clock import Clock
 from duetime.flow import KeyLimits, Limits
 from duetime.hooks import Hooks
@@ -43,7 +44,7 @@ from duetime.store.runner import RedisSpec
 T = TypeVar("T")
 
 
-class Queue:
+class Queue(SearchMethods):
     """A queue on a synchronous connection.
 
     ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
@@ -239,7 +240,7 @@ class Queue:
         self.close()
 
 
-class AsyncQueue:
+class AsyncQueue(AsyncSearchMethods):
     """The asyncio twin of ``Queue``: same arguments, same plans, awaited."""
 
     def __init__(

@@ -1,7 +1,7 @@
-"""The dashboard's Starlette application, assembled: its routes to the pages (pages.py),
-the actions (actions.py) and signing in (sign_in.py), each through the public
-``AsyncQueue`` API, with what they share (site.py) and the guard in front of them
-(security.py).
+"""The dashboard's Starlette application, assembled: its routes to the pages (pages.py,
+search_view.py), the actions (actions.py), the JSON API (api.py, api_actions.py) and
+signing in (sign_in.py), each through the public ``AsyncQueue`` API, with what they share
+(site.py) and the guard in front of them (guard.py, security.py).
 
 Pages are GET and never change anything; actions are POST only (a GET on one is a 405),
 carry the session's CSRF token, and answer with a redirect back to a page and a one-shot
@@ -21,8 +21,11 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from duetime.dashboard.actions import Actions
+from duetime.dashboard.api_actions import api_routes
+from duetime.dashboard.guard import Guard
 from duetime.dashboard.pages import Pages
-from duetime.dashboard.security import Credentials, Guard, Sessions
+from duetime.dashboard.search_view import search_routes
+from duetime.dashboard.security import Credentials, Sessions
 from duetime.dashboard.sign_in import SignIn
 from duetime.dashboard.site import HERE, Dashboard
 from duetime.errors import ConfigurationError, DuetimeError
@@ -56,6 +59,8 @@ def routes(dashboard: Dashboard) -> list[BaseRoute]:
         Route(f"{q}/cron/trigger", actions.cron_trigger, methods=["POST"]),
         Route(f"{q}/flow/queue", actions.set_queue_limits, methods=["POST"]),
         Route(f"{q}/flow/key", actions.set_key_limits, methods=["POST"]),
+        *search_routes(dashboard),
+        *api_routes(dashboard),
         Route("/login", sign_in.login, methods=["GET", "POST"]),
         Route("/logout", sign_in.logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -71,12 +76,16 @@ def create_app(
     token: str | None = None,
     basic_auth: str | tuple[str, str] | None = None,
     refresh_seconds: float = 5.0,
+    viewer_token: str | None = None,
+    viewer_basic_auth: str | tuple[str, str] | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app for ``queues`` (names) on ``redis`` (a URL, a client,
     or None as for ``Queue``). With ``token`` and/or ``basic_auth`` ("user:password")
     every request needs credentials; without, it answers only to loopback host names.
-    Raises ConfigurationError for an unusable token, basic auth or queue list."""
-    credentials = Credentials.of(token, basic_auth)
+    ``viewer_token`` and ``viewer_basic_auth`` let in viewers, who see everything and
+    may act on nothing. Raises ConfigurationError for an unusable token, basic auth or
+    queue list."""
+    credentials = Credentials.of(token, basic_auth, viewer_token, viewer_basic_auth)
     if not 0.5 <= refresh_seconds <= 3600:
         raise ConfigurationError(
             f"refresh_seconds must be from 0.5 to 3600, got {refresh_seconds!r}"

@@ -1,9 +1,10 @@
 """Who may use the dashboard and how a request proves it: the bind-address check, the
-token and basic-auth credentials, signed session cookies, CSRF tokens, the same-origin
-check on state-changing requests, and the security headers every response carries.
+token and basic-auth credentials of its two roles (an operator may act, a viewer only
+look), signed session cookies that carry the role, CSRF tokens, the same-origin check on
+state-changing requests, and the security headers every response carries.
 
-``Guard`` is the ASGI middleware that applies all of it before a request reaches a
-page; the pages only call ``verified_form`` on their POST bodies (the CSRF token lives
+``guard.Guard`` is the ASGI middleware that applies all of it before a request reaches
+a page; the pages only call ``verified_form`` on their POST bodies (the CSRF token lives
 in the form, which a middleware should not consume).
 """
 
@@ -15,16 +16,15 @@ import hmac
 import ipaddress
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
 from urllib.parse import urlsplit
 
-from starlette.datastructures import FormData, MutableHeaders
+from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.responses import Response
 
 from duetime.errors import ConfigurationError
 
@@ -69,63 +69,116 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class Role(StrEnum):
+    """What a signed-in person may do: an operator everything the dashboard does, a
+    viewer look at every page and call every GET of the API, and act on nothing."""
+
+    OPERATOR = "operator"
+    VIEWER = "viewer"
+
+
+def _basic_pair(basic_auth: str | tuple[str, str] | None, what: str) -> tuple[str, str] | None:
+    """A checked ``user:password`` (or pair); ConfigurationError says what to give."""
+    if basic_auth is None:
+        return None
+    if isinstance(basic_auth, str):
+        user, colon, password = basic_auth.partition(":")
+        if not colon:
+            raise ConfigurationError(f"{what} must be given as user:password")
+    else:
+        user, password = basic_auth
+    if not user or not password or ":" in user:
+        raise ConfigurationError(
+            f"{what} needs a user name (without ':') and a non-empty password, as user:password"
+        )
+    return user, password
+
+
+def _checked_token(token: str | None, what: str) -> str | None:
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        raise ConfigurationError(
+            f"the dashboard {what} must be at least {MIN_TOKEN_LENGTH} characters; make one "
+            'with: python -c "import secrets; print(secrets.token_urlsafe(32))"'
+        )
+    return token or None
+
+
 @dataclass(frozen=True, slots=True)
 class Credentials:
-    """What a request must show when any is set: the bearer token (also accepted by the
-    sign-in form) and/or a basic-auth user and password."""
+    """What a request must show when any is set: a bearer token (also accepted by the
+    sign-in form) and/or a basic-auth user and password, for each role."""
 
     token: str | None = None
     basic_user: str | None = None
     basic_password: str | None = None
+    viewer_token: str | None = None
+    viewer_user: str | None = None
+    viewer_password: str | None = None
 
     @classmethod
-    def of(cls, token: str | None, basic_auth: str | tuple[str, str] | None) -> Credentials:
+    def of(
+        cls,
+        token: str | None,
+        basic_auth: str | tuple[str, str] | None,
+        viewer_token: str | None = None,
+        viewer_basic_auth: str | tuple[str, str] | None = None,
+    ) -> Credentials:
         """Checked credentials; ConfigurationError says what to give instead."""
-        if token is not None and len(token) < MIN_TOKEN_LENGTH:
-            raise ConfigurationError(
-                f"the dashboard token must be at least {MIN_TOKEN_LENGTH} characters; make one "
-                'with: python -c "import secrets; print(secrets.token_urlsafe(32))"'
-            )
-        user = password = None
-        if basic_auth is not None:
-            if isinstance(basic_auth, str):
-                user, colon, password = basic_auth.partition(":")
-                if not colon:
-                    raise ConfigurationError("basic auth must be given as user:password")
-            else:
-                user, password = basic_auth
-            if not user or not password or ":" in user:
-                raise ConfigurationError(
-                    "basic auth needs a user name (without ':') and a non-empty password, "
-                    "as user:password"
-                )
-        return cls(token or None, user, password)
+        operator = _checked_token(token, "token")
+        viewer = _checked_token(viewer_token, "viewer token")
+        if operator is not None and viewer is not None and _same(operator, viewer):
+            raise ConfigurationError("the viewer token must differ from the operator's token")
+        basic = _basic_pair(basic_auth, "basic auth")
+        viewer_basic = _basic_pair(viewer_basic_auth, "viewer basic auth")
+        if basic and viewer_basic and basic[0] == viewer_basic[0]:
+            raise ConfigurationError("the viewer's basic-auth user must differ from the operator's")
+        user, password = basic or (None, None)
+        viewer_user, viewer_password = viewer_basic or (None, None)
+        return cls(operator, user, password, viewer, viewer_user, viewer_password)
 
     @property
     def configured(self) -> bool:
-        return self.token is not None or self.basic_user is not None
+        return any((self.token, self.basic_user, self.viewer_token, self.viewer_user))
 
-    def token_matches(self, given: str) -> bool:
-        return self.token is not None and _same(given, self.token)
+    @property
+    def any_token(self) -> bool:
+        """Whether a token signs in (then the sign-in form is offered)."""
+        return self.token is not None or self.viewer_token is not None
 
-    def header_matches(self, authorization: str | None) -> bool:
-        """Whether an ``Authorization`` header carries valid credentials."""
+    def token_role(self, given: str) -> Role | None:
+        """The role whose token this is (both compared, always, in constant time)."""
+        operator = self.token is not None and _same(given, self.token)
+        viewer = self.viewer_token is not None and _same(given, self.viewer_token)
+        return Role.OPERATOR if operator else Role.VIEWER if viewer else None
+
+    def header_role(self, authorization: str | None) -> Role | None:
+        """The role an ``Authorization`` header's credentials give, if any."""
         if not authorization:
-            return False
+            return None
         scheme, _, value = authorization.partition(" ")
         scheme, value = scheme.lower(), value.strip()
         if scheme == "bearer":
-            return self.token_matches(value)
-        if scheme == "basic" and self.basic_user is not None and self.basic_password:
-            try:
-                decoded = base64.b64decode(value, validate=True).decode()
-            except (ValueError, UnicodeDecodeError):
-                return False
-            user, _, password = decoded.partition(":")
+            return self.token_role(value)
+        if scheme != "basic":
+            return None
+        try:
+            decoded = base64.b64decode(value, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            return None
+        user, _, password = decoded.partition(":")
+        pairs = (
+            (Role.OPERATOR, self.basic_user, self.basic_password),
+            (Role.VIEWER, self.viewer_user, self.viewer_password),
+        )
+        found = None
+        for role, expected_user, expected_password in pairs:
+            if expected_user is None or not expected_password:
+                continue
             # Both compared, always: no early exit that would time the user name.
-            user_ok = _same(user, self.basic_user)
-            return _same(password, self.basic_password) and user_ok
-        return False
+            user_ok = _same(user, expected_user)
+            if _same(password, expected_password) and user_ok:
+                found = role
+        return found
 
 
 def _same(given: str, expected: str) -> bool:
@@ -145,15 +198,24 @@ def check_exposure(host: str, credentials: Credentials) -> None:
     )
 
 
+#: How a session cookie spells its role (``a``: an operator, as before roles came).
+_ROLE_FLAGS = {Role.OPERATOR: "a", Role.VIEWER: "v", None: "-"}
+_FLAG_ROLES = {flag: role for role, flag in _ROLE_FLAGS.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Session:
     """One browser's session: a random nonce (its CSRF token is derived from it) and
-    whether the token was given on the sign-in form."""
+    the role whose token was given on the sign-in form (None: not signed in)."""
 
     nonce: str
-    authenticated: bool
+    role: Role | None
     issued: int  # epoch seconds
     cookie: str  # the signed value of the cookie
+
+    @property
+    def authenticated(self) -> bool:
+        return self.role is not None
 
 
 class Sessions:
@@ -168,11 +230,11 @@ class Sessions:
         digest = hmac.new(self.key, text.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
-    def issue(self, authenticated: bool) -> Session:
+    def issue(self, role: Role | None) -> Session:
         nonce = secrets.token_urlsafe(18)
         issued = int(time.time())
-        body = f"{nonce}.{'a' if authenticated else '-'}.{issued}"
-        return Session(nonce, authenticated, issued, f"{body}.{self._sign(body)}")
+        body = f"{nonce}.{_ROLE_FLAGS[role]}.{issued}"
+        return Session(nonce, role, issued, f"{body}.{self._sign(body)}")
 
     def read(self, cookie: str | None) -> Session | None:
         """The session of a cookie, or None if it is missing, forged or expired."""
@@ -182,13 +244,13 @@ class Sessions:
         if not hmac.compare_digest(signature, self._sign(body)):
             return None
         nonce, flag, issued_text = body.split(".")
-        if not issued_text.isdigit():
+        if not issued_text.isdigit() or flag not in _FLAG_ROLES:
             return None
         issued = int(issued_text)
-        authenticated = flag == "a"
-        if authenticated and time.time() - issued > self.lifetime:
+        role = _FLAG_ROLES[flag]
+        if role is not None and time.time() - issued > self.lifetime:
             return None
-        return Session(nonce, authenticated, issued, cookie)
+        return Session(nonce, role, issued, cookie)
 
     def csrf_token(self, session: Session) -> str:
         return self._sign(f"csrf:{session.nonce}")
@@ -262,83 +324,3 @@ def host_name(request: Request) -> str:
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host
     return host.rpartition(":")[0] if host.count(":") == 1 else host
-
-
-Refusal = Callable[[Request], Awaitable[Response]]
-
-
-class Guard:
-    """The ASGI middleware in front of every route: sessions, authentication, the
-    origin check and the security headers."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        credentials: Credentials,
-        sessions: Sessions,
-        unauthorized: Refusal,
-    ) -> None:
-        self.app = app
-        self.credentials = credentials
-        self.sessions = sessions
-        self.unauthorized = unauthorized
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        request = Request(scope)
-        session = self.sessions.read(request.cookies.get(SESSION_COOKIE))
-        fresh = session is None
-        if session is None:
-            session = self.sessions.issue(authenticated=False)
-        state: dict[str, Any] = scope.setdefault("state", {})
-        state["dashboard_session"] = session
-        authorized = session.authenticated or self.credentials.header_matches(
-            request.headers.get("authorization")
-        )
-        state["dashboard_authorized"] = authorized
-        path = scope["path"]
-        response: Response | None = None
-        if not self.credentials.configured and not is_loopback(host_name(request)):
-            # Without credentials only a loopback name may be used: a web page that
-            # re-points its own name at 127.0.0.1 (DNS rebinding) gets nothing.
-            response = PlainTextResponse(
-                "This dashboard has no authentication configured, so it answers only to "
-                "localhost, 127.0.0.1 or [::1].",
-                status_code=421,
-            )
-        elif (
-            self.credentials.configured
-            and not authorized
-            and path not in OPEN_PATHS
-            and not path.startswith(OPEN_PREFIXES)
-        ):
-            response = await self.unauthorized(request)
-        elif request.method not in _SAFE_METHODS and not same_origin(request):
-            response = PlainTextResponse(
-                "Refused: this request came from another site (Origin/Referer check).",
-                status_code=403,
-            )
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers[name] = value
-                if not path.startswith(OPEN_PREFIXES):
-                    headers["cache-control"] = "no-store"  # pages hold task data
-                cookies = headers.getlist("set-cookie")
-                already = any(value.startswith(SESSION_COOKIE + "=") for value in cookies)
-                if fresh and not already:  # a sign-in sets its own session
-                    cookie = Response()
-                    set_session_cookie(cookie, request, session)
-                    for raw_name, raw_value in cookie.raw_headers:
-                        if raw_name == b"set-cookie":
-                            headers.append("set-cookie", raw_value.decode("latin-1"))
-            await send(message)
-
-        if response is not None:
-            await response(scope, receive, send_with_headers)
-        else:
-            await self.app(scope, receive, send_with_headers)

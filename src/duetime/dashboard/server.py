@@ -23,16 +23,20 @@ def serve(
     basic_auth: str | tuple[str, str] | None = None,
     refresh_seconds: float = 5.0,
     log_level: str = "info",
+    viewer_token: str | None = None,
+    viewer_basic_auth: str | tuple[str, str] | None = None,
 ) -> None:
     """Run the dashboard until interrupted (Ctrl-C or SIGTERM).
 
-    Bound to anything but a loopback address, it needs ``token`` or ``basic_auth``
-    ("user:password"); without either it raises ConfigurationError saying what to give.
+    Bound to anything but a loopback address, it needs credentials (``token`` or
+    ``basic_auth``, "user:password", and/or the viewer's); without any it raises
+    ConfigurationError saying what to give.
     """
-    check_exposure(host, Credentials.of(token, basic_auth))
+    check_exposure(host, Credentials.of(token, basic_auth, viewer_token, viewer_basic_auth))
     app = create_app(
         queues, redis, shards=shards, settings=settings, token=token,
-        basic_auth=basic_auth, refresh_seconds=refresh_seconds,
+        basic_auth=basic_auth, refresh_seconds=refresh_seconds, viewer_token=viewer_token,
+        viewer_basic_auth=viewer_basic_auth,
     )  # fmt: skip
     import uvicorn  # the dashboard extra; imported only when serving
 

@@ -22,12 +22,19 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
 
 from duetime import AsyncQueue, __version__, validation
 from duetime.dashboard.formatting import FILTERS, relative
+from duetime.dashboard.guard import role_of
 from duetime.dashboard.inputs import local_path
-from duetime.dashboard.security import Credentials, Sessions, session_of
+from duetime.dashboard.security import Credentials, Role, Sessions, session_of
 from duetime.errors import ConfigurationError, RedisUnavailableError
 from duetime.settings import Settings
 from duetime.store.connections import mask_urls_in
@@ -126,9 +133,11 @@ class Dashboard:
             "refresh_ms": int(self.refresh_seconds * 1000),
             "signed_in": session.authenticated,
             # The sign-in page shows no navigation: queue names are not for strangers.
-            "authorized": bool(request.scope["state"].get("dashboard_authorized"))
-            or not self.credentials.configured,
-            "token_login": self.credentials.token is not None,
+            "authorized": role_of(request) is not None,
+            # A viewer sees every page, without the forms that act.
+            "role": role_of(request),
+            "can_act": role_of(request) == Role.OPERATOR,
+            "token_login": self.credentials.any_token,
             "version": __version__,
             "now": time.time(),
             "relative": relative,
@@ -166,7 +175,7 @@ class Dashboard:
         when a token is configured, or the basic-auth challenge."""
         if request.headers.get(FRAGMENT_HEADER):
             return PlainTextResponse("Sign-in needed.", status_code=401)
-        if self.credentials.token is not None:
+        if self.credentials.any_token:
             asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return self.render(
                 request,
@@ -190,6 +199,8 @@ class Dashboard:
             status, message, headers = 503, mask_urls_in(str(error)), None
         else:
             status, message, headers = 500, mask_urls_in(str(error)), None
+        if request.url.path.startswith("/api/"):  # the JSON API answers in JSON
+            return JSONResponse({"error": message}, status_code=status, headers=headers)
         if request.headers.get(FRAGMENT_HEADER):
             return PlainTextResponse(message, status_code=status, headers=headers)
         return self.render(

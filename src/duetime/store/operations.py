@@ -7,9 +7,10 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 The plans of one queue are written in groups, one module per role (``producing``,
 ``dispatching``, ``working``, ``cron_jobs``, ``operating``, ``snapshot``,
-``server_checks``, ``flow_control``), and joined here into ``QueueOperations``. Also
-here: the queues of a sharded layout, and the registry of queues (noted by the
-dispatchers that serve them and by clients after their first write).
+``server_checks``, ``flow_control``, ``searching``), and joined here into
+``QueueOperations``. Also here: the queues of a sharded layout, and the registry of
+queues (noted by the dispatchers that serve them and by clients after their first
+write).
 """
 
 from __future__ import annotations
@@ -26,12 +27,14 @@ from duetime.store.operating import OperatorPlans
 from duetime.store.producing import ProducerPlans
 from duetime.store.replies import as_text
 from duetime.store.requests import Command, Plan
+from duetime.store.searching import SearchPlans
 from duetime.store.server_checks import ServerCheckPlans
 from duetime.store.snapshot import SnapshotPlans
 from duetime.store.working import WorkerPlans
 
 
 class QueueOperations(
+    SearchPlans,  # first: it builds on ProducerPlans
     ProducerPlans,
     DispatcherPlans,
     WorkerPlans,

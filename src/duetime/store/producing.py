@@ -55,6 +55,21 @@ class StatusReply:
     waiting: bool = False  # due, waiting in the due set for its turn or a limit
 
 
+def status_reply(reply: list[Any]) -> StatusReply:
+    """A task_status reply (not the generation: see ``_looked_up``), read."""
+    state, score, attempts, error, envelope, result, record, waiting = reply
+    return StatusReply(
+        state=TaskState(as_text(state)),
+        score_ms=score_or_none(score),
+        attempts=count_or_none(attempts or b"0"),
+        error=error,
+        envelope=envelope,
+        result=result,
+        flow_record=record or None,
+        waiting=bool(waiting),
+    )
+
+
 def _microseconds(run_at_ms: float) -> str:
     """A run-at as the text of whole µs, as the delayed buckets keep it (scripts hand it
     to the server as it is: a number given to a command from Lua is formatted slowly)."""
@@ -181,7 +196,10 @@ class ProducerPlans(QueueBase):
         stored: list[bytes | None] = yield Command(("HMGET", self.keys.tasks, *task_ids))
         return stored
 
-    def cancel(self, task_id: str) -> Plan[TaskState | None]:
+    def cancel(self, task_id: str, waiting_only: bool = False) -> Plan[TaskState | None]:
+        """Remove a task that has not started, or a dead one unless ``waiting_only``:
+        the place it was taken from, RUNNING when it runs (left alone), DEAD with
+        ``waiting_only`` when it is dead (left alone), None when it is not live."""
         k = self.keys
         fixed = (
             k.tasks,
@@ -200,7 +218,9 @@ class ProducerPlans(QueueBase):
         place = yield from self._looked_up(
             task_id,
             lambda generation, buckets: Eval(
-                scripts.CANCEL_TASK, (*fixed, *buckets), (task_id, generation)
+                scripts.CANCEL_TASK,
+                (*fixed, *buckets),
+                (task_id, generation, "1" if waiting_only else "0"),
             ),
         )
         return TaskState(as_text(place)) if place else None
@@ -245,6 +265,14 @@ class ProducerPlans(QueueBase):
                 return result
 
     def status(self, task_id: str) -> Plan[StatusReply]:
+        reply = yield from self._looked_up(
+            task_id, lambda generation, buckets: self.status_call(task_id, generation, buckets)
+        )
+        return status_reply(reply)
+
+    def status_call(self, task_id: str, generation: int, buckets: Sequence[str]) -> Eval:
+        """The task_status call of one task, given the generation of delayed buckets and
+        the task's bucket in each one up to it (its reply: ``status_reply``)."""
         k = self.keys
         fixed = (
             k.tasks,
@@ -258,23 +286,7 @@ class ProducerPlans(QueueBase):
             k.flow_records,
             k.due,
         )
-        reply = yield from self._looked_up(
-            task_id,
-            lambda generation, buckets: Eval(
-                scripts.TASK_STATUS, (*fixed, *buckets), (task_id, generation)
-            ),
-        )
-        state, score, attempts, error, envelope, result, record, waiting = reply
-        return StatusReply(
-            state=TaskState(as_text(state)),
-            score_ms=score_or_none(score),
-            attempts=count_or_none(attempts or b"0"),
-            error=error,
-            envelope=envelope,
-            result=result,
-            flow_record=record or None,
-            waiting=bool(waiting),
-        )
+        return Eval(scripts.TASK_STATUS, (*fixed, *buckets), (task_id, generation))
 
     def wait_result(self, task_id: str, timeout: float) -> Plan[bytes | None]:
         """Block until the task's result exists (without consuming it), up to ``timeout``."""

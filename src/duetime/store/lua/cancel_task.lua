@@ -14,9 +14,12 @@
 -- KEYS[13..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
 -- ARGV[2] the current generation of delayed buckets, as the caller knows it
+-- ARGV[3] '1': only a waiting task (scheduled or ready); a dead one is left alone
+--         (absent or '0': a dead one is removed too)
 -- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
--- is running (left alone), false when no live task has this id, or the current
--- generation (an integer) when ARGV[2] is not it: call again with its buckets.
+-- is running (left alone), 'dead' with ARGV[3] '1' when it is dead (left alone), false
+-- when no live task has this id, or the current generation (an integer) when ARGV[2] is
+-- not it: call again with its buckets.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include generation
@@ -45,6 +48,8 @@ if remove_delayed(id, 13, KEYS[9], KEYS[10]) then
   forget_layout_if_empty(KEYS[9], KEYS[10])
 elseif redis.call('ZREM', KEYS[2], id) == 1 then
   place = 'scheduled'
+elseif ARGV[3] == '1' and redis.call('ZSCORE', KEYS[4], id) then
+  return 'dead'
 elseif redis.call('ZREM', KEYS[4], id) == 1 then
   place = 'dead'
 elseif redis.call('LREM', KEYS[3], 1, id) == 1 then

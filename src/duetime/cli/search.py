@@ -1,0 +1,352 @@
+"""``duetime search`` (tasks by id prefix, handler, error text or a field of their data,
+in a bounded walk a cursor continues) and ``duetime bulk`` (cancel, reschedule or run now
+many scheduled tasks, named or chosen by a search; each task its own atomic step)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+from rich.table import Column
+
+from duetime import validation
+from duetime.cli.exits import confirm_or_decline
+from duetime.cli.options import open_queue, queue_command
+from duetime.cli.output import DEFAULT_HANDLER_SHOWN, Table, progress_bar, say, shown_time
+from duetime.cli.output import stdout_console as console
+from duetime.cli.values import DURATION, TIME
+from duetime.client import BulkOutcome, Queue, SearchPage, TaskSearch, TaskStatus
+from duetime.client.bulk import select_matching
+from duetime.client.searching import DEFAULT_BUDGET, MOST_BUDGET
+from duetime.states import TaskState
+
+#: Matches a dry run shows in its table (--json lists every id).
+DRY_RUN_SHOWN = 20
+#: Ids per bulk call: the progress bar moves after each.
+BULK_BATCH = 500
+
+
+def search_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """--id, --task, --error and --data, shared by ``search`` and the bulk actions."""
+    options = (
+        click.option("--id", "id_prefix", metavar="PREFIX", help="Ids that start with PREFIX."),
+        click.option(
+            "--task",
+            "task_name",
+            metavar="NAME",
+            help=f"Tasks of this handler ('{DEFAULT_HANDLER_SHOWN}' for the default one).",
+        ),
+        click.option(
+            "--error", metavar="TEXT", help="Tasks whose last error contains TEXT (any case)."
+        ),
+        click.option(
+            "--data",
+            "data",
+            metavar="PATH[=VALUE]",
+            help="Tasks whose data has the field PATH (keys joined by dots: customer.id), "
+            "equal to VALUE when given (text; numbers, true, false, null as JSON).",
+        ),
+    )
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def criteria_of(
+    id_prefix: str | None,
+    task_name: str | None,
+    error: str | None,
+    data: str | None,
+    state: str | None = None,
+) -> TaskSearch | None:
+    """The search the options ask for; None when none was given."""
+    if not (id_prefix or task_name is not None or error or data):
+        return None
+    field, value = None, None
+    if data is not None:
+        field, equals, given = data.partition("=")
+        value = given if equals else None
+    task = "" if task_name == DEFAULT_HANDLER_SHOWN else task_name
+    return TaskSearch(id_prefix or None, task, error or None, field, value, state)
+
+
+def _status_table(found: Sequence[TaskStatus]) -> Table:
+    table = Table(
+        "id",
+        "state",
+        Column("run at / died", no_wrap=True),
+        "task",
+        Column("att.", justify="right"),
+        "error",
+        one_line=("task", "error"),
+    )
+    for status in found:
+        moment = status.died_at if status.state == TaskState.DEAD else status.run_at
+        table.add_row(
+            status.id,
+            str(status.state),
+            shown_time(moment) if moment is not None else "",
+            status.task or DEFAULT_HANDLER_SHOWN,
+            str(status.attempts),
+            (status.last_error or status.problem or "").partition("\n")[0],
+        )
+    return table
+
+
+def _read(page: SearchPage) -> str:
+    what = "last errors" if page.walked == "errors" else "tasks"
+    return f"read {page.scanned:,} of {page.total:,} {what}"
+
+
+# Long: its options and their help are most of it; the body is short.
+@queue_command()
+@search_options
+@click.option("--state", type=click.Choice(["scheduled", "ready", "running", "dead"]))
+@click.option(
+    "--limit",
+    default=50,
+    show_default=True,
+    type=click.IntRange(1, 10_000),
+    help="Stop once this many matched (a page begun is finished).",
+)
+@click.option(
+    "--budget",
+    default=DEFAULT_BUDGET,
+    show_default=True,
+    type=click.IntRange(1, MOST_BUDGET),
+    help="Entries the server looks at, at most, in this call.",
+)
+@click.option("--cursor", metavar="CURSOR", help="Go on from where a search stopped.")
+@click.option("--all", "to_the_end", is_flag=True, help="Walk to the end: every match.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (times in epoch seconds).")
+def search(
+    queue: str,
+    id_prefix: str | None,
+    task_name: str | None,
+    error: str | None,
+    data: str | None,
+    state: str | None,
+    limit: int,
+    budget: int,
+    cursor: str | None,
+    to_the_end: bool,
+    as_json: bool,
+    redis_url: str | None,
+) -> None:
+    """Tasks in any state by id prefix, handler, last error or a field of their data.
+
+    A search reads the queue's tasks --budget at a time and prints the cursor to go on
+    with; --all walks to the end.
+
+    \b
+    Examples:
+      duetime search -q emails --data customer.id=42
+      duetime search -q emails --error timeout --state scheduled
+      duetime search -q emails --id cron:digest: --all --json
+    """
+    criteria = criteria_of(id_prefix, task_name, error, data, state)
+    if criteria is None:
+        raise click.UsageError("search by --id, --task, --error or --data")
+    started = time.monotonic()
+    found: list[TaskStatus] = []
+    scanned = 0
+    with open_queue(queue, redis_url) as client, progress_bar() as progress:
+        reading = progress.add_task("searching", total=None)
+        while True:
+            page = client.search(criteria, cursor=cursor, budget=budget, limit=limit)
+            found += page.tasks
+            scanned += page.scanned
+            progress.update(reading, completed=scanned, total=page.total)
+            cursor = page.cursor
+            if cursor is None or not to_the_end:
+                break
+    seconds = time.monotonic() - started
+    page = dataclasses.replace(page, tasks=found, scanned=scanned)
+    if as_json:
+        report: dict[str, Any] = {"queue": queue}
+        report["tasks"] = [dataclasses.asdict(status) for status in found]
+        report |= {"cursor": cursor, "scanned": scanned, "total": page.total}
+        report |= {"walked": page.walked, "seconds": round(seconds, 3)}
+        click.echo(json.dumps(report, default=str, indent=2))
+        return
+    if found:
+        console().print(_status_table(found))
+    matched = f"{len(found):,} match{'' if len(found) == 1 else 'es'}"
+    more = "" if cursor is None else f"; go on with --cursor {cursor}"
+    say(f"{matched}; {_read(page)} in {seconds:.2f} s{more}")
+
+
+@click.group()
+def bulk() -> None:
+    """Cancel, reschedule or run now many scheduled tasks: the ids named, or every
+    scheduled task a search matches. Each task is its own atomic step; tasks that
+    started, died or finished meanwhile are skipped and counted.
+
+    \b
+    Examples:
+      duetime bulk run-now -q emails --data customer.id=42 --dry-run
+      duetime bulk reschedule -q emails --in 1h --task send_digest --yes
+      duetime bulk cancel -q emails ID1 ID2 ID3
+    """
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BulkRequest:
+    action: str  # cancel | reschedule | run_now
+    queue: str
+    ids: list[str]  # named, or chosen by ``criteria``
+    criteria: TaskSearch | None
+    dry_run: bool
+    yes: bool
+    as_json: bool
+    moment: tuple[float | None, float | None] = (None, None)  # reschedule: --at, --in
+
+
+def bulk_action(action: str, summary: str) -> click.Command:
+    """``duetime bulk cancel``, ``run-now`` or ``reschedule`` (one body, three verbs)."""
+    name = action.replace("_", "-")
+
+    def command(
+        queue: str,
+        task_ids: tuple[str, ...],
+        id_prefix: str | None,
+        task_name: str | None,
+        error: str | None,
+        data: str | None,
+        dry_run: bool,
+        yes: bool,
+        as_json: bool,
+        redis_url: str | None,
+        at: float | None = None,
+        delay: float | None = None,
+    ) -> None:
+        criteria = criteria_of(id_prefix, task_name, error, data, "scheduled")
+        ids = validation.task_ids(list(task_ids))
+        if bool(ids) == (criteria is not None):
+            raise click.UsageError("name task ids, or choose with --id, --task, --error or --data")
+        if action == "reschedule" and (at is None) == (delay is None):
+            raise click.UsageError("give exactly one of --at or --in")
+        request = BulkRequest(action, queue, ids, criteria, dry_run, yes, as_json, (at, delay))
+        act_in_bulk(request, redis_url)
+
+    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+        click.argument("task_ids", nargs=-1),
+        search_options,
+    ]
+    if action == "reschedule":
+        options += [
+            click.option("--at", "at", type=TIME, metavar="TIME", help="The new run-at time."),
+            click.option(
+                "--in", "delay", type=DURATION, metavar="DURATION", help="The new delay from now."
+            ),
+        ]
+    options += [
+        click.option(
+            "--dry-run", is_flag=True, help="Say which tasks it would take; change nothing."
+        ),
+        click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
+        click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON."),
+    ]
+    decorated: Callable[..., Any] = command
+    for option in reversed(options):
+        decorated = option(decorated)
+    return queue_command(name, group=bulk, help_text=summary)(decorated)
+
+
+def act_in_bulk(request: BulkRequest, redis_url: str | None) -> None:
+    """Choose the tasks (by a search, walked to its end), confirm, act in batches."""
+    with open_queue(request.queue, redis_url) as client:
+        ids, sample = request.ids, []
+        if request.criteria is not None:
+            with progress_bar() as progress:
+                reading = progress.add_task("searching", total=None)
+                picked = select_matching(
+                    client,
+                    request.criteria,
+                    on_page=lambda page: progress.advance(reading, page.scanned),
+                )
+            ids, sample = picked.ids, picked.sample
+            if picked.unnameable:
+                say(
+                    f"duetime: {picked.unnameable:,} matching task(s) have ids duetime does "
+                    "not accept (written by hand?) and are left alone"
+                )
+        if request.dry_run:
+            _report_dry_run(request, ids, sample)
+            return
+        if ids and not request.yes and (request.action == "cancel" or request.criteria):
+            verb = {"cancel": "Cancel", "reschedule": "Reschedule", "run_now": "Run now"}
+            plural = "" if len(ids) == 1 else "s"
+            question = f"{verb[request.action]} {len(ids):,} task{plural} in queue {request.queue}?"
+            confirm_or_decline(question, "nothing changed")
+        outcome = _acted(client, request, ids)
+    if request.as_json:
+        report: dict[str, Any] = {"queue": request.queue, "action": request.action}
+        report |= {"dry_run": False, "selected": len(ids), "done": len(outcome.done)}
+        report |= {"skipped": outcome.skipped, "ids": outcome.done}
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(outcome.summary)
+    for task_id, reason in list(outcome.skipped.items())[:DRY_RUN_SHOWN]:
+        say(f"skipped {task_id}: {reason}")
+
+
+def _acted(client: Queue, request: BulkRequest, ids: list[str]) -> BulkOutcome:
+    """The action on ``ids``, a batch per call, with a progress bar."""
+    at, delay = request.moment
+    done: list[str] = []
+    skipped: dict[str, str] = {}
+    with progress_bar() as progress:
+        acting = progress.add_task(request.action.replace("_", " "), total=len(ids))
+        for start in range(0, len(ids), BULK_BATCH):
+            batch = ids[start : start + BULK_BATCH]
+            if request.action == "cancel":
+                outcome = client.cancel_many(batch)
+            elif request.action == "run_now":
+                outcome = client.run_now_many(batch)
+            elif at is not None:
+                outcome = client.reschedule_many(batch, at)
+            else:
+                assert delay is not None
+                outcome = client.reschedule_many_in(batch, delay)
+            done += outcome.done
+            skipped |= outcome.skipped
+            progress.advance(acting, len(batch))
+    return BulkOutcome(request.action, done, skipped)
+
+
+def _report_dry_run(request: BulkRequest, ids: list[str], sample: list[TaskStatus]) -> None:
+    if request.as_json:
+        report = {"queue": request.queue, "action": request.action, "dry_run": True}
+        click.echo(json.dumps(report | {"selected": len(ids), "ids": ids}, indent=2))
+        return
+    chosen = "scheduled tasks matching" if request.criteria else "tasks named"
+    click.echo(f"would {request.action.replace('_', ' ')} {len(ids):,} {chosen} in {request.queue}")
+    if sample:
+        console().print(_status_table(sample[:DRY_RUN_SHOWN]))
+    if len(sample) and len(ids) > DRY_RUN_SHOWN:
+        click.echo(f"... and {len(ids) - DRY_RUN_SHOWN:,} more (--json lists every id)")
+
+
+bulk_cancel = bulk_action(
+    "cancel",
+    """Cancel many tasks that have not started: the TASK_IDS named, or the scheduled
+    tasks a search matches. Asks first; --yes does not. Running and dead tasks are
+    skipped.""",
+)
+bulk_run_now = bulk_action(
+    "run_now",
+    """Make many scheduled tasks due now: the TASK_IDS named, or those a search matches
+    (which asks first; --yes does not).""",
+)
+bulk_reschedule = bulk_action(
+    "reschedule",
+    """Give many waiting tasks a new run-at (--at or --in): the TASK_IDS named, or the
+    scheduled tasks a search matches (which asks first; --yes does not).""",
+)
+
+COMMANDS = (search, bulk)

@@ -1,0 +1,275 @@
+"""Finding tasks by what they are, whatever their state: by id prefix, handler, last
+error text and a field of their data, in a bounded walk of the queue's hash of tasks
+that a cursor continues.
+
+A search walks the hash that holds every live task's envelope (or, when it looks for an
+error text, the smaller hash of last errors) with ``HSCAN``, a page of ``SCAN_PAGE``
+entries per round trip, and stops once it has asked the server to look at ``budget``
+entries or found ``limit`` matches. Envelopes are msgpack, so the criteria are checked
+here, on the client; only the matches cost more: where each one is, read in one round
+trip per page (a task_status call each). What a call looked at is in its answer, and its
+cursor goes on from there.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from duetime import codec, validation
+from duetime.client.inspection import Inspection
+from duetime.client.models import LISTED_STATES, TaskStatus
+from duetime.client.reports import task_status
+from duetime.errors import DecodeError, InvalidInputError
+from duetime.states import TaskState
+from duetime.store.operations import QueueOperations
+from duetime.store.requests import Plan
+from duetime.store.searching import Walked
+
+#: Entries the server is asked to look at per HSCAN (its COUNT): one short step each.
+SCAN_PAGE = 1000
+#: Entries a search call looks at by default, and at most.
+DEFAULT_BUDGET = 10_000
+MOST_BUDGET = 1_000_000
+#: Matches a search call stops at by default, and the most it may be asked for.
+DEFAULT_LIMIT = 100
+MOST_LIMIT = 10_000
+#: How long each criterion may be (characters).
+MOST_CRITERION = 1000
+
+_CURSOR = re.compile(r"([te])([0-9]{1,3})\.([0-9]{1,20})")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSearch:
+    """What to look for; every criterion given must hold, and one at least is needed.
+
+    ``id_prefix``: the id starts with it. ``task``: the handler's name, exactly ("" for
+    the default handler). ``error``: a part of the last error's text, in any case (only
+    a task that failed an attempt has one). ``data_field``: a path into the task's data,
+    keys and list positions joined by dots (``customer.id``, ``items.0.sku``); with
+    ``data_value``, the value there, as text (a string as it is, a number, true, false
+    or null as JSON), must equal it; without, the field must exist. ``state``: only
+    tasks in this state (scheduled, ready, running or dead), checked on the matches.
+    """
+
+    id_prefix: str | None = None
+    task: str | None = None
+    error: str | None = None
+    data_field: str | None = None
+    data_value: str | None = None
+    state: TaskState | str | None = None
+    path: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        given = {
+            "id_prefix": self.id_prefix,
+            "task": self.task,
+            "error": self.error,
+            "data_field": self.data_field,
+            "data_value": self.data_value,
+        }
+        for name, value in given.items():
+            if value is not None and (not isinstance(value, str) or len(value) > MOST_CRITERION):
+                raise InvalidInputError(
+                    f"{name} must be text of at most {MOST_CRITERION} characters, "
+                    f"got {validation.shown(value)}"
+                )
+        if self.data_value is not None and self.data_field is None:
+            raise InvalidInputError("data_value needs a data_field: the path it is found at")
+        path = tuple(self.data_field.split(".")) if self.data_field is not None else ()
+        if self.data_field is not None and not all(path):
+            raise InvalidInputError(
+                f"data_field must be keys joined by dots, none empty, got "
+                f"{validation.shown(self.data_field)}"
+            )
+        object.__setattr__(self, "path", path)
+        if self.state is not None:
+            if self.state not in LISTED_STATES:
+                states = ", ".join(LISTED_STATES)
+                raise InvalidInputError(f"state must be one of {states}, got {self.state!r}")
+            object.__setattr__(self, "state", TaskState(self.state))
+        if not (self.id_prefix or self.task is not None or self.error or self.data_field):
+            raise InvalidInputError(
+                "give at least one of id_prefix, task, error or data_field to search by "
+                "(to list the tasks of one state, use tasks(state))"
+            )
+
+    @property
+    def walked(self) -> Walked:
+        """The hash a search walks: the last errors when it looks for an error text (a
+        task without one cannot match), else every task."""
+        return "errors" if self.error else "tasks"
+
+    def matches_id(self, task_id: str) -> bool:
+        return task_id.startswith(self.id_prefix or "")
+
+    def matches_error(self, record: bytes) -> bool:
+        if not self.error:
+            return True
+        try:
+            text = codec.decode_error_checked(record).error
+        except DecodeError:
+            return False
+        return self.error.casefold() in text.casefold()
+
+    def matches_envelope(self, envelope: bytes) -> bool:
+        """Whether the handler and data criteria hold (True when neither is given); an
+        envelope that does not decode matches neither."""
+        if self.task is None and self.data_field is None:
+            return True
+        try:
+            decoded = codec.decode_envelope(envelope)
+        except DecodeError:
+            return False
+        if self.task is not None and decoded.task != self.task:
+            return False
+        return self.data_field is None or self._matches_data(decoded.data)
+
+    def _matches_data(self, data: Any) -> bool:
+        for part in self.path:
+            if isinstance(data, dict):
+                key: Any = int(part) if part.isdigit() and part not in data else part
+                if key not in data:
+                    return False
+                data = data[key]
+            elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+                data = data[int(part)]
+            else:
+                return False
+        return self.data_value is None or value_text(data) == self.data_value
+
+
+def value_text(value: Any) -> str | None:
+    """A value of task data as a search compares it: a string as it is, bytes as UTF-8
+    text, a number, a boolean or null as JSON; None for a map or a list."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if value is None or isinstance(value, bool | int | float):
+        return json.dumps(value)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPage:
+    """What one search call found. ``tasks``: the matches, each as ``status`` reads
+    it (a page of the walk is finished once begun, so there may be a few more than the
+    limit). ``cursor``: give it to the next call to go on, None once the walk is over.
+    ``scanned``: entries this call read; ``total``: entries the whole walk covers now
+    (tasks, or last errors: see ``walked``)."""
+
+    tasks: list[TaskStatus]
+    cursor: str | None
+    scanned: int
+    total: int
+    walked: Walked
+
+
+@dataclass(frozen=True, slots=True)
+class SearchCursor:
+    """Where a walk stands: the hash, the shard, and HSCAN's cursor in it."""
+
+    walked: Walked
+    shard: int
+    position: int
+
+    @classmethod
+    def parse(cls, text: str | None, walked: Walked, shards: int) -> SearchCursor:
+        if text is None or text == "":
+            return cls(walked, 0, 0)
+        found = _CURSOR.fullmatch(text) if isinstance(text, str) else None
+        if found is None or int(found[2]) >= shards:
+            raise InvalidInputError(
+                f"not a search cursor of this queue: {validation.shown(text)} (give the "
+                "cursor a search returned, or none to start)"
+            )
+        if (found[1] == "e") != (walked == "errors"):
+            raise InvalidInputError(
+                "this cursor belongs to a search by another kind of criteria (with or "
+                "without an error text): start again without a cursor"
+            )
+        return cls(walked, int(found[2]), int(found[3]))
+
+    def next(self, position: int, shards: int) -> SearchCursor | None:
+        """Where the walk goes after a page that answered ``position``."""
+        if position != 0:
+            return SearchCursor(self.walked, self.shard, position)
+        if self.shard + 1 < shards:
+            return SearchCursor(self.walked, self.shard + 1, 0)
+        return None
+
+    @property
+    def text(self) -> str:
+        return f"{self.walked[0]}{self.shard}.{self.position}"
+
+
+class Searching(Inspection):
+    """The search plan of ``QueueCore``."""
+
+    def search_plan(
+        self, criteria: TaskSearch, cursor: str | None, budget: int, limit: int
+    ) -> Plan[SearchPage]:
+        """Walk from ``cursor`` until the server was asked to look at ``budget`` entries,
+        ``limit`` tasks matched, or the walk is over."""
+        if not isinstance(criteria, TaskSearch):
+            raise InvalidInputError(f"criteria must be a TaskSearch, got {criteria!r}")
+        validation.whole_number(budget, "budget", 1, MOST_BUDGET)
+        validation.whole_number(limit, "limit", 1, MOST_LIMIT)
+        walked = criteria.walked
+        at: SearchCursor | None = SearchCursor.parse(cursor, walked, len(self.shards))
+        total = 0
+        for shard in self.shards:
+            tasks, errors = yield from shard.walk_sizes()
+            total += errors if walked == "errors" else tasks
+        found: list[TaskStatus] = []
+        looked = scanned = 0
+        while at is not None and looked < budget and len(found) < limit:
+            shard = self.shards[at.shard]
+            count = min(SCAN_PAGE, budget - looked)
+            position, entries = yield from shard.scan_page(walked, at.position, count)
+            looked += count
+            scanned += len(entries)
+            found += yield from self._matches(shard, criteria, entries)
+            at = at.next(position, len(self.shards))
+        return SearchPage(found, None if at is None else at.text, scanned, total, walked)
+
+    def _matches(
+        self,
+        shard: QueueOperations,
+        criteria: TaskSearch,
+        entries: Sequence[tuple[str, bytes]],
+    ) -> Plan[list[TaskStatus]]:
+        """The tasks of one page that meet every criterion, as ``status`` reads them."""
+        if criteria.walked == "errors":
+            picked = [
+                task_id
+                for task_id, record in entries
+                if criteria.matches_id(task_id) and criteria.matches_error(record)
+            ]
+            envelopes = (yield from shard.envelopes(picked)) if picked else []
+            candidates = [
+                task_id
+                for task_id, envelope in zip(picked, envelopes, strict=True)
+                if envelope is not None and criteria.matches_envelope(envelope)
+            ]
+        else:
+            candidates = [
+                task_id
+                for task_id, envelope in entries
+                if criteria.matches_id(task_id) and criteria.matches_envelope(envelope)
+            ]
+        replies = yield from shard.statuses(candidates)
+        found = []
+        for task_id, reply in zip(candidates, replies, strict=True):
+            status = task_status(task_id, reply)
+            # Gone since the page was read (finished, cancelled), or not in the state asked.
+            if status is None or status.state not in LISTED_STATES:
+                continue
+            if criteria.state is None or status.state == criteria.state:
+                found.append(status)
+        return found

@@ -1,0 +1,69 @@
+"""The search's plans: walk the hash of tasks (or of last errors) a bounded page at a
+time with ``HSCAN``, count what a walk has to cover, and read where many tasks are in
+one round trip.
+
+``HSCAN`` holds the server for one page only (about ``count`` entries), and its cursor
+lets a caller stop anywhere and go on later: entries present for the whole walk come at
+least once, and may come twice when the server resizes the hash meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from duetime.store import scripts
+from duetime.store.producing import ProducerPlans, StatusReply, status_reply
+from duetime.store.replies import as_text, pairs
+from duetime.store.requests import Batch, Command, EvalMany, Plan
+
+#: Which hash a walk reads: every live task's envelope, or the last error of each task
+#: that failed an attempt (retrying or dead).
+Walked = Literal["tasks", "errors"]
+
+
+class SearchPlans(ProducerPlans):
+    """The plans a search is made of (``duetime.client.searching`` joins them)."""
+
+    def walked_key(self, walked: Walked) -> str:
+        return self.keys.tasks if walked == "tasks" else self.keys.errors
+
+    def scan_page(
+        self, walked: Walked, cursor: int, count: int
+    ) -> Plan[tuple[int, list[tuple[str, bytes]]]]:
+        """One page of the walk from ``cursor``: the next cursor (0 once the walk is
+        over) and about ``count`` entries (id, value as stored)."""
+        reply = yield Command(("HSCAN", self.walked_key(walked), cursor, "COUNT", count))
+        next_cursor, entries = reply
+        return int(next_cursor), [(as_text(name), value) for name, value in pairs(entries)]
+
+    def walk_sizes(self) -> Plan[tuple[int, int]]:
+        """How many entries the hash of tasks and that of errors hold (HLEN each)."""
+        tasks, errors = yield Batch(
+            (Command(("HLEN", self.keys.tasks)), Command(("HLEN", self.keys.errors)))
+        )
+        return int(tasks), int(errors)
+
+    def statuses(self, task_ids: Sequence[str]) -> Plan[list[StatusReply]]:
+        """Where each task is (as ``status``), every task_status call in one round
+        trip; a call told of a newer generation of delayed buckets is made again alone."""
+        if not task_ids:
+            return []
+        yield from self.learn_generation()
+        generation = self.generation
+        assert generation is not None
+        calls = [
+            self.status_call(task_id, generation, self._bucket_keys(task_id, generation))
+            for task_id in task_ids
+        ]
+        replies: list[Any] = yield EvalMany(
+            scripts.TASK_STATUS, [(call.keys, call.args) for call in calls]
+        )
+        found = []
+        for task_id, reply in zip(task_ids, replies, strict=True):
+            if isinstance(reply, int):
+                self.generation = reply
+                found.append((yield from self.status(task_id)))
+            else:
+                found.append(status_reply(reply))
+        return found
