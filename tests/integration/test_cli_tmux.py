@@ -43,17 +43,21 @@ class Pane:
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    def run(self, command: str) -> None:
-        """Type ``command`` at the prompt and wait for it to end. The end is marked by an
-        echo the shell computes, so the typed line itself never matches it."""
+    def run(self, command: str, joined: bool = False) -> list[str]:
+        """Type ``command`` at the prompt, wait for it to end, and return the lines it
+        wrote. Its output is framed by two echoes the shell computes, so the typed line
+        itself never matches them, and nothing depends on when a screen was cleared.
+        ``joined``: as ``screen``."""
         self.runs += 1
-        self.tmux("send-keys", "-t", "cli", "clear", "Enter")
-        self.tmux("send-keys", "-t", "cli", "-l", f"{command}; echo END-$((1000+{self.runs}))")
+        start, end = f"START-{1000 + self.runs}", f"END-{1000 + self.runs}"
+        typed = f"echo START-$((1000+{self.runs})); {command}; echo END-$((1000+{self.runs}))"
+        self.tmux("send-keys", "-t", "cli", "-l", typed)
         self.tmux("send-keys", "-t", "cli", "Enter")
-        marker = f"END-{1000 + self.runs}"
         wait_until_sync(
-            lambda: marker in self.screen().splitlines(), timeout=60, what=f"{command!r} to end"
+            lambda: end in self.screen().splitlines(), timeout=60, what=f"{command!r} to end"
         )
+        lines = self.screen(joined).splitlines()
+        return lines[lines.index(start) + 1 : lines.index(end)]
 
     def screen(self, joined: bool = False) -> str:
         """The pane's lines as shown; with ``joined``, lines the terminal folded are given
@@ -92,15 +96,14 @@ def test_ids_whole_and_hints_unbroken_in_an_80_column_pane(pane: Pane, queue_nam
         for task_id in long_ids:
             queue.schedule_in(3600, {"error": "x" * 200}, id=task_id, task="a_handler_name")
 
-    pane.run(f"duetime tasks -q {queue_name} --state scheduled")
-    lines = pane.screen().splitlines()
+    lines = pane.run(f"duetime tasks -q {queue_name} --state scheduled")
     assert any(line.split()[:3] == ["id", "run", "at"] for line in lines if line), lines
     for task_id in long_ids:
         assert any(task_id in line for line in lines), f"{task_id} cut: {lines}"
 
     missing = "no-such-queue-" + "q" * 30
-    pane.run(f"duetime inspect -q {missing}")
+    output = pane.run(f"duetime inspect -q {missing}", joined=True)
     # The error, as the terminal gives it back: one line, from its start to its hint.
-    [error] = [line for line in pane.screen(joined=True).splitlines() if "no queue" in line]
+    [error] = [line for line in output if "no queue" in line]
     assert missing in error and error.endswith("(check the name, --shards and --redis)")
     assert len(error) > WIDTH  # the premise: longer than the pane, so the terminal folded it
