@@ -8,6 +8,7 @@ task_id = queue.schedule_task(1795320000, {"to": "a@example.com"})
 from duetime.app import App
 from duetime.client import (
     AsyncQueue,
+    CronBackfillInfo,
     CronInfo,
     CronRun,
     DeadTask,
@@ -42,6 +43,7 @@ __all__ = [
     "AttemptInfo",
     "AttemptOutcome",
     "AttemptResult",
+    "CronBackfillInfo",
     "CronInfo",
     "CronRun",
     "DeadTask",

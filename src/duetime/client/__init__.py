@@ -14,6 +14,7 @@ from duetime.client.core import QueueCore
 from duetime.client.ids import new_task_id, new_task_ids
 from duetime.client.models import (
     LISTED_STATES,
+    CronBackfillInfo,
     CronInfo,
     CronRun,
     DeadTask,
@@ -46,6 +47,7 @@ __all__ = [
     "LISTED_STATES",
     "MOST_PER_ROUND_TRIP",
     "AsyncQueue",
+    "CronBackfillInfo",
     "CronInfo",
     "CronRun",
     "DeadFilter",

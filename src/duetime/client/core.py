@@ -4,13 +4,15 @@ both behave the same by construction. Each kind of plan has its module; this joi
 
 from __future__ import annotations
 
+from duetime.client.backfill import BackfillPlans
 from duetime.client.control import Control
 from duetime.client.cron import CronPlans
 from duetime.client.limiting import Limiting
 
 
-class QueueCore(CronPlans, Limiting, Control):
+class QueueCore(CronPlans, BackfillPlans, Limiting, Control):
     """Validation and plans shared by ``Queue`` and ``AsyncQueue``: checking and writing
     tasks (``Preparing``, ``Producing``), reading the queue (``Inspection``), changing it
-    (``Control``), its cron jobs (``CronPlans``) and its limits (``Limiting``), all on
-    its shards (``QueueShards``). Every input is checked before anything is written."""
+    (``Control``), its cron jobs (``CronPlans``, ``BackfillPlans``) and its limits
+    (``Limiting``), all on its shards (``QueueShards``). Every input is checked before
+    anything is written."""

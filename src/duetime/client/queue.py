@@ -16,6 +16,7 @@ from duetime.checker import Violation
 from duetime.client.coalescing import TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
 from duetime.client.models import (
+    CronBackfillInfo,
     CronInfo,
     DeadTask,
     Duration,
@@ -30,6 +31,7 @@ from duetime.client.models import (
 )
 from duetime.client.prepared import PreparedTask
 from duetime.clock import Clock
+from duetime.cron import CronJob
 from duetime.errors import DuetimeError
 from duetime.flow import KeyLimits, Limits
 from duetime.hooks import Hooks
@@ -187,16 +189,24 @@ class Queue:
         """Verify the invariants on the live server; an empty list means all hold."""
         return self.runner.run(self.core.check_plan())
 
-    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
-        """A validated cron definition for ``sync_cron`` (options as for ``add_cron``)."""
+    def cron_job(self, name: str, expression: str | None, data: Any, **options: Any) -> CronJob:
+        """A validated cron definition for ``sync_cron`` or ``add_crons``."""
         return self.core.cron_job(name, expression, data, **options)
 
-    def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
+    def add_cron(self, name: str, expression: str | None, data: Any, **options: Any) -> str:
         """Create or update a recurring job; returns created, updated or unchanged.
-        Options: tz, task, missed (skip|once|all), overlap (allow|skip|delay),
-        max_attempts, timeout, and its ticks' priority, limit_key and cost."""
+        Options: tz, task, missed, overlap, every, jitter... (see docs/cron.md)."""
         job = self.core.cron_job(name, expression, data, **options)
         return self.runner.run(self.core.declare_cron_plan([job]))[name]
+
+    def add_crons(self, jobs: Sequence[cron.CronJob]) -> dict[str, int]:
+        """Create or update many jobs (``cron_job``); returns counts by outcome."""
+        return self.runner.run(self.core.add_crons_plan(jobs))
+
+    def backfill_cron(
+        self, name: str, start: Timestamp, end: Timestamp, rate: float = 1.0
+    ) -> CronBackfillInfo:
+        return self.runner.run(self.core.backfill_cron_plan(name, start, end, rate))
 
     def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
         """Make the queue's cron jobs exactly ``jobs`` (declared in code); with ``prune``,
@@ -347,12 +357,20 @@ class AsyncQueue:
     async def check(self) -> list[Violation]:
         return await self.runner.run(self.core.check_plan())
 
-    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
+    def cron_job(self, name: str, expression: str | None, data: Any, **options: Any) -> CronJob:
         return self.core.cron_job(name, expression, data, **options)
 
-    async def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
+    async def add_cron(self, name: str, expression: str | None, data: Any, **options: Any) -> str:
         job = self.core.cron_job(name, expression, data, **options)
         return (await self.runner.run(self.core.declare_cron_plan([job])))[name]
+
+    async def add_crons(self, jobs: Sequence[cron.CronJob]) -> dict[str, int]:
+        return await self.runner.run(self.core.add_crons_plan(jobs))
+
+    async def backfill_cron(
+        self, name: str, start: Timestamp, end: Timestamp, rate: float = 1.0
+    ) -> CronBackfillInfo:
+        return await self.runner.run(self.core.backfill_cron_plan(name, start, end, rate))
 
     async def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
         return await self.runner.run(self.core.sync_cron_plan(jobs, prune))
