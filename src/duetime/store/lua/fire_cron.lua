@@ -39,6 +39,8 @@ redis.call('LLEN', KEYS[10])
 redis.call('HGET', KEYS[11], '')
 redis.call('ZSCORE', KEYS[12], '')
 local woken = false
+-- Counters are bumped once per call, not per job.
+local fired, outside_window, skipped, paused = 0, 0, 0, 0
 
 local function read_state(name)
   local raw = redis.call('HGET', KEYS[11], name)
@@ -96,13 +98,11 @@ local function fire(job)
     if state.failures >= pause_after then
       stop(name)
       write_state(name, state)
-      redis.pcall('HINCRBY', KEYS[6], 'cron_paused_after_failures', 1)
+      paused = paused + 1
       return 'paused'
     end
   end
-  if tonumber(job[7]) > 0 then
-    redis.pcall('HINCRBY', KEYS[6], 'cron_skipped_outside_window', job[7])
-  end
+  outside_window = outside_window + tonumber(job[7])
   if job[4] ~= 'allow' and #job >= 10 then
     local last = redis.call('HGET', KEYS[2], name)
     if last and redis.call('HEXISTS', KEYS[4], last) == 1 then
@@ -118,7 +118,7 @@ local function fire(job)
       if state.ended then
         write_state(name, state)
       end
-      redis.pcall('HINCRBY', KEYS[6], 'cron_skipped', 1)
+      skipped = skipped + 1
       return 'skipped'
     end
   end
@@ -153,10 +153,7 @@ local function fire(job)
   if keeps or state.ended then
     write_state(name, state)
   end
-  if count > 0 then
-    redis.pcall('HINCRBY', KEYS[6], 'cron_fired', count)
-    redis.pcall('HINCRBY', KEYS[6], 'scheduled', count)
-  end
+  fired = fired + count
   return count
 end
 
@@ -167,4 +164,14 @@ end
 if woken and redis.call('LLEN', KEYS[10]) == 0 then
   redis.call('RPUSH', KEYS[10], 1)
 end
+local function bump(name, by)
+  if by > 0 then
+    redis.pcall('HINCRBY', KEYS[6], name, by)
+  end
+end
+bump('cron_fired', fired)
+bump('scheduled', fired)
+bump('cron_skipped', skipped)
+bump('cron_skipped_outside_window', outside_window)
+bump('cron_paused_after_failures', paused)
 return outcomes
