@@ -4,7 +4,8 @@ memory, and how late their ticks are fired, without and with jitter.
 
 Run from the project root:
 
-    .venv/bin/python bench/bench_schedules.py [--quick] [--scenario NAME ...] [--server redis|valkey]
+    .venv/bin/python bench/bench_schedules.py [--quick] [--scenario NAME ...]
+        [--server redis|valkey]
 
 Scenarios (all by default; ``--quick``: 20,000 jobs instead of 1,000,000):
 
@@ -39,10 +40,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import Server, bench_parser, git_revision, merge_results, percentile  # noqa: E402
+from benchlib import Server, bench_parser, git_revision, merge_results, percentile
 
-from duetime import Queue, cron  # noqa: E402
-from duetime.store import QueueKeys  # noqa: E402
+from duetime import Queue, cron
+from duetime.store import QueueKeys
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "schedules.json"
@@ -176,7 +177,8 @@ def run(kind: str, count: int, scenarios: list[str]) -> dict[str, Any]:
 
 def table(results: dict[str, Any]) -> str:
     rows = [
-        "| scenario | jobs | declared/s | bytes/job | p50 late | p99 late | max late | last fired |",
+        "| scenario | jobs | declared/s | bytes/job | p50 late | p99 late | max late "
+        "| last fired |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, r in results.items():
