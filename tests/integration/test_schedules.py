@@ -13,10 +13,10 @@ from datetime import timedelta
 import pytest
 import redis
 
-from duetime import ManualClock, Queue, codec
+from duetime import ManualClock, Queue, Settings, codec
 from duetime.dispatcher import QueueDispatcher
 from duetime.errors import InvalidInputError
-from duetime.store import QueueKeys
+from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import QueueOperations
 from tests.integration.test_cron import T0, ready_ids, step_all, with_dispatchers
 
@@ -290,3 +290,42 @@ def test_bad_schedule_options_are_refused_with_nothing_stored(
         with pytest.raises(InvalidInputError, match="at least 1 second"):
             queue.add_cron("job", None, {}, every=0.5)
         assert raw.dbsize() == 0
+
+
+def test_on_a_sharded_queue_each_shard_fires_its_jobs_ticks_once(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    clock = ManualClock(T0 - 500)
+    names = [f"user-{i}" for i in range(30)]
+    with Queue(queue_name, redis_url, clock=clock, shards=3) as queue:
+        jobs = [queue.cron_job(n, None, {}, every=60, jitter=20, max_runs=2) for n in names]
+        queue.add_crons(jobs)
+        homes = {name: queue.core.layout.of_cron(name) for name in names}
+        assert len(set(homes.values())) == 3  # the jobs are spread over the shards
+
+        async def scenario() -> None:
+            runners = [AsyncRunner(redis_url, Settings()) for _ in range(2)]
+            dispatchers = [
+                QueueDispatcher(queue_name, runner, Settings(), clock, shard)
+                for runner in runners
+                for shard in range(3)
+            ]
+            try:
+                for second in range(0, 181, 5):
+                    clock.set(T0 + second * SECOND)
+                    await asyncio.gather(*(d.step() for d in dispatchers))
+            finally:
+                for runner in runners:
+                    await runner.close()
+
+        asyncio.run(scenario())
+        fired: list[str] = []
+        for shard in range(3):
+            tag = queue_name if shard == 0 else f"{queue_name}#{shard}"
+            ids = ready_ids(raw, tag)
+            assert {i.split(":")[1] for i in ids} <= {n for n, h in homes.items() if h == shard}
+            fired += ids
+        # Two runs each (max_runs), the ticks at T0 and T0 + 1 min, each once.
+        assert sorted(fired) == sorted(f"cron:{n}:{T0 + m * MINUTE}" for n in names for m in (0, 1))
+        assert all(info.ended and info.runs == 2 for info in queue.list_cron())
+        assert queue.check() == []

@@ -164,14 +164,17 @@ end
 if woken and redis.call('LLEN', KEYS[10]) == 0 then
   redis.call('RPUSH', KEYS[10], 1)
 end
-local function bump(name, by)
-  if by > 0 then
-    redis.pcall('HINCRBY', KEYS[6], name, by)
-  end
+if fired > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_fired', fired)
+  redis.pcall('HINCRBY', KEYS[6], 'scheduled', fired)
 end
-bump('cron_fired', fired)
-bump('scheduled', fired)
-bump('cron_skipped', skipped)
-bump('cron_skipped_outside_window', outside_window)
-bump('cron_paused_after_failures', paused)
+if skipped > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_skipped', skipped)
+end
+if outside_window > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_skipped_outside_window', outside_window)
+end
+if paused > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_paused_after_failures', paused)
+end
 return outcomes
