@@ -1,52 +1,36 @@
-"""Recurring jobs: the definition, its validation, which ticks are due, and the task
-each becomes.
+"""Recurring jobs: the definition, its validation, its ticks and their jitter, and the
+task each tick becomes.
 
-A tick is one instant at which a cron job fires; each becomes an ordinary task with
-the deterministic id ``cron:<name>:<tick ms>``, so however many dispatchers fire the
-same tick, one task exists. Ticks are computed on wall-clock time in the job's zone
-(zoneinfo), then mapped to instants with these rules at daylight-saving changes:
-
-- a wall time that happens twice (clocks go back): a job whose hour field is a
-  wildcard (``*``, ``*/2``) runs at both instants, as the wall clock says, so
-  ``0 * * * *`` runs 25 times that day; a job at a given hour runs once, at the
-  first instant, so ``30 1 * * *`` runs once;
-- a wall time that does not happen (clocks go forward): a wildcard-hour job skips
-  it (``0 * * * *`` runs 23 times); a job at a given hour runs once, shifted forward
-  by the length of the gap (02:30 becomes 03:30).
+A tick is one instant at which a job fires: a cron expression's (on its zone's wall
+clock, see ``duetime.ticks`` for the daylight-saving rules) or an interval's (``every``,
+from an anchor). Each becomes an ordinary task with the deterministic id
+``cron:<name>:<tick ms>``, so however many dispatchers fire the same tick, one task
+exists. With a ``jitter`` window a tick's task runs at the tick plus a deterministic
+offset, below the window and below the gap to the next tick (so runs keep their order);
+never before the tick. A job's ticks lie within its ``start`` and ``end`` (both
+included). Which due ticks fire (missed-tick policy, catch-up window) is
+``duetime.cron_firing``'s.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any, Literal, cast
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
-from croniter import CroniterBadDateError, croniter
-
-from duetime import codec, flow, validation
+from duetime import codec, cron_options, flow, ticks, validation
 from duetime.errors import DecodeError, InvalidInputError, InvalidNameError
 
 MissedPolicy = Literal["skip", "once", "all"]
 OverlapPolicy = Literal["allow", "skip", "delay"]
-MISSED_POLICIES: tuple[str, ...] = ("skip", "once", "all")
-OVERLAP_POLICIES: tuple[str, ...] = ("allow", "skip", "delay")
-#: With missed="all", at most this many missed ticks (the latest) are fired on catch-up.
-MAX_CATCH_UP = 100
-#: The widest daylight-saving shift in the tz database is 2 hours.
-_DST_WINDOW = timedelta(hours=3)
+MISSED_POLICIES = cron_options.MISSED_POLICIES
+OVERLAP_POLICIES = cron_options.OVERLAP_POLICIES
 
-ALIASES = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-
+#: Kept for callers of the earlier module: the aliases of cron expressions.
+ALIASES = ticks.ALIASES
 
 #: A cron task's outcome (a tick's, or a triggered run's) is kept this long, so that
 #: `cron list` can show the last run.
@@ -58,7 +42,7 @@ class CronJob:
     """A recurring job as declared; immutable, compared whole to detect changes."""
 
     name: str
-    expression: str
+    expression: str  # "" for an interval schedule (every_ms)
     data: Any
     timezone: str = "UTC"
     task: str = ""
@@ -70,6 +54,15 @@ class CronJob:
     priority: int = 0
     limit_key: str | None = None
     cost: int = 1
+    #: The schedule's options (docs/cron.md); defaults: none. Any of them is stored in
+    #: definition format 3.
+    every_ms: int = 0  # an interval schedule: ticks every this many ms from its anchor
+    catch_up_ms: int | None = None  # due ticks older than this are skipped, counted
+    jitter_ms: int = 0  # each tick's run is put off by a deterministic offset below this
+    start_ms: int | None = None  # no tick before (an interval's anchor; else the epoch)
+    end_ms: int | None = None  # no tick after
+    max_runs: int | None = None  # the job ends after this many ticks fired
+    pause_after_failures: int | None = None  # paused after this many failed runs in a row
 
     @property
     def flow_record(self) -> str:
@@ -77,92 +70,147 @@ class CronJob:
         return flow.flow_record(self.priority, self.cost, self.limit_key)
 
     @property
+    def has_schedule_options(self) -> bool:
+        return bool(
+            self.every_ms
+            or self.jitter_ms
+            or self.catch_up_ms is not None
+            or self.start_ms is not None
+            or self.end_ms is not None
+            or self.max_runs is not None
+            or self.pause_after_failures is not None
+        )
+
+    @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.timezone)
 
     @property
     def wildcard_hour(self) -> bool:
-        return ALIASES.get(self.expression, self.expression).split()[1].startswith("*")
+        return bool(self.expression) and ticks.wildcard_hour(self.expression)
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether firing it keeps a count of its runs and failures (``cron_state``)."""
+        return self.max_runs is not None or self.pause_after_failures is not None
 
     def ticks_after(self, after_ms: int) -> Iterator[int]:
-        """Tick instants (ms) strictly after ``after_ms``, in order."""
-        zone = self.zone
-        wall = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(zone).replace(tzinfo=None)
-        # Near an offset change, wall times before `after` can map to instants after it.
-        start = wall - (_DST_WINDOW if _near_change(zone, wall) else timedelta(seconds=1))
-        candidates = croniter(ALIASES.get(self.expression, self.expression), start)
-        pending: list[int] = []
-        while True:
-            try:
-                moment = candidates.get_next(datetime)
-            except CroniterBadDateError:
+        """Tick instants (ms) strictly after ``after_ms``, in order, within start and end."""
+        if self.start_ms is not None:
+            after_ms = max(after_ms, self.start_ms - 1)
+        if self.every_ms:
+            series = ticks.interval_ticks_after(self.every_ms, self.start_ms or 0, after_ms)
+        else:
+            series = ticks.cron_ticks_after(self.expression, self.zone, after_ms)
+        for tick in series:
+            if self.end_ms is not None and tick > self.end_ms:
                 return
-            pending.extend(i for i in _instants(moment, zone, self.wildcard_hour) if i > after_ms)
-            pending.sort()
-            # Around a repeated hour a later wall time can map to an earlier instant:
-            # release only what no later wall time can still precede.
-            horizon = _utc_ms(moment.replace(tzinfo=zone))
-            if _near_change(zone, moment):
-                horizon -= int(_DST_WINDOW.total_seconds() * 1000)
-            while pending and pending[0] <= horizon:
-                yield pending.pop(0)
+            yield tick
 
     def next_tick(self, after_ms: int) -> int | None:
         return next(self.ticks_after(after_ms), None)
 
-    def due_ticks(self, first_ms: int, now_ms: int) -> list[int]:
-        """Every tick from ``first_ms`` (a tick) up to ``now_ms``, in order."""
-        ticks = [first_ms]
-        for tick in self.ticks_after(first_ms):
-            if tick > now_ms:
-                break
-            ticks.append(tick)
-            if len(ticks) > MAX_CATCH_UP + 1:
-                ticks.pop(0)  # keep the latest; older ones are beyond any catch-up
-        return ticks
+    def run_at(self, tick_ms: int, following_ms: int | None) -> int:
+        """When the run of ``tick_ms`` is due: the tick plus its jitter offset, which
+        stays below the gap to the ``following_ms`` tick (None: no later tick)."""
+        if not self.jitter_ms:
+            return tick_ms
+        window = self.jitter_ms
+        if following_ms is not None:
+            window = min(window, following_ms - tick_ms)
+        return tick_ms + ticks.jitter_offset(self.name, tick_ms, window)
 
-    def ticks_to_fire(self, first_ms: int, now_ms: int) -> list[int]:
-        """Apply the missed-tick policy. The latest due tick is the current one; any
-        earlier due tick was missed (every dispatcher was down, or busy past it)."""
-        due = self.due_ticks(first_ms, now_ms)
-        current, missed = due[-1], due[:-1]
-        if not missed or self.missed == "skip":
-            return [current]
-        if self.missed == "once":
-            return [missed[-1], current]
-        return [*missed[-MAX_CATCH_UP:], current]
+    @property
+    def schedule_key(self) -> tuple[str, str, int, int | None, int | None]:
+        """What its ticks depend on (not its name or data): jobs that share it share
+        their ticks, which are computed once for all of them (caches below)."""
+        return (self.expression, self.timezone, self.every_ms, self.start_ms, self.end_ms)
+
+    def first_run_after(self, after_ms: int) -> int | None:
+        """The due time (tick plus jitter) of the first tick after ``after_ms``: a newly
+        declared or resumed job's next score; None when it never fires again."""
+        upcoming = _upcoming(*self.schedule_key, after_ms)
+        if not upcoming:
+            return None
+        return self.run_at(upcoming[0], upcoming[1] if len(upcoming) > 1 else None)
+
+    def tick_of(self, due_ms: int) -> int:
+        """The tick whose run is due at ``due_ms`` (a job's stored score): the last tick
+        not after it, since a tick's offset stays below the gap to the next one."""
+        if not self.jitter_ms:
+            return due_ms
+        if self.every_ms:
+            anchor = self.start_ms or 0
+            return anchor + max(due_ms - anchor, 0) // self.every_ms * self.every_ms
+        # The tick lies in (due - jitter, due]; ticks are read a window at a time, one
+        # window shared by the jobs of a schedule due about then.
+        low = (due_ms - self.jitter_ms) // self.jitter_ms * self.jitter_ms
+        near = _ticks_between(*self.schedule_key, low, low + 2 * self.jitter_ms)
+        index = bisect.bisect_right(near, due_ms)
+        return near[index - 1] if index else due_ms
+
+    def upcoming(self, first_due_ms: int, count: int) -> list[int]:
+        """The due times of the tick due at ``first_due_ms`` and of up to ``count`` - 1
+        after it."""
+        tick = self.tick_of(first_due_ms)
+        series = [tick, *_take(self.ticks_after(tick), count)]
+        return [
+            self.run_at(tick, series[i + 1] if i + 1 < len(series) else None)
+            for i, tick in enumerate(series[:count])
+        ]
 
     def tick_id(self, tick_ms: int) -> str:
         return f"cron:{self.name}:{tick_ms}"
 
 
-def _near_change(zone: ZoneInfo, wall: datetime) -> bool:
-    before = (wall - _DST_WINDOW).replace(tzinfo=zone).utcoffset()
-    return before != (wall + _DST_WINDOW).replace(tzinfo=zone).utcoffset()
+@lru_cache(maxsize=4096)
+def _upcoming(
+    expression: str,
+    timezone: str,
+    every_ms: int,
+    start_ms: int | None,
+    end_ms: int | None,
+    after_ms: int,
+) -> tuple[int, ...]:
+    """The first two ticks after ``after_ms`` of a schedule (``CronJob.schedule_key``)."""
+    schedule = CronJob("", expression, None, timezone, every_ms=every_ms, start_ms=start_ms,
+                       end_ms=end_ms)  # fmt: skip
+    return tuple(_take(schedule.ticks_after(after_ms), 2))
 
 
-def _utc_ms(moment: datetime) -> int:
-    return round(moment.timestamp() * 1000)
+@lru_cache(maxsize=256)
+def _ticks_between(
+    expression: str,
+    timezone: str,
+    every_ms: int,
+    start_ms: int | None,
+    end_ms: int | None,
+    low_ms: int,
+    high_ms: int,
+) -> tuple[int, ...]:
+    """A schedule's ticks in (``low_ms``, ``high_ms``]."""
+    schedule = CronJob("", expression, None, timezone, every_ms=every_ms, start_ms=start_ms,
+                       end_ms=end_ms)  # fmt: skip
+    found = []
+    for tick in schedule.ticks_after(low_ms):
+        if tick > high_ms:
+            break
+        found.append(tick)
+    return tuple(found)
 
 
-def _instants(wall: datetime, zone: ZoneInfo, wildcard_hour: bool) -> list[int]:
-    """The instants (ms) at which a matching wall-clock time fires, per the DST rules."""
-    first = wall.replace(tzinfo=zone, fold=0)
-    second = wall.replace(tzinfo=zone, fold=1)
-    first_ms, second_ms = _utc_ms(first), _utc_ms(second)
-    if first_ms == second_ms:
-        return [first_ms]
-    exists = first.astimezone(UTC).astimezone(zone).replace(tzinfo=None) == wall
-    if exists:  # repeated: fold=0 is the earlier instant
-        return [first_ms, second_ms] if wildcard_hour else [first_ms]
-    # Skipped: fold=0 applies the offset from before the change, i.e. shifts the wall
-    # time forward by the gap.
-    return [] if wildcard_hour else [first_ms]
+def _take(iterator: Iterator[int], count: int) -> list[int]:
+    taken: list[int] = []
+    for item in iterator:
+        if len(taken) >= count:
+            break
+        taken.append(item)
+    return taken
 
 
 def define(
     name: str,
-    expression: str,
+    expression: str | None,
     data: Any,
     *,
     timezone: str = "UTC",
@@ -175,106 +223,40 @@ def define(
     priority: int = 0,
     limit_key: str | None = None,
     cost: int = 1,
+    **schedule: Any,
 ) -> CronJob:
-    """Validate a declaration completely; raises InvalidInputError before anything is stored."""
+    """Validate a declaration completely; raises InvalidInputError before anything is
+    stored. ``schedule`` holds the schedule's options: ``every``, ``catch_up``,
+    ``jitter``, ``start``, ``end``, ``max_runs``, ``pause_after_failures``."""
     if not isinstance(name, str) or not validation.QUEUE_NAME.fullmatch(name):
         raise InvalidNameError(
             f"invalid cron job name {validation.shown(name)}: use 1-64 of A-Z a-z 0-9 _ . -"
         )
-    if not isinstance(expression, str) or not croniter.is_valid(
-        ALIASES.get(expression, expression)
-    ):
-        raise InvalidInputError(
-            f"invalid cron expression {validation.shown(expression)}: use 5 fields (minute "
-            "hour day month weekday), an optional 6th for seconds, or "
-            "@hourly/@daily/@weekly/@monthly/@yearly"
-        )
-    try:
-        ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        raise InvalidInputError(
-            f"unknown time zone {validation.shown(timezone)}: use an IANA name such as Europe/Paris"
-        ) from None
-    if missed not in MISSED_POLICIES:
-        raise InvalidInputError(
-            f"missed must be one of {', '.join(MISSED_POLICIES)}, got {validation.shown(missed)}"
-        )
-    if overlap not in OVERLAP_POLICIES:
-        raise InvalidInputError(
-            f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, got {validation.shown(overlap)}"
-        )
+    options = cron_options.schedule_options(schedule)
+    cron_options.check_timetable(name, expression, options["every_ms"], timezone)
+    cron_options.check_policies(missed, overlap)
     packed = codec.pack(data)
     validation.payload(data, len(packed), max_payload_bytes, packed)
     flow.checked_record(priority, limit_key, cost)
     job = CronJob(
-        name, expression, data, timezone, task,
+        name, expression or "", data, timezone, task,
         cast(MissedPolicy, missed), cast(OverlapPolicy, overlap),
         validation.attempts(max_attempts),
         validation.milliseconds(timeout, "timeout"),
-        priority, limit_key, cost,
+        priority, limit_key, cost, **options,
     )  # fmt: skip
-    if job.next_tick(_utc_ms(datetime.now(UTC))) is None:
+    # Checked from the start of this minute, so that jobs declared together share the
+    # work (a tick left in this minute is checked again when the job is stored).
+    if not _upcoming(*job.schedule_key, ticks.now_ms() // 60_000 * 60_000):
+        if job.end_ms is not None:
+            raise InvalidInputError(
+                f"cron job {name!r} never fires again: its end "
+                f"({validation.shown(schedule.get('end'))}) is before its next tick"
+            )
         raise InvalidInputError(
             f"cron expression {validation.shown(expression)} never fires (e.g. February 30)"
         )
     return job
-
-
-def encode_job(job: CronJob) -> bytes:
-    """A definition as stored: format 1, or 2 when its ticks have flow control (so that
-    a job without it stays readable by hosts that read only format 1)."""
-    fields = [1, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
-              job.overlap, job.max_attempts, job.timeout_ms]  # fmt: skip
-    if job.flow_record:
-        fields[0] = 2
-        fields += [job.priority, job.limit_key, job.cost]
-    return codec.pack(fields)
-
-
-#: The newest definition format this version writes and reads (2: with flow control).
-DEFINITION_VERSION = 2
-#: Fields of each definition format.
-_DEFINITION_FIELDS = {1: 10, 2: 13}
-
-
-def decode_job(blob: bytes) -> CronJob:
-    """Read a stored definition and check that this host can fire it: a definition that
-    is corrupt, written by a newer duetime, or names a time zone missing from this host's
-    tz database raises DecodeError saying which (a poison record: the dispatcher pauses
-    that job, and the checker and ``cron list`` report it)."""
-    fields = codec.unpack(blob)
-    if not isinstance(fields, list) or not fields or not isinstance(fields[0], int):
-        raise DecodeError("not a duetime cron job definition")
-    if fields[0] > DEFINITION_VERSION:
-        raise DecodeError(
-            f"written by a newer duetime (definition format {fields[0]}, this one reads "
-            f"{DEFINITION_VERSION}); upgrade duetime on this host"
-        )
-    if len(fields) != _DEFINITION_FIELDS.get(fields[0]):
-        raise DecodeError(f"not a version-{fields[0]} cron job definition")
-    name, expression, _, timezone, task, missed, overlap, *counts = fields[1:10]
-    if len(fields) > 10:
-        try:
-            flow.checked_record(*fields[10:])
-        except InvalidInputError as error:
-            raise DecodeError(f"cron job definition's flow control: {error}") from None
-    texts = (name, expression, timezone, task, missed, overlap)
-    if not all(isinstance(text, str) for text in texts) or not all(
-        isinstance(number, int) and not isinstance(number, bool) and number > 0 for number in counts
-    ):
-        raise DecodeError("cron job definition fields have the wrong types")
-    if missed not in MISSED_POLICIES or overlap not in OVERLAP_POLICIES:
-        raise DecodeError(f"unknown policy missed={missed!r} overlap={overlap!r}")
-    if not croniter.is_valid(ALIASES.get(expression) or expression):
-        raise DecodeError(f"invalid cron expression {expression!r}")
-    try:
-        ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
-        raise DecodeError(
-            f"time zone {timezone!r} is not in this host's tz database "
-            "(install or update the tzdata package)"
-        ) from None
-    return CronJob(*fields[1:])
 
 
 # --- a cron job's tasks --------------------------------------------------------------
@@ -295,8 +277,99 @@ def task_envelope(job: CronJob, run_at_ms: float) -> bytes:
     return codec.encode_envelope(task_of(job, run_at_ms))
 
 
-def tick_task(job: CronJob, tick_ms: int) -> tuple[str, int, bytes, str]:
+def tick_task(
+    job: CronJob, tick_ms: int, run_at_ms: int | None = None
+) -> tuple[str, int, bytes, str]:
     """The task of one tick, as ``fire_cron`` takes it: its deterministic id (one task
-    however many dispatchers fire the tick), its run-at (the tick), its envelope and its
-    flow record ("" for none)."""
-    return job.tick_id(tick_ms), tick_ms, task_envelope(job, tick_ms), job.flow_record
+    however many dispatchers fire the tick), its run-at (the tick, plus its jitter, or
+    when a backfill runs it), its envelope and its flow record ("" for none)."""
+    due = tick_ms if run_at_ms is None else run_at_ms
+    return job.tick_id(tick_ms), due, task_envelope(job, due), job.flow_record
+
+
+def tick_of_task(task_id: str) -> int | None:
+    """The tick (ms) in a tick task's id, or None for another id."""
+    prefix, _, tick = task_id.rpartition(":")
+    return int(tick) if prefix.startswith("cron:") and tick.isdigit() else None
+
+
+# --- stored definitions --------------------------------------------------------------
+
+#: The newest definition format this version writes and reads (2: with flow control;
+#: 3: with schedule options).
+DEFINITION_VERSION = 3
+#: Fields of each definition format.
+_DEFINITION_FIELDS = {1: 10, 2: 13, 3: 20}
+
+
+def encode_job(job: CronJob) -> bytes:
+    """A definition as stored: format 1; 2 when its ticks have flow control; 3 when it
+    has schedule options (so that a job without them stays readable by older hosts)."""
+    fields = [1, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
+              job.overlap, job.max_attempts, job.timeout_ms]  # fmt: skip
+    if job.flow_record or job.has_schedule_options:
+        fields[0] = 2
+        fields += [job.priority, job.limit_key, job.cost]
+    if job.has_schedule_options:
+        fields[0] = 3
+        fields += [job.every_ms, job.catch_up_ms, job.jitter_ms, job.start_ms, job.end_ms,
+                   job.max_runs, job.pause_after_failures]  # fmt: skip
+    return codec.pack(fields)
+
+
+def decode_job(blob: bytes) -> CronJob:
+    """Read a stored definition and check that this host can fire it: a definition that
+    is corrupt, written by a newer duetime, or whose cron expression is read in a time
+    zone missing from this host's tz database raises DecodeError saying which (a poison
+    record: the dispatcher pauses that job, and the checker and ``cron list`` report it).
+    An interval job (``every``) does not depend on its zone."""
+    fields = codec.unpack(blob)
+    if not isinstance(fields, list) or not fields or not isinstance(fields[0], int):
+        raise DecodeError("not a duetime cron job definition")
+    if fields[0] > DEFINITION_VERSION:
+        raise DecodeError(
+            f"written by a newer duetime (definition format {fields[0]}, this one reads "
+            f"{DEFINITION_VERSION}); upgrade duetime on this host"
+        )
+    if len(fields) != _DEFINITION_FIELDS.get(fields[0]):
+        raise DecodeError(f"not a version-{fields[0]} cron job definition")
+    name, expression, _, timezone, task, missed, overlap, *counts = fields[1:10]
+    if len(fields) > 10:
+        try:
+            flow.checked_record(*fields[10:13])
+        except InvalidInputError as error:
+            raise DecodeError(f"cron job definition's flow control: {error}") from None
+    every = _stored_options(fields[13:])
+    texts = (name, expression, timezone, task, missed, overlap)
+    if not all(isinstance(text, str) for text in texts) or not all(
+        isinstance(number, int) and not isinstance(number, bool) and number > 0 for number in counts
+    ):
+        raise DecodeError("cron job definition fields have the wrong types")
+    if missed not in MISSED_POLICIES or overlap not in OVERLAP_POLICIES:
+        raise DecodeError(f"unknown policy missed={missed!r} overlap={overlap!r}")
+    if every:
+        return CronJob(*fields[1:])
+    if not cron_options.valid_expression(expression):
+        raise DecodeError(f"invalid cron expression {expression!r}")
+    if not cron_options.known_zone(timezone):
+        raise DecodeError(
+            f"time zone {timezone!r} is not in this host's tz database "
+            "(install or update the tzdata package)"
+        )
+    return CronJob(*fields[1:])
+
+
+def _stored_options(options: list[Any]) -> int:
+    """Check a format-3 definition's schedule options; returns its interval (0: none)."""
+    if not options:
+        return 0
+    every, catch_up, jitter, start, end, max_runs, pause_after = options
+    whole = (every, jitter)
+    optional = (catch_up, start, end, max_runs, pause_after)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in whole) or not all(
+        n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0) for n in optional
+    ):
+        raise DecodeError("cron job definition's schedule options have the wrong types")
+    if every and every < cron_options.SHORTEST_INTERVAL_MS:
+        raise DecodeError(f"cron job definition's interval is too short ({every} ms)")
+    return int(every)

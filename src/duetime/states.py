@@ -34,3 +34,4 @@ class CronFireOutcome(StrEnum):
     STALE = "stale"  # another dispatcher fired this tick, or the job changed
     SKIPPED = "skipped"  # overlap=skip: the previous run is still live
     DELAYED = "delayed"  # overlap=delay: the tick is held until the previous run ends
+    PAUSED = "paused"  # pause_after_failures: its last runs failed, so it was paused

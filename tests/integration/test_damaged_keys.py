@@ -90,7 +90,7 @@ def due_for_promotion(env: Env) -> None:
 
 
 def cron_declared(env: Env) -> None:
-    env.run(env.ops.declare_cron("job", b"definition", NOW_MS + 60_000))
+    env.run(env.ops.declare_cron([("job", b"definition", NOW_MS + 60_000)]))
 
 
 def cron_fired(env: Env) -> None:
@@ -99,8 +99,11 @@ def cron_fired(env: Env) -> None:
 
 
 def fire(env: Env) -> Any:
-    tick = ("cron:job:1", NOW_MS, b"envelope", "")
-    return env.ops.fire_cron("job", NOW_MS + 60_000, NOW_MS + 120_000, "allow", 0, 0, [tick])
+    # The job's row as fire_cron.lua reads it: name, score read, following score, overlap,
+    # recheck time, tick to hold, ticks outside the window, max runs, pause after, ticks.
+    row = ["job", str(NOW_MS + 60_000), str(NOW_MS + 120_000), "allow", "0", "0", 0, 0, 0,
+           "cron:job:1", str(NOW_MS), b"envelope", ""]  # fmt: skip
+    return env.ops.fire_cron([row])
 
 
 def cron_paused(env: Env) -> None:

@@ -283,6 +283,8 @@ def test_cron_ticks_are_counted_per_job(redis_url: str, queue_name: str) -> None
         ("skip", "missed"): 9,
         ("delay", "fired"): 1, ("delay", "skipped"): 0, ("delay", "delayed"): 1,
         ("delay", "missed"): 0,
+        **{(job, outcome): 0 for job in ("allow", "skip", "delay")
+           for outcome in ("outside_window", "backfilled")},
     }  # fmt: skip
     assert set(CRON_OUTCOMES) == {outcome for _, outcome in counted}
     events = by(series(found, "duetime_queue_events_total", queue=queue_name), "event")

@@ -182,11 +182,11 @@ def test_a_subprocess_worker_runs_only_registered_handlers(
 
 ROLE_SCRIPTS: dict[str, set[str]] = {
     "producer": {"schedule_task", "schedule_tasks", "cancel_task", "reschedule_task", "task_status",
-                 "declare_cron", "set_cron_next", "remove_cron"},
+                 "declare_cron", "set_cron_next", "remove_cron", "start_backfill"},
     "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker",
                "give_back_task", "snooze_task"},
     "dispatcher": {"promote_due", "reap_expired_leases", "reap_worker", "purge_dead",
-                   "fire_cron", "set_cron_next"},
+                   "fire_cron", "set_cron_next", "fire_backfill"},
 }  # fmt: skip
 ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead", "set_limits"}
 #: Commands each role sends itself (not from a script). CONFIG GET is optional.
@@ -216,6 +216,7 @@ ROLE_DIRECT: dict[str, set[str]] = {
         "hkeys",
         "hdel",
         "hset",
+        "zrem",
     },
 }
 ROLE_DIRECT["operator"] = ROLE_DIRECT["producer"] | {"scan", "multi", "exec", "hkeys", "lrange",

@@ -112,7 +112,7 @@ def test_cron_definitions_this_host_cannot_use_are_poison() -> None:
     missing_zone = codec.pack(
         [1, "far", "* * * * *", {}, "Mars/Olympus_Mons", "", "skip", "allow", 5, 300_000]
     )
-    newer = codec.pack([3, "new", "* * * * *", {}, "UTC", "", "skip", "allow", 5, 300_000, "x"])
+    newer = codec.pack([4, "new", "* * * * *", {}, "UTC", "", "skip", "allow", 5, 300_000, "x"])
     snap = snapshot(
         cron={"far": missing_zone, "new": newer, "junk": b"\xc1", "fine": job_blob("fine")},
     )

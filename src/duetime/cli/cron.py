@@ -15,26 +15,30 @@ from rich.table import Column
 from duetime import times
 from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import Table, shown_time, stdout_console
-from duetime.cli.values import DURATION, json_argument
+from duetime.cli.values import DURATION, MOMENT, TIME, json_argument
 from duetime.client import CronInfo
 from duetime.errors import TaskNotFoundError
 
 
 @click.group(name="cron")
 def cron_group() -> None:
-    """Recurring jobs: add, list, pause, resume, remove.
+    """Recurring jobs: add, list, pause, resume, trigger, backfill, remove.
 
     \b
-    Example:
+    Examples:
       duetime cron add -q reports daily-report '0 9 * * *' '{"kind": "daily"}' \\
-          --tz Europe/Paris --task send_report
+          --tz Europe/Paris --task send_report --catch-up 1h
+      duetime cron add -q sync poll-user-7 --every 5m '{"user": 7}' --jitter 30s
+      duetime cron backfill -q reports daily-report --from 7d --to 1h --rate 2
     """
 
 
 @queue_command("add", group=cron_group)
 @click.argument("name")
-@click.argument("expression")
-@click.argument("data")
+@click.argument("schedule_and_data", nargs=-1, required=True, metavar="[EXPRESSION] DATA")
+@click.option(
+    "--every", type=DURATION, metavar="DURATION", help="An interval (5m, 1h) instead of EXPRESSION."
+)
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the expression.")
 @click.option("--task", "task_name", help="Registered handler name (default handler if omitted).")
 @click.option(
@@ -58,36 +62,43 @@ def cron_group() -> None:
 @click.option("--priority", type=int, default=0, help="Its ticks' priority (-1000 to 1000).")
 @click.option("--limit-key", metavar="KEY", help="Its ticks' limit key (see duetime limits).")
 @click.option("--cost", type=int, default=1, help="What one tick's start spends of rate limits.")
+@click.option(
+    "--catch-up", type=DURATION, metavar="DURATION", help="Skip due ticks older than this (1h)."
+)
+@click.option(
+    "--jitter", type=DURATION, metavar="DURATION", help="Put each run off by up to this (30s)."
+)
+@click.option("--start", type=TIME, metavar="TIME", help="No tick before (ISO 8601 with a zone).")
+@click.option("--end", type=TIME, metavar="TIME", help="No tick after (ISO 8601 with a zone).")
+@click.option("--max-runs", type=int, help="End the job after this many runs.")
+@click.option("--pause-after-failures", type=int, metavar="N", help="Pause after N failed runs.")
 def cron_add(
     queue: str,
     name: str,
-    expression: str,
-    data: str,
+    schedule_and_data: tuple[str, ...],
     tz: str,
     task_name: str | None,
-    missed: str,
-    overlap: str,
-    max_attempts: int | None,
-    timeout: float | None,
     redis_url: str | None,
-    **flow: Any,
+    **options: Any,
 ) -> None:
-    """Create or update the cron job NAME firing EXPRESSION with the JSON document DATA."""
+    """Create or update the cron job NAME firing EXPRESSION (or --every DURATION) with
+    the JSON document DATA."""
+    expression, data = _schedule_and_data(schedule_and_data, options["every"] is not None)
     payload = json_argument(data)
+    given = {key: value for key, value in options.items() if value is not None}
     with open_queue(queue, redis_url) as client:
-        outcome = client.add_cron(
-            name,
-            expression,
-            payload,
-            tz=tz,
-            task=task_name,
-            missed=missed,
-            overlap=overlap,
-            max_attempts=max_attempts,
-            timeout=timeout,
-            **flow,
-        )
+        outcome = client.add_cron(name, expression, payload, tz=tz, task=task_name, **given)
     click.echo(f"{outcome} {name}")
+
+
+def _schedule_and_data(arguments: tuple[str, ...], every: bool) -> tuple[str | None, str]:
+    """EXPRESSION and DATA, or DATA alone with --every; a usage error otherwise."""
+    if every and len(arguments) == 1:
+        return None, arguments[0]
+    if not every and len(arguments) == 2:
+        return arguments[0], arguments[1]
+    wanted = "DATA alone with --every" if every else "EXPRESSION and DATA (or --every and DATA)"
+    raise click.UsageError(f"give {wanted}, got {len(arguments)} argument(s)")
 
 
 @queue_command("list", group=cron_group)
@@ -119,10 +130,12 @@ def _cron_cells(job: CronInfo) -> tuple[str, str, str]:
         state = "paused" if job.paused else "due"
         return f"unusable here ({state}): {job.problem}", "-", "-"
     zone = _job_zone(job.timezone)
-    schedule_text = f"{job.expression}\n{job.timezone}\nmissed {job.missed}, overlap {job.overlap}"
-    upcoming_text = (
-        "paused" if job.paused else "\n".join(shown_time(t, zone) for t in job.next_runs)
-    )
+    timetable = f"every {_duration(job.every)}" if job.every else job.expression
+    schedule_lines = [timetable, job.timezone, f"missed {job.missed}, overlap {job.overlap}"]
+    schedule_lines += _option_lines(job, zone)
+    upcoming_text = "\n".join(shown_time(t, zone) for t in job.next_runs)
+    if job.paused or job.ended:
+        upcoming_text = "ended" if job.ended else "paused"
     last = "-"
     if job.last_run is not None:
         run = job.last_run
@@ -131,7 +144,35 @@ def _cron_cells(job: CronInfo) -> tuple[str, str, str]:
         if run.lateness_ms is not None:
             late = f", {times.format_duration(run.lateness_ms / 1000)} late"
         last = f"{shown_time(run.tick, zone)}\n{outcome}{late}"
-    return schedule_text, upcoming_text, last
+    return "\n".join(schedule_lines), upcoming_text, last
+
+
+def _option_lines(job: CronInfo, zone: tzinfo | None) -> list[str]:
+    """The schedule's options that are set, and its backfill, one line each."""
+    lines = []
+    if job.catch_up is not None:
+        lines.append(f"catch-up {_duration(job.catch_up)}")
+    if job.jitter is not None:
+        lines.append(f"jitter {_duration(job.jitter)}")
+    if job.start is not None:
+        lines.append(f"from {shown_time(job.start, zone)}")
+    if job.end is not None:
+        lines.append(f"until {shown_time(job.end, zone)}")
+    if job.max_runs is not None:
+        lines.append(f"runs {job.runs or 0} of {job.max_runs}")
+    if job.pause_after_failures is not None:
+        lines.append(f"failed in a row {job.failures or 0} of {job.pause_after_failures}")
+    if job.backfill is not None:
+        done = "done" if job.backfill.done else f"{job.backfill.fired} fired"
+        lines.append(f"backfill of {job.backfill.ticks} tick(s): {done}")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    """A schedule's duration as typed: 30s, 5m, 1h30m."""
+    if seconds < 60:
+        return f"{seconds:g}s"
+    return times.format_duration(seconds)
 
 
 def _job_zone(name: str) -> tzinfo | None:
@@ -168,6 +209,25 @@ def cron_trigger(queue: str, name: str, redis_url: str | None) -> None:
     """Run NAME once now, outside its schedule (its ticks go on); prints the task id."""
     with open_queue(queue, redis_url) as client:
         click.echo(client.trigger_cron(name))
+
+
+@queue_command("backfill", group=cron_group)
+@click.argument("name")
+@click.option("--from", "start", type=MOMENT, required=True, metavar="TIME",
+              help="The range's start: a duration ago (7d) or ISO 8601 with a zone.")  # fmt: skip
+@click.option("--to", "end", type=MOMENT, required=True, metavar="TIME",
+              help="The range's end (included), in the past.")  # fmt: skip
+@click.option("--rate", type=float, default=1.0, show_default=True,
+              help="Most ticks started per second.")  # fmt: skip
+def cron_backfill(
+    queue: str, name: str, start: float, end: float, rate: float, redis_url: str | None
+) -> None:
+    """Run NAME's ticks from --from to --to, at most --rate a second, under its overlap
+    policy; the same range again changes nothing (each tick runs once)."""
+    with open_queue(queue, redis_url) as client:
+        backfill = client.backfill_cron(name, start, end, rate)
+    state = "done" if backfill.done else f"{backfill.fired} fired so far"
+    click.echo(f"backfilling {backfill.ticks} tick(s) of {name} at {backfill.rate:g}/s ({state})")
 
 
 @queue_command("remove", group=cron_group)

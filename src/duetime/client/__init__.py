@@ -7,7 +7,7 @@ Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepar
 task checked and ready to write), ``shards``, ``preparing``, ``producing``,
 ``inspection``, ``control``, ``searching``, ``bulk`` and ``cron`` (the plans, joined by
 ``core.QueueCore``), ``reports`` (records read from the store's replies), ``queue``
-(``Queue``, ``AsyncQueue``, with ``search_methods``), ``handles`` (typed schedule calls
+(``Queue``, ``AsyncQueue``, with ``search_methods`` and ``cron_methods``), ``handles`` (typed schedule calls
 of one handler), ``registry`` (the queues a server knows), ``selection`` and
 ``coalescing``.
 """
@@ -24,6 +24,7 @@ from duetime.client.handles import AsyncTaskHandle, HandleOptions, TaskHandle
 from duetime.client.ids import new_task_id, new_task_ids
 from duetime.client.models import (
     LISTED_STATES,
+    CronBackfillInfo,
     CronInfo,
     CronRun,
     DeadTask,
@@ -60,6 +61,7 @@ __all__ = [
     "AsyncQueue",
     "AsyncTaskHandle",
     "BulkOutcome",
+    "CronBackfillInfo",
     "CronInfo",
     "CronRun",
     "DeadFilter",

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from duetime import codec, cron, validation
+from duetime.client.backfill import backfill_info
 from duetime.client.ids import new_task_id
 from duetime.client.models import CronInfo, CronRun, TaskRef
 from duetime.client.prepared import prepared_task
@@ -20,6 +21,9 @@ from duetime.errors import DecodeError, InvalidInputError, TaskNotFoundError
 from duetime.store.cron_jobs import CronTable
 from duetime.store.requests import Plan
 
+#: Cron jobs declared per script call (``add_crons`` of many jobs).
+DECLARE_BATCH = 1000
+
 
 class CronPlans(Producing):
     """The plans of a queue's cron jobs (triggering one schedules a task: ``Producing``)."""
@@ -27,7 +31,7 @@ class CronPlans(Producing):
     def cron_job(
         self,
         name: str,
-        expression: str,
+        expression: str | None,
         data: Any,
         *,
         tz: str = "UTC",
@@ -39,8 +43,10 @@ class CronPlans(Producing):
         priority: int = 0,
         limit_key: str | None = None,
         cost: int = 1,
+        **schedule: Any,
     ) -> cron.CronJob:
-        """A validated cron definition; raises InvalidInputError, nothing stored."""
+        """A validated cron definition; raises InvalidInputError, nothing stored.
+        ``schedule`` holds the schedule's options (``cron.define``)."""
         return cron.define(
             name,
             expression,
@@ -55,34 +61,57 @@ class CronPlans(Producing):
             priority=priority,
             limit_key=limit_key,
             cost=cost,
+            **schedule,
         )
 
     def declare_cron_plan(self, jobs: Sequence[cron.CronJob]) -> Plan[dict[str, str]]:
-        """Create or update each job (in its shard); returns name -> created | updated |
-        unchanged."""
+        """Create or update each job (in its shard), in batches of ``DECLARE_BATCH`` per
+        script call; returns name -> created | updated | unchanged. Every job's first
+        tick is worked out before anything is written."""
+        names = [job.name for job in jobs]
+        if len(set(names)) != len(names):
+            raise InvalidInputError("the same cron job name was given twice")
+        homes = [self.layout.of_cron(job.name) for job in jobs]
+        nows = {}
+        for home in sorted(set(homes)):
+            nows[home] = yield from self.shards[home].now()
+        firsts = []
+        for job, home in zip(jobs, homes, strict=True):
+            first = job.first_run_after(nows[home])
+            if first is None:
+                raise InvalidInputError(f"cron job {job.name!r} never fires again (its end passed)")
+            firsts.append(first)
         outcomes = {}
-        for job in jobs:
-            home = self.layout.of_cron(job.name)
-            shard = self.shards[home]
-            now = yield from shard.now()
-            first = job.next_tick(now)
-            assert first is not None  # cron.define refuses expressions that never fire
-            code = yield from shard.declare_cron(job.name, cron.encode_job(job), first)
-            outcomes[job.name] = ("unchanged", "created", "updated")[code]
+        for home in sorted(set(homes)):
+            mine = [i for i, h in enumerate(homes) if h == home]
+            for start in range(0, len(mine), DECLARE_BATCH):
+                batch = [
+                    (jobs[i].name, cron.encode_job(jobs[i]), firsts[i])
+                    for i in mine[start : start + DECLARE_BATCH]
+                ]
+                codes = yield from self.shards[home].declare_cron(batch)
+                for (name, _, _), code in zip(batch, codes, strict=True):
+                    outcomes[name] = ("unchanged", "created", "updated")[code]
             # A copy declared under another shard count would fire each tick a second
             # time (its ticks are other tasks in another shard): one job, one place.
             for other in self._search_order(home)[1:]:
-                yield from other.remove_cron(job.name)
+                for i in mine:
+                    yield from other.remove_cron(jobs[i].name)
         if jobs and not self.listed:
             yield from self._list()
         return outcomes
 
+    def add_crons_plan(self, jobs: Sequence[cron.CronJob]) -> Plan[dict[str, int]]:
+        """Declare many jobs; returns how many were created, updated and unchanged."""
+        outcomes = yield from self.declare_cron_plan(jobs)
+        counts = dict.fromkeys(("created", "updated", "unchanged"), 0)
+        for outcome in outcomes.values():
+            counts[outcome] += 1
+        return counts
+
     def sync_cron_plan(self, jobs: Sequence[cron.CronJob], prune: bool) -> Plan[dict[str, str]]:
         """Converge on exactly these jobs: declare them, and with ``prune`` remove the rest
         (and any copy of a declared job outside its shard, left by another shard count)."""
-        names = [job.name for job in jobs]
-        if len(set(names)) != len(names):
-            raise InvalidInputError("sync_cron got the same cron job name twice")
         outcomes = yield from self.declare_cron_plan(jobs)
         if prune:
             for index, shard in enumerate(self.shards):
@@ -95,7 +124,9 @@ class CronPlans(Producing):
         return outcomes
 
     def pause_cron_plan(self, name: str, paused: bool) -> Plan[bool]:
-        """Pause or resume a job; False when it was paused (or live) already."""
+        """Pause or resume a job; False when it was paused (or live) already. Resuming
+        a job that ended (its end passed, or it ran max_runs times) raises
+        InvalidInputError: declare it again with a later end or more runs."""
         for shard in self._search_order(self.layout.of_cron(name)):
             next_tick = None
             if not paused:
@@ -104,7 +135,14 @@ class CronPlans(Producing):
                 if blob is None:
                     continue
                 now = yield from shard.now()
-                next_tick = cron.decode_job(blob).next_tick(now)
+                next_tick = cron.decode_job(blob).first_run_after(now)
+                state = table.states.get(name)
+                if next_tick is None or (state is not None and state.ended):
+                    raise InvalidInputError(
+                        f"cron job {name!r} has ended (its end passed, its runs are done, or "
+                        "its expression fires no more): declare it again with a later end "
+                        "or more max_runs"
+                    )
             if done := (yield from shard.set_cron_next(name, next_tick)):
                 return done == 1
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
@@ -154,23 +192,21 @@ class CronPlans(Producing):
         return sorted(jobs, key=lambda job: job.name)
 
     def _cron_info(self, name: str, table: CronTable, now: int, upcoming: int) -> Plan[CronInfo]:
-        paused = name not in table.next_ticks
+        state = table.states.get(name)
+        ended = state is not None and state.ended and name not in table.next_ticks
+        paused = name not in table.next_ticks and not ended
         try:
             job = cron.decode_job(table.definitions[name])
         except DecodeError as problem:
             # A poison record (a dispatcher pauses it): shown, not a failed listing.
             return CronInfo(name, "", "", "", None, "", "", paused, [], None, str(problem))
-        next_runs: list[float] = []
-        if not paused:
-            first = table.held.get(name, table.next_ticks[name])
-            next_runs = [first / 1000]
-            for tick in job.ticks_after(max(first, now)):
-                if len(next_runs) >= upcoming:
-                    break
-                next_runs.append(tick / 1000)
+        next_runs: list[int] = []
+        if name in table.next_ticks:
+            next_runs = _next_runs(job, table, now, upcoming)
         last: CronRun | None = None
         if name in table.last_task:
-            last = yield from self._cron_run(table.last_task[name])
+            last = yield from self._cron_run(job, table.last_task[name])
+        keeps = job.keeps_state
         return CronInfo(
             name=job.name,
             expression=job.expression,
@@ -180,18 +216,28 @@ class CronPlans(Producing):
             missed=job.missed,
             overlap=job.overlap,
             paused=paused,
-            next_runs=next_runs[:upcoming],
+            next_runs=[run / 1000 for run in next_runs[:upcoming]],
             last_run=last,
             priority=job.priority,
             limit_key=job.limit_key,
             cost=job.cost,
+            every=_seconds(job.every_ms or None),
+            catch_up=_seconds(job.catch_up_ms),
+            jitter=_seconds(job.jitter_ms or None),
+            start=_seconds(job.start_ms),
+            end=_seconds(job.end_ms),
+            max_runs=job.max_runs,
+            pause_after_failures=job.pause_after_failures,
+            runs=(state.runs if state else 0) if keeps else None,
+            failures=(state.failures if state else 0) if job.pause_after_failures else None,
+            ended=ended,
+            backfill=backfill_info(table.backfills.get(name)),
         )
 
-    def _cron_run(self, task_id: str) -> Plan[CronRun | None]:
-        tick_text = task_id.rsplit(":", 1)[-1]
-        if not tick_text.isdigit():
+    def _cron_run(self, job: cron.CronJob, task_id: str) -> Plan[CronRun | None]:
+        tick = cron.tick_of_task(task_id)
+        if tick is None:
             return None  # not an id duetime wrote; the checker does not own cron_last values
-        tick = int(tick_text)
         _, reply = yield from self._locate(task_id)
         result, _ = result_record(reply.result)
         error = codec.decode_error(reply.error).error if reply.error else None
@@ -201,7 +247,28 @@ class CronPlans(Producing):
             task_id=task_id,
             state=reply.state,
             started=started,
-            lateness_ms=None if started is None else started * 1000 - tick,
+            # From when it was due: the tick, plus its jitter.
+            lateness_ms=None if started is None else started * 1000 - _due(job, tick),
             succeeded=result.ok if result else None,
             error=error if error else (None if not result or result.ok else str(result.value)),
         )
+
+
+def _next_runs(job: cron.CronJob, table: CronTable, now: int, upcoming: int) -> list[int]:
+    """When a live job's next runs are due (ms): its held tick or its score first, even
+    if past (a dispatcher fires it at once), then those after now."""
+    score = table.next_ticks[job.name]
+    first = table.held.get(job.name, score)
+    if first >= now and job.name not in table.held:
+        return job.upcoming(first, upcoming)
+    after = job.first_run_after(max(first, now))
+    return [first] + ([] if after is None else job.upcoming(after, upcoming - 1))
+
+
+def _due(job: cron.CronJob, tick: int) -> int:
+    """When the run of ``tick`` was due: the tick plus its jitter."""
+    return job.run_at(tick, job.next_tick(tick)) if job.jitter_ms else tick
+
+
+def _seconds(milliseconds: int | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1000

@@ -169,6 +169,18 @@ class CronRun:
 
 
 @dataclass(frozen=True, slots=True)
+class CronBackfillInfo:
+    """A cron job's backfill: the past range whose ticks it runs, its pace, its progress."""
+
+    start: float  # epoch seconds of the range's first tick and last tick
+    end: float
+    rate: float  # ticks started per second, at most
+    ticks: int  # ticks in the range
+    fired: int  # ticks fired so far (a tick whose task was live already is not again)
+    done: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CronInfo:
     name: str
     expression: str
@@ -184,3 +196,16 @@ class CronInfo:
     priority: int = 0  # its ticks' flow control (docs/flow.md)
     limit_key: str | None = None
     cost: int = 1
+    #: The schedule's options (docs/cron.md), in seconds (epoch seconds for start and
+    #: end); None where not set. ``expression`` is "" for an interval schedule.
+    every: float | None = None
+    catch_up: float | None = None
+    jitter: float | None = None
+    start: float | None = None
+    end: float | None = None
+    max_runs: int | None = None
+    pause_after_failures: int | None = None
+    runs: int | None = None  # ticks fired so far (kept with max_runs or pause_after_failures)
+    failures: int | None = None  # runs that failed in a row (with pause_after_failures)
+    ended: bool = False  # its end passed, its runs are done, or it fires no more
+    backfill: CronBackfillInfo | None = None  # its latest backfill, running or done

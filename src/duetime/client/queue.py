@@ -8,16 +8,16 @@ same by construction. Every input is checked before anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Self, TypeVar, Unpack
 
-from duetime import cron, validation
+from duetime import validation
 from duetime.checker import Violation
 from duetime.client.coalescing import TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
+from duetime.client.cron_methods import AsyncCronMethods, CronMethods
 from duetime.client.handles import AsyncTaskHandle, TaskHandle
 from duetime.client.models import (
-    CronInfo,
     DeadTask,
     Duration,
     Job,
@@ -44,7 +44,7 @@ from duetime.store.runner import RedisSpec
 T = TypeVar("T")
 
 
-class Queue(SearchMethods):
+class Queue(SearchMethods, CronMethods):
     """A queue on a synchronous connection.
 
     ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
@@ -194,41 +194,6 @@ class Queue(SearchMethods):
         """Verify the invariants on the live server; an empty list means all hold."""
         return self.runner.run(self.core.check_plan())
 
-    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
-        """A validated cron definition for ``sync_cron`` (options as for ``add_cron``)."""
-        return self.core.cron_job(name, expression, data, **options)
-
-    def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
-        """Create or update a recurring job; returns created, updated or unchanged.
-        Options: tz, task, missed (skip|once|all), overlap (allow|skip|delay),
-        max_attempts, timeout, and its ticks' priority, limit_key and cost."""
-        job = self.core.cron_job(name, expression, data, **options)
-        return self.runner.run(self.core.declare_cron_plan([job]))[name]
-
-    def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
-        """Make the queue's cron jobs exactly ``jobs`` (declared in code); with ``prune``,
-        jobs no longer declared are removed. Returns name -> what happened."""
-        return self.runner.run(self.core.sync_cron_plan(jobs, prune))
-
-    def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
-        return self.runner.run(self.core.list_cron_plan(upcoming))
-
-    def pause_cron(self, name: str) -> bool:
-        """Stop firing the job; False when it was paused already."""
-        return self.runner.run(self.core.pause_cron_plan(name, paused=True))
-
-    def resume_cron(self, name: str) -> bool:
-        """Resume from the next tick after now (ticks while paused are not run); False
-        when it was not paused."""
-        return self.runner.run(self.core.pause_cron_plan(name, paused=False))
-
-    def remove_cron(self, name: str) -> bool:
-        return self.runner.run(self.core.remove_cron_plan(name))
-
-    def trigger_cron(self, name: str) -> str:
-        """Run a cron job once now, outside its schedule; returns the task id."""
-        return self.runner.run(self.core.trigger_cron_plan(name))
-
     def close(self) -> None:
         if self._owns_runner:
             self.runner.close()
@@ -240,7 +205,7 @@ class Queue(SearchMethods):
         self.close()
 
 
-class AsyncQueue(AsyncSearchMethods):
+class AsyncQueue(AsyncSearchMethods, AsyncCronMethods):
     """The asyncio twin of ``Queue``: same arguments, same plans, awaited."""
 
     def __init__(
@@ -363,31 +328,6 @@ class AsyncQueue(AsyncSearchMethods):
 
     async def check(self) -> list[Violation]:
         return await self.runner.run(self.core.check_plan())
-
-    def cron_job(self, name: str, expression: str, data: Any, **options: Any) -> cron.CronJob:
-        return self.core.cron_job(name, expression, data, **options)
-
-    async def add_cron(self, name: str, expression: str, data: Any, **options: Any) -> str:
-        job = self.core.cron_job(name, expression, data, **options)
-        return (await self.runner.run(self.core.declare_cron_plan([job])))[name]
-
-    async def sync_cron(self, jobs: Sequence[cron.CronJob], prune: bool = True) -> dict[str, str]:
-        return await self.runner.run(self.core.sync_cron_plan(jobs, prune))
-
-    async def list_cron(self, upcoming: int = 3) -> list[CronInfo]:
-        return await self.runner.run(self.core.list_cron_plan(upcoming))
-
-    async def pause_cron(self, name: str) -> bool:
-        return await self.runner.run(self.core.pause_cron_plan(name, paused=True))
-
-    async def resume_cron(self, name: str) -> bool:
-        return await self.runner.run(self.core.pause_cron_plan(name, paused=False))
-
-    async def remove_cron(self, name: str) -> bool:
-        return await self.runner.run(self.core.remove_cron_plan(name))
-
-    async def trigger_cron(self, name: str) -> str:
-        return await self.runner.run(self.core.trigger_cron_plan(name))
 
     async def close(self) -> None:
         if self._owns_runner:

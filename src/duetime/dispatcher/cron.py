@@ -1,5 +1,6 @@
 """Firing a queue's cron jobs: each due job's ticks worked out per its policies, fired
-with one compare-and-set script call per job, and counted for metrics.
+with one script call per batch of jobs (a compare-and-set on each job's next tick), and
+counted for metrics; then the jobs' backfills (``backfill.py``).
 
 A cron definition this host cannot use is a poison record: that job is paused and
 logged once, and every other job goes on. The jobs due at the next tick are worked out
@@ -10,9 +11,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
-from duetime import cron
+from duetime import cron, cron_firing
 from duetime.clock import Clock
+from duetime.dispatcher.backfill import BackfillFirer
 from duetime.errors import DecodeError
 from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner
@@ -21,23 +24,39 @@ from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
 
-#: Most cron jobs fired per pass.
-CRON_BATCH = 100
+#: Most cron jobs fired per pass, in one script call.
+CRON_BATCH = 500
 #: With overlap="delay", how often a held tick looks again whether the previous run ended.
 CRON_OVERLAP_RECHECK_MS = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class CronFiring:
-    """One fire_cron call for one job, worked out for a given moment."""
+    """One job's part of a fire_cron call, worked out for a given moment."""
 
     name: str
     expected_next_ms: int
     following_ms: int | None
     overlap: cron.OverlapPolicy
-    first_tick_ms: int
+    hold_tick_ms: int  # with overlap="delay", the tick held back if the previous run is live
     ticks: list[tuple[str, int, bytes, str]]
     missed: int = 0  # due ticks before the current one (fired late or dropped per policy)
+    outside_window: int = 0  # due ticks older than the catch-up window: skipped
+    held_before: bool = False  # a held tick looked at again
+    max_runs: int = 0
+    pause_after_failures: int = 0
+
+    def row(self, retry_at_ms: int) -> list[Any]:
+        """The job's row as fire_cron.lua reads it (scores as text: exact in Lua)."""
+        row: list[Any] = [
+            self.name, str(self.expected_next_ms),
+            str(-1 if self.following_ms is None else self.following_ms), self.overlap,
+            str(retry_at_ms), str(self.hold_tick_ms), self.outside_window, self.max_runs,
+            self.pause_after_failures,
+        ]  # fmt: skip
+        for task_id, run_at_ms, envelope, record in self.ticks:
+            row += (task_id, str(run_at_ms), envelope, record)
+        return row
 
 
 class CronFirer:
@@ -54,12 +73,15 @@ class CronFirer:
         #: (cron job, outcome) -> ticks, for metrics: fired, skipped, delayed (counted when
         #: first held), missed. Only this process's firings; read, never reset.
         self.ticks_counted: dict[tuple[str, str], int] = {}
+        self.backfills = BackfillFirer(queue, runner, operations, self.ticks_counted)
 
     async def fire_due(self, now: int) -> bool:
-        """Fire every job due at ``now``; True when a full batch was (more may be due)."""
+        """Fire every job (and backfill) due at ``now``; True when a full batch was (more
+        may be due)."""
         firings = await self._plan(now)
         await self._fire(firings, now)
-        return len(firings) == CRON_BATCH
+        more_backfills = await self.backfills.fire_due(now)
+        return len(firings) == CRON_BATCH or more_backfills
 
     async def prepare(self, tick_ms: int) -> None:
         """Read the jobs and work out their ticks while asleep, so that at the tick the
@@ -105,43 +127,46 @@ class CronFirer:
         if entry.problem is not None:
             raise DecodeError(entry.problem)
         job = cron.decode_job(entry.definition)
-        first = entry.held_tick_ms if entry.held_tick_ms is not None else entry.next_tick_ms
+        held = entry.held_tick_ms
         try:
-            ticks = job.ticks_to_fire(first, at_ms)
-            following = job.next_tick(at_ms)
-            # Counted again only when some were missed (the current tick is not the first).
-            missed = 0 if ticks[-1] == first else len(job.due_ticks(first, at_ms)) - 1
+            first = held if held is not None else job.tick_of(entry.next_tick_ms)
+            plan = cron_firing.plan(job, first, at_ms)
         except (ValueError, OverflowError, KeyError) as error:  # croniter on odd input
             raise DecodeError(f"its ticks cannot be computed ({error})") from error
         return CronFiring(
             name=job.name,
             expected_next_ms=entry.next_tick_ms,
-            following_ms=following,
+            following_ms=plan.following_ms,
             overlap=job.overlap,
-            first_tick_ms=first,
-            ticks=[cron.tick_task(job, tick) for tick in ticks],
-            missed=missed,
+            hold_tick_ms=plan.ticks[0][0] if plan.ticks else first,
+            ticks=[cron.tick_task(job, tick, run_at) for tick, run_at in plan.ticks],
+            missed=plan.missed,
+            outside_window=plan.outside_window,
+            held_before=held is not None,
+            max_runs=job.max_runs or 0,
+            pause_after_failures=job.pause_after_failures or 0,
         )
 
     async def _fire(self, firings: list[CronFiring], now: int) -> None:
-        for firing in firings:
-            outcome = await self.runner.run(
-                self.operations.fire_cron(
-                    firing.name,
-                    firing.expected_next_ms,
-                    firing.following_ms,
-                    firing.overlap,
-                    now + CRON_OVERLAP_RECHECK_MS,
-                    firing.first_tick_ms,
-                    firing.ticks,
-                )
-            )
+        if not firings:
+            return
+        rows = [firing.row(now + CRON_OVERLAP_RECHECK_MS) for firing in firings]
+        outcomes = await self.runner.run(self.operations.fire_cron(rows))
+        for firing, outcome in zip(firings, outcomes, strict=True):
             if outcome in (CronFireOutcome.SKIPPED, CronFireOutcome.DELAYED):
                 log.info(
                     "queue %s: cron job %r tick %s: previous run still live",
                     self.queue,
                     firing.name,
                     outcome,
+                )
+            elif outcome == CronFireOutcome.PAUSED:
+                log.warning(
+                    "queue %s: cron job %r paused: its last %d runs failed "
+                    "(pause_after_failures); `duetime cron resume` starts it again",
+                    self.queue,
+                    firing.name,
+                    firing.pause_after_failures,
                 )
             self._count(firing, outcome)
 
@@ -151,13 +176,16 @@ class CronFirer:
         new."""
         counts = self.ticks_counted
         if outcome == CronFireOutcome.DELAYED:
-            if firing.first_tick_ms == firing.expected_next_ms:
+            if not firing.held_before:
                 counts[firing.name, "delayed"] = counts.get((firing.name, "delayed"), 0) + 1
             return
+        if outcome in (CronFireOutcome.STALE, CronFireOutcome.PAUSED):
+            return
+        if firing.outside_window:
+            key = (firing.name, "outside_window")
+            counts[key] = counts.get(key, 0) + firing.outside_window
         if isinstance(outcome, int):
             counts[firing.name, "fired"] = counts.get((firing.name, "fired"), 0) + outcome
-        elif outcome == CronFireOutcome.SKIPPED:
+        else:  # skipped
             counts[firing.name, "skipped"] = counts.get((firing.name, "skipped"), 0) + 1
-        else:
-            return
         counts[firing.name, "missed"] = counts.get((firing.name, "missed"), 0) + firing.missed

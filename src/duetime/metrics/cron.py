@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from duetime.store.keys import queue_of_shard_tag
 
-CRON_OUTCOMES = ("fired", "skipped", "delayed", "missed")
+CRON_OUTCOMES = ("fired", "skipped", "delayed", "missed", "outside_window", "backfilled")
 
 
 class CronTickSource(Protocol):
@@ -55,7 +55,9 @@ class CronCollector(Collector):
             "duetime_cron_ticks",
             "Cron ticks this process's dispatchers handled: fired (enqueued, catch-ups "
             "included), skipped (overlap=skip, the previous run still live), delayed "
-            "(held for overlap=delay), missed (due while no dispatcher fired them)",
+            "(held for overlap=delay), missed (due while no dispatcher fired them), "
+            "outside_window (older than the catch-up window: skipped), backfilled (ticks "
+            "of a backfill enqueued)",
             labels=["queue", "job", "outcome"],
         )
 

@@ -4,14 +4,44 @@ find the jobs due and fire their ticks (compare-and-set on each job's next tick)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from duetime.states import CronFireOutcome
 from duetime.store import scripts
 from duetime.store.base import QueueBase
 from duetime.store.replies import as_text, count_or_none, pairs
-from duetime.store.requests import Batch, Command, Eval, Plan
+from duetime.store.requests import Batch, Command, Eval, Plan, packed_arguments
+
+
+@dataclass(frozen=True, slots=True)
+class CronState:
+    """What firing a job keeps of it (``cron_state``): for jobs with max_runs or
+    pause_after_failures, and jobs that ended."""
+
+    runs: int  # ticks fired (HSETNX'd) since declared
+    failures: int  # runs judged failed in a row (dead)
+    ended: bool  # its end passed, its runs are done, or its expression fires no more
+
+
+@dataclass(frozen=True, slots=True)
+class CronBackfill:
+    """A job's backfill (``cron_backfill``): its range, pace and progress."""
+
+    from_ms: int
+    to_ms: int
+    spacing_ms: int
+    next_tick_ms: int | None  # None: done
+    fired: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class DueBackfill:
+    name: str
+    due_ms: int  # the score read, compared and set by fire_backfill
+    definition: bytes | None
+    backfill: CronBackfill | None  # None: its record is missing or garbage
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +50,8 @@ class CronTable:
     next_ticks: dict[str, int]  # paused jobs are absent
     last_task: dict[str, str]
     held: dict[str, int]
+    states: dict[str, CronState] = field(default_factory=dict)
+    backfills: dict[str, CronBackfill] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,34 +66,40 @@ class DueCron:
 class CronPlans(QueueBase):
     """The plans of a queue's cron jobs (dispatchers fire them, clients declare them)."""
 
-    def declare_cron(self, name: str, definition: bytes, first_tick_ms: int) -> Plan[int]:
-        """0 unchanged, 1 created, 2 updated."""
+    def declare_cron(self, jobs: Sequence[tuple[str, bytes, int]]) -> Plan[list[int]]:
+        """Declare jobs (name, definition, due time of the first tick after now) in one
+        script call: per job 0 unchanged, 1 created, 2 updated."""
         k = self.keys
-        keys = (k.cron, k.cron_next, k.wake)
-        return int((yield Eval(scripts.DECLARE_CRON, keys, (name, definition, first_tick_ms))))
+        keys = (k.cron, k.cron_next, k.wake, k.cron_state)
+        args = [value for job in jobs for value in job]
+        return [int(code) for code in (yield Eval(scripts.DECLARE_CRON, keys, args))]
 
     def set_cron_next(self, name: str, next_tick_ms: int | None) -> Plan[int]:
         """Resume a cron job from ``next_tick_ms``, or pause it with None: 1 done, 2 done
         and it was so already, 0 no such job."""
         k = self.keys
         tick = -1 if next_tick_ms is None else next_tick_ms
-        keys = (k.cron, k.cron_next, k.cron_held, k.wake)
+        keys = (k.cron, k.cron_next, k.cron_held, k.wake, k.cron_state)
         return int((yield Eval(scripts.SET_CRON_NEXT, keys, (name, tick))))
 
     def remove_cron(self, name: str) -> Plan[bool]:
         k = self.keys
-        keys = (k.cron, k.cron_next, k.cron_last, k.cron_held)
+        keys = (k.cron, k.cron_next, k.cron_last, k.cron_held, k.cron_state, k.cron_backfill,
+                k.cron_backfill_due)  # fmt: skip
         return bool((yield Eval(scripts.REMOVE_CRON, keys, (name,))))
 
     def cron_table(self) -> Plan[CronTable]:
-        """Every cron job's definition, next tick, last tick task id and held tick."""
+        """Every cron job's definition, next tick, last tick task id, held tick, state
+        and backfill."""
         k = self.keys
-        definitions, next_ticks, last, held = yield Batch(
+        definitions, next_ticks, last, held, states, backfills = yield Batch(
             (
                 Command(("HGETALL", k.cron)),
                 Command(("ZRANGE", k.cron_next, 0, -1, "WITHSCORES")),
                 Command(("HGETALL", k.cron_last)),
                 Command(("HGETALL", k.cron_held)),
+                Command(("HGETALL", k.cron_state)),
+                Command(("HGETALL", k.cron_backfill)),
             )
         )
         return CronTable(
@@ -70,6 +108,8 @@ class CronPlans(QueueBase):
             {as_text(n): as_text(i) for n, i in pairs(last)},
             # A held tick that is not a number is garbage; the job shows as not held.
             {as_text(n): t for n, raw in pairs(held) if (t := count_or_none(raw)) is not None},
+            {as_text(n): s for n, raw in pairs(states) if (s := _state(raw)) is not None},
+            {as_text(n): b for n, raw in pairs(backfills) if (b := _backfill(raw)) is not None},
         )
 
     def due_cron(self, now_ms: int, limit: int) -> Plan[list[DueCron]]:
@@ -95,29 +135,58 @@ class CronPlans(QueueBase):
             )
         return due
 
-    def fire_cron(
-        self,
-        name: str,
-        expected_next_ms: int,
-        following_ms: int | None,
-        overlap: str,
-        retry_at_ms: int,
-        held_tick_ms: int,
-        ticks: Sequence[tuple[str, int, bytes, str]],
-    ) -> Plan[CronFireOutcome | int]:
-        """Enqueue due ticks and advance the job (compare-and-set on its next tick):
-        the number of ticks enqueued, or why none was."""
+    def start_backfill(
+        self, name: str, range_ms: tuple[int, int], spacing_ms: int, first_tick_ms: int, total: int
+    ) -> Plan[tuple[int, CronBackfill | None]]:
+        """Record a job's backfill, due now: (0 no such job | 1 started | 2 the same range
+        was recorded already, its record)."""
+        now = yield from self.now()
         k = self.keys
-        args: list[Any] = [
-            name,
-            expected_next_ms,
-            -1 if following_ms is None else following_ms,
-            overlap,
-            retry_at_ms,
-            held_tick_ms,
+        keys = (k.cron, k.cron_backfill, k.cron_backfill_due, k.wake)
+        args = (name, f"{range_ms[0]}|{range_ms[1]}", spacing_ms, first_tick_ms, total, now)
+        return _start_backfill_reply((yield Eval(scripts.START_BACKFILL, keys, args)))
+
+    def due_backfills(self, now_ms: int, limit: int) -> Plan[list[DueBackfill]]:
+        """Backfills whose next tick is due: name, the score read, definition, record."""
+        k = self.keys
+        flat = yield Command(
+            ("ZRANGE", k.cron_backfill_due, "-inf", now_ms, "BYSCORE", "WITHSCORES", "LIMIT", 0,
+             limit)
+        )  # fmt: skip
+        if not flat:
+            return []
+        names = [as_text(flat[i]) for i in range(0, len(flat), 2)]
+        definitions, records = yield Batch(
+            (Command(("HMGET", k.cron, *names)), Command(("HMGET", k.cron_backfill, *names)))
+        )
+        return [
+            DueBackfill(
+                name,
+                int(float(flat[2 * i + 1])),
+                definitions[i],
+                _backfill(records[i]) if records[i] else None,
+            )
+            for i, name in enumerate(names)
         ]
-        for task_id, run_at_ms, envelope, record in ticks:
-            args += (task_id, run_at_ms, envelope, record)
+
+    def fire_backfill(self, rows: Sequence[Sequence[Any]]) -> Plan[list[CronFireOutcome | int]]:
+        """For each job, fire its backfill's next tick (fire_backfill.lua reads the rows)."""
+        k = self.keys
+        keys = (k.cron_backfill_due, k.cron_backfill, k.cron_last, k.tasks, k.ready, k.stats,
+                k.limits, k.flow_records, k.scheduled, k.wake)  # fmt: skip
+        replies = yield Eval(scripts.FIRE_BACKFILL, keys, (packed_arguments(list(rows)),))
+        return [r if isinstance(r, int) else CronFireOutcome(as_text(r)) for r in replies]
+
+    def drop_backfill(self, name: str) -> Plan[None]:
+        """Forget a backfill that cannot go on (its job or record is gone or unusable)."""
+        k = self.keys
+        yield Command(("ZREM", k.cron_backfill_due, name))
+
+    def fire_cron(self, firings: Sequence[Sequence[Any]]) -> Plan[list[CronFireOutcome | int]]:
+        """For each job, enqueue its due ticks and advance it (compare-and-set on its
+        next tick), all in one script call: per job the number of ticks enqueued, or
+        why none was. Each firing is the job's row as fire_cron.lua reads it."""
+        k = self.keys
         keys = (
             k.cron_next,
             k.cron_last,
@@ -129,6 +198,30 @@ class CronPlans(QueueBase):
             k.flow_records,
             k.scheduled,
             k.wake,
+            k.cron_state,
+            k.dead,
         )
-        reply = yield Eval(scripts.FIRE_CRON, keys, args)
-        return reply if isinstance(reply, int) else CronFireOutcome(as_text(reply))
+        replies = yield Eval(scripts.FIRE_CRON, keys, (packed_arguments(list(firings)),))
+        return [r if isinstance(r, int) else CronFireOutcome(as_text(r)) for r in replies]
+
+
+def _start_backfill_reply(reply: Any) -> tuple[int, CronBackfill | None]:
+    code, record = reply
+    return int(code), _backfill(record) if record else None
+
+
+def _state(raw: bytes) -> CronState | None:
+    """A ``cron_state`` value, or None when it is not one duetime wrote."""
+    runs, failures, ended, _ = [*as_text(raw).split("|", 3), "", "", ""][:4]
+    if not (runs.isdigit() and failures.isdigit() and ended in ("0", "1")):
+        return None
+    return CronState(int(runs), int(failures), ended == "1")
+
+
+def _backfill(raw: bytes) -> CronBackfill | None:
+    """A ``cron_backfill`` value, or None when it is not one duetime wrote."""
+    parts = as_text(raw).split("|")
+    if len(parts) != 6 or not all(p.lstrip("-").isdigit() for p in parts):
+        return None
+    start, end, spacing, next_tick, fired, total = (int(p) for p in parts)
+    return CronBackfill(start, end, spacing, None if next_tick < 0 else next_tick, fired, total)

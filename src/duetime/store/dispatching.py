@@ -55,6 +55,7 @@ class DispatcherPlans(QueueBase):
             k.delayed_layout,
             *k.flow_keys,
             k.wake,
+            k.cron_backfill_due,
         )
         moved, staged, passed = 0, 0, set[str]()
         # A script touches only the keys it is given: the buckets passed are those the

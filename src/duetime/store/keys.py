@@ -126,6 +126,23 @@ class QueueKeys:
         return self._key("cron_held")
 
     @property
+    def cron_state(self) -> str:
+        """HASH cron job name -> "<runs>|<failed runs in a row>|<ended>|<run to judge>",
+        for jobs with max_runs or pause_after_failures, and jobs that ended."""
+        return self._key("cron_state")
+
+    @property
+    def cron_backfill(self) -> str:
+        """HASH cron job name -> its backfill: "<from>|<to>|<spacing ms>|<next tick>|
+        <ticks fired>|<ticks in all>" (next tick -1: done)."""
+        return self._key("cron_backfill")
+
+    @property
+    def cron_backfill_due(self) -> str:
+        """ZSET cron job name -> when its backfill fires its next tick (ms)."""
+        return self._key("cron_backfill_due")
+
+    @property
     def minutes(self) -> str:
         """HASH "<minute>:<figure>" -> count, per minute since the epoch (server clock):
         completed, retried, dead, late_sum_us, late_max_us (start lateness of completed
@@ -225,7 +242,8 @@ _KEY_TYPES = {
     "delayed_layout": "hash", "ready": "list", "early": "hash", "leases": "zset",
     "workers": "zset", "attempts": "hash", "errors": "hash", "dead": "zset",
     "reaped": "zset", "wake": "list", "stats": "hash", "cron": "hash", "cron_next": "zset",
-    "cron_last": "hash", "cron_held": "hash", "minutes": "hash", "paused": "string",
+    "cron_last": "hash", "cron_held": "hash", "cron_state": "hash", "cron_backfill": "hash",
+    "cron_backfill_due": "zset", "minutes": "hash", "paused": "string",
     "resumed": "list", "active:": "list", "result:": "list", "limits": "hash",
     "flow": "hash", "due": "zset", "turns": "zset", "throttled": "zset", "rates": "zset",
     "running": "zset",

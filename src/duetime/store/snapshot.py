@@ -97,6 +97,9 @@ class SnapshotPlans(QueueBase):
             k.cron_next,
             k.cron_last,
             k.cron_held,
+            k.cron_state,
+            k.cron_backfill,
+            k.cron_backfill_due,
             k.early,
             k.reaped,
             k.paused,
@@ -149,6 +152,9 @@ def _reads(k: QueueKeys, active_keys: list[str], found: _FoundKeys) -> tuple[Com
         Command(("ZRANGE", k.due, 0, -1)),
         Command(("HKEYS", k.flow_records)),
         Command(("ZRANGE", k.running, 0, -1)),
+        Command(("HKEYS", k.cron_state)),
+        Command(("HKEYS", k.cron_backfill)),
+        Command(("ZRANGE", k.cron_backfill_due, 0, -1)),
         *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
         *(Command(("PTTL", key)) for key in found.results),
         *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in found.buckets),
@@ -162,7 +168,8 @@ def _fill(
     tasks, scheduled, ready, dead, leases, _, attempts, errors, wake = replies[:9]
     cron, cron_next, cron_last, cron_held, early, stats, reaped = replies[9:16]
     delayed_index, delayed_layout, due, flow_records, running = replies[16:21]
-    rest = replies[21:]
+    cron_state, cron_backfill, cron_backfill_due = replies[21:24]
+    rest = replies[24:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
     buckets = rest[len(active_keys) + len(found.results) :]
@@ -190,6 +197,9 @@ def _fill(
         "cron_next": {as_text(i) for i in cron_next},
         "cron_last": {as_text(i) for i in cron_last},
         "cron_held": {as_text(i) for i, _ in pairs(cron_held)},
+        "cron_state": {as_text(i) for i in cron_state},
+        "cron_backfill": {as_text(i) for i in cron_backfill},
+        "cron_backfill_due": {as_text(i) for i in cron_backfill_due},
     }
     snap.cron_held = {as_text(i): value for i, value in pairs(cron_held)}
     snap.active = {

@@ -1,26 +1,51 @@
--- declare_cron: create or update a cron job definition; unchanged definitions are left alone.
+-- declare_cron: create or update cron job definitions; unchanged definitions are left alone.
 -- KEYS[1] cron       HASH  job name -> definition
--- KEYS[2] cron_next  ZSET  job name -> next tick (ms); a paused job is absent
+-- KEYS[2] cron_next  ZSET  job name -> when its next tick is due (ms); a paused job is absent
 -- KEYS[3] wake       LIST
--- ARGV[1] job name
--- ARGV[2] definition
--- ARGV[3] first tick after now (ms), used when the job is new or changed
--- Returns: 0 unchanged, 1 created, 2 updated (a paused job stays paused).
+-- KEYS[4] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
+-- ARGV triples, one per job: job name, definition, the due time of its first tick after
+--   now (ms), used when the job is new or changed
+-- Returns: per job, 0 unchanged, 1 created, 2 updated (a paused job stays paused; one
+-- that ended, its end passed or its runs done, starts again from its first tick).
 -- @include wake
-local name = ARGV[1]
-local current = redis.call('HGET', KEYS[1], name)
-if current == ARGV[2] then
-  return 0
-end
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZSCORE', KEYS[2], '')
-redis.call('LLEN', KEYS[3])
-redis.call('HSET', KEYS[1], name, ARGV[2])
-if current and not redis.call('ZSCORE', KEYS[2], name) then
-  return 2
-end
+redis.call('HGET', KEYS[1], '')
+redis.call('HGET', KEYS[4], '')
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-redis.call('ZADD', KEYS[2], ARGV[3], name)
-wake_if(KEYS[3], comes_before(tonumber(ARGV[3]), head))
-return current and 2 or 1
+redis.call('LLEN', KEYS[3])
+local outcomes, earliest = {}, nil
+
+local function ended(name)
+  local state = redis.call('HGET', KEYS[4], name)
+  if not state then
+    return false
+  end
+  local runs, failures, flag, judge = string.match(state, '^(%d+)|(%d+)|(%d)|(.*)$')
+  if flag ~= '1' then
+    return false
+  end
+  redis.call('HSET', KEYS[4], name, runs .. '|' .. failures .. '|0|' .. judge)
+  return true
+end
+
+for i = 1, #ARGV, 3 do
+  local name, first = ARGV[i], tonumber(ARGV[i + 2])
+  local current = redis.call('HGET', KEYS[1], name)
+  if current == ARGV[i + 1] then
+    outcomes[#outcomes + 1] = 0
+  else
+    redis.call('HSET', KEYS[1], name, ARGV[i + 1])
+    outcomes[#outcomes + 1] = current and 2 or 1
+    if not current or redis.call('ZSCORE', KEYS[2], name) or ended(name) then
+      redis.call('ZADD', KEYS[2], first, name)
+      if not earliest or first < earliest then
+        earliest = first
+      end
+    end
+  end
+end
+if earliest then
+  wake_if(KEYS[3], comes_before(earliest, head))
+end
+return outcomes

@@ -1,7 +1,7 @@
--- fire_cron: enqueue a cron job's due ticks and advance its next tick, once, however many
--- dispatchers try: the job's next tick is compared and set (CAS), and tick task ids are
--- deterministic, so a tick is never enqueued twice.
--- KEYS[1] cron_next  ZSET  job name -> next tick (ms)
+-- fire_cron: for each of some cron jobs, enqueue its due ticks and advance its next tick,
+-- once, however many dispatchers try: each job's next tick is compared and set (CAS), and
+-- tick task ids are deterministic, so a tick is never enqueued twice.
+-- KEYS[1] cron_next  ZSET  job name -> when its next tick is due (ms: the tick + jitter)
 -- KEYS[2] cron_last  HASH  job name -> task id of the latest fired tick
 -- KEYS[3] cron_held  HASH  job name -> a tick held back (overlap = delay)
 -- KEYS[4] tasks      HASH
@@ -13,72 +13,168 @@
 -- KEYS[8] flow records HASH  task id -> "<priority>|<cost>||<limit key>"
 -- KEYS[9] scheduled  ZSET
 -- KEYS[10] wake      LIST  rung when ticks go to scheduled, so a dispatcher files them
--- ARGV[1] job name
--- ARGV[2] the next-tick score the caller read (CAS)
--- ARGV[3] the following next tick (ms), or -1 when the expression never fires again
--- ARGV[4] overlap policy: allow | skip | delay
--- ARGV[5] when delaying: the time (ms) to look again; ARGV[6] the tick to hold
--- ARGV[7..] quads for the ticks to enqueue (all due): task id, run-at (ms), envelope,
---         flow record ('' for none)
--- Returns: number of ticks enqueued, or 'stale' (another dispatcher fired it, or the job
--- changed), 'skipped' or 'delayed' (the previous run is still live).
+-- KEYS[11] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
+--          for jobs with max_runs or pause_after_failures, and jobs that ended
+-- KEYS[12] dead      ZSET  task id -> time of death: a run that is there failed
+-- ARGV[1] the jobs, packed (msgpack): an array of arrays, one per job, of
+--   name, the next-tick score the caller read (CAS), the following score (-1: the job
+--   never fires again), overlap policy (allow | skip | delay), when delaying the time to
+--   look again and the tick to hold, ticks skipped outside the catch-up window (counted),
+--   max runs (0: none), failed runs in a row that pause it (0: none), and then the ticks
+--   to enqueue (all due) as quads: task id, run-at (ms), envelope, flow record ('').
+-- Returns: an array, per job, of the number of ticks enqueued, or 'stale' (another
+-- dispatcher fired it, or the job changed), 'skipped' or 'delayed' (the previous run is
+-- still live), 'paused' (its runs failed pause_after_failures times in a row).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include flow_mode
-local name = ARGV[1]
-local function advance()
-  if tonumber(ARGV[3]) >= 0 then
-    redis.call('ZADD', KEYS[1], ARGV[3], name)
-  else
-    redis.call('ZREM', KEYS[1], name)
-  end
-  redis.call('HDEL', KEYS[3], name)
-end
-local score = redis.call('ZSCORE', KEYS[1], name)
-if not score or tonumber(score) ~= tonumber(ARGV[2]) then
-  return 'stale'
-end
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
+-- What is written below is read here first: a key of the wrong type fails the call with
+-- nothing written (a script that fails half way keeps the writes it made).
 redis.call('HGET', KEYS[2], '')
 redis.call('HGET', KEYS[3], '')
 redis.call('HGET', KEYS[4], '')
 redis.call('LLEN', KEYS[5])
 redis.call('ZSCORE', KEYS[9], '')
 redis.call('LLEN', KEYS[10])
-if ARGV[4] ~= 'allow' then
-  local last = redis.call('HGET', KEYS[2], name)
-  if last and redis.call('HEXISTS', KEYS[4], last) == 1 then
-    if ARGV[4] == 'delay' then
-      redis.call('ZADD', KEYS[1], ARGV[5], name)
-      redis.call('HSET', KEYS[3], name, ARGV[6])
-      return 'delayed'
+redis.call('HGET', KEYS[11], '')
+redis.call('ZSCORE', KEYS[12], '')
+local woken = false
+-- Counters are bumped once per call, not per job.
+local fired, outside_window, skipped, paused = 0, 0, 0, 0
+
+local function read_state(name)
+  local raw = redis.call('HGET', KEYS[11], name)
+  local runs, failures, ended, judge = string.match(raw or '', '^(%d+)|(%d+)|(%d)|(.*)$')
+  return {runs = tonumber(runs) or 0, failures = tonumber(failures) or 0,
+    ended = ended == '1', judge = judge or ''}
+end
+
+local function write_state(name, state)
+  redis.call('HSET', KEYS[11], name,
+    state.runs .. '|' .. state.failures .. '|' .. (state.ended and '1' or '0') .. '|' .. state.judge)
+end
+
+-- The run waiting to be judged, once it has ended: dead is a failure, gone a success.
+local function judge_run(state)
+  if state.judge == '' then
+    return
+  end
+  if redis.call('HEXISTS', KEYS[4], state.judge) == 1 then
+    if redis.call('ZSCORE', KEYS[12], state.judge) then
+      state.failures = state.failures + 1
+      state.judge = ''
     end
-    advance()
-    redis.pcall('HINCRBY', KEYS[6], 'cron_skipped', 1)
-    return 'skipped'
+  else
+    state.failures = 0
+    state.judge = ''
   end
 end
-local count = 0
-local flowing = flow_mode(KEYS[7], KEYS[8], #ARGV >= 7 and ARGV[10] ~= '')
-for i = 7, #ARGV, 4 do
-  if redis.call('HSETNX', KEYS[4], ARGV[i], ARGV[i + 2]) == 1 then
-    if flowing then
-      enter_flow(KEYS[7], KEYS[8], ARGV[i], ARGV[i + 3], ARGV[i + 1])
-      redis.call('ZADD', KEYS[9], ARGV[i + 1], ARGV[i])
-    else
-      redis.call('RPUSH', KEYS[5], ARGV[i])
-    end
-    count = count + 1
-  end
-  redis.call('HSET', KEYS[2], name, ARGV[i])
+
+local function stop(name)
+  redis.call('ZREM', KEYS[1], name)
+  redis.call('HDEL', KEYS[3], name)
 end
-if flowing and count > 0 and redis.call('LLEN', KEYS[10]) == 0 then
+
+local function advance(name, following)
+  if tonumber(following) >= 0 then
+    redis.call('ZADD', KEYS[1], following, name)
+    redis.call('HDEL', KEYS[3], name)
+    return false
+  end
+  stop(name)
+  return true
+end
+
+local function fire(job)
+  local name, max_runs, pause_after = job[1], tonumber(job[8]), tonumber(job[9])
+  local score = redis.call('ZSCORE', KEYS[1], name)
+  if not score or tonumber(score) ~= tonumber(job[2]) then
+    return 'stale'
+  end
+  local keeps = max_runs > 0 or pause_after > 0
+  local state = keeps and read_state(name) or {runs = 0, failures = 0, ended = false, judge = ''}
+  if pause_after > 0 then
+    judge_run(state)
+    if state.failures >= pause_after then
+      stop(name)
+      write_state(name, state)
+      paused = paused + 1
+      return 'paused'
+    end
+  end
+  outside_window = outside_window + tonumber(job[7])
+  if job[4] ~= 'allow' and #job >= 10 then
+    local last = redis.call('HGET', KEYS[2], name)
+    if last and redis.call('HEXISTS', KEYS[4], last) == 1 then
+      if keeps then
+        write_state(name, state)
+      end
+      if job[4] == 'delay' then
+        redis.call('ZADD', KEYS[1], job[5], name)
+        redis.call('HSET', KEYS[3], name, job[6])
+        return 'delayed'
+      end
+      state.ended = advance(name, job[3])
+      if state.ended then
+        write_state(name, state)
+      end
+      skipped = skipped + 1
+      return 'skipped'
+    end
+  end
+  local count = 0
+  local flowing = flow_mode(KEYS[7], KEYS[8], #job >= 10 and job[13] ~= '')
+  for i = 10, #job, 4 do
+    if max_runs > 0 and state.runs >= max_runs then
+      break
+    end
+    if redis.call('HSETNX', KEYS[4], job[i], job[i + 2]) == 1 then
+      if flowing then
+        enter_flow(KEYS[7], KEYS[8], job[i], job[i + 3], job[i + 1])
+        redis.call('ZADD', KEYS[9], job[i + 1], job[i])
+        woken = true
+      else
+        redis.call('RPUSH', KEYS[5], job[i])
+      end
+      count = count + 1
+      state.runs = state.runs + 1
+      if pause_after > 0 and state.judge == '' then
+        state.judge = job[i]
+      end
+    end
+    redis.call('HSET', KEYS[2], name, job[i])
+  end
+  if max_runs > 0 and state.runs >= max_runs then
+    stop(name)
+    state.ended = true
+  else
+    state.ended = advance(name, job[3])
+  end
+  if keeps or state.ended then
+    write_state(name, state)
+  end
+  fired = fired + count
+  return count
+end
+
+local outcomes = {}
+for index, job in ipairs(cmsgpack.unpack(ARGV[1])) do
+  outcomes[index] = fire(job)
+end
+if woken and redis.call('LLEN', KEYS[10]) == 0 then
   redis.call('RPUSH', KEYS[10], 1)
 end
-advance()
-if count > 0 then
-  redis.pcall('HINCRBY', KEYS[6], 'cron_fired', count)
-  redis.pcall('HINCRBY', KEYS[6], 'scheduled', count)
+if fired > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_fired', fired)
+  redis.pcall('HINCRBY', KEYS[6], 'scheduled', fired)
 end
-return count
+if skipped > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_skipped', skipped)
+end
+if outside_window > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_skipped_outside_window', outside_window)
+end
+if paused > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'cron_paused_after_failures', paused)
+end
+return outcomes

@@ -20,7 +20,8 @@
 -- KEYS[16] rate state    ZSET  group -> theoretical arrival time (ms)
 -- KEYS[17] running       ZSET  "<group>\0<lease member>" of started tasks
 -- KEYS[18] wake          LIST  the dispatchers' alarm: rung to go on feeding
--- KEYS[19..] delayed buckets the caller saw due (ZSET task id -> run-at in µs), each named
+-- KEYS[19] cron_backfill_due ZSET cron job name -> when its backfill fires a tick (ms)
+-- KEYS[20..] delayed buckets the caller saw due (ZSET task id -> run-at in µs), each named
 --         KEYS[9] .. ':' .. its name in `delayed`
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] promote ids due up to this time (ms, >= now): moving a task a few ms ahead
@@ -33,7 +34,8 @@
 --         bucket of its own (one bucket per task of a burst behind a large backlog, each a
 --         cache miss on the server when it is due)
 -- Returns: {promoted count, next run-at or -1, earliest lease deadline or -1, oldest worker
--- heartbeat or -1, next cron tick or -1, next look at a reaped worker's list or -1,
+-- heartbeat or -1, next cron tick (or backfill tick) or -1, next look at a reaped
+-- worker's list or -1,
 -- {name, earliest run-at (µs), ...} of the buckets still due for promotion or staging, or
 -- of the next few to be, staged count},
 -- so the caller knows how long it may sleep without another round trip, and which
@@ -87,7 +89,7 @@ local from_scheduled = take(redis.call('ZRANGE', KEYS[1], '-inf', upto, 'BYSCORE
 local stage_text = string.format('%d', stage_upto * 1000)
 local from_buckets = {}  -- KEYS index -> ids taken from that bucket
 local bucketed = 0
-for key = 19, #KEYS do
+for key = 20, #KEYS do
   local room = most - #ids - staged_count
   if room <= 0 then
     break
@@ -103,11 +105,15 @@ end
 local next_lease = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
 local oldest_beat = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
 local next_tick = redis.call('ZRANGE', KEYS[6], 0, 0, 'WITHSCORES')
+local next_backfill = redis.call('ZRANGE', KEYS[19], 0, 0, 'WITHSCORES')
+if next_backfill[2] and (not next_tick[2] or tonumber(next_backfill[2]) < tonumber(next_tick[2])) then
+  next_tick = next_backfill
+end
 local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 if #ahead > 0 then
   redis.call('HGET', KEYS[7], '')
 end
-if #KEYS >= 19 then
+if #KEYS >= 20 then
   redis.call('ZSCORE', KEYS[9], '')
 end
 local flowing = flow_on(KEYS[11])

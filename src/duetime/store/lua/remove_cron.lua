@@ -3,6 +3,9 @@
 -- KEYS[2] cron_next  ZSET
 -- KEYS[3] cron_last  HASH
 -- KEYS[4] cron_held  HASH
+-- KEYS[5] cron_state HASH
+-- KEYS[6] cron_backfill HASH
+-- KEYS[7] cron_backfill_due ZSET
 -- ARGV[1] job name
 -- Returns: 1 removed, 0 no such job.
 local name = ARGV[1]
@@ -11,7 +14,13 @@ local name = ARGV[1]
 redis.call('HGET', KEYS[1], '')
 redis.call('HGET', KEYS[3], '')
 redis.call('HGET', KEYS[4], '')
+redis.call('HGET', KEYS[5], '')
+redis.call('HGET', KEYS[6], '')
+redis.call('ZSCORE', KEYS[7], '')
 redis.call('ZREM', KEYS[2], name)
+redis.call('ZREM', KEYS[7], name)
 redis.call('HDEL', KEYS[3], name)
 redis.call('HDEL', KEYS[4], name)
+redis.call('HDEL', KEYS[5], name)
+redis.call('HDEL', KEYS[6], name)
 return redis.call('HDEL', KEYS[1], name)

@@ -1,12 +1,15 @@
 -- set_cron_next: pause a cron job (no next tick) or resume it from a given tick.
 -- KEYS[1] cron       HASH  job name -> definition
--- KEYS[2] cron_next  ZSET  job name -> next tick (ms)
+-- KEYS[2] cron_next  ZSET  job name -> when its next tick is due (ms)
 -- KEYS[3] cron_held  HASH  job name -> held tick
 -- KEYS[4] wake       LIST
+-- KEYS[5] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
 -- ARGV[1] job name
--- ARGV[2] next tick (ms), or -1 to pause
+-- ARGV[2] next due time (ms), or -1 to pause
 -- Returns: 1 done, 2 done and it was so already (paused before a pause: no next tick and
--- none held; live before a resume), 0 no such job.
+-- none held; live before a resume), 0 no such job. A resume forgets the job's failed
+-- runs (pause_after_failures counts again from 0) and that it ended; its runs so far
+-- stay counted.
 -- @include wake
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], name) == 0 then
@@ -16,6 +19,7 @@ end
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[4])
+local state = redis.call('HGET', KEYS[5], name)
 local live = redis.call('ZSCORE', KEYS[2], name) ~= false
   or redis.call('HEXISTS', KEYS[3], name) == 1
 local already = (tonumber(ARGV[2]) < 0) ~= live
@@ -24,6 +28,9 @@ if tonumber(ARGV[2]) < 0 then
   redis.call('ZREM', KEYS[2], name)
 else
   redis.call('ZADD', KEYS[2], ARGV[2], name)
+  if state then
+    redis.call('HSET', KEYS[5], name, (string.match(state, '^(%d+)|') or '0') .. '|0|0|')
+  end
   wake_if(KEYS[4], true) -- a resumed job may be due before what the dispatcher waits for
 end
 return already and 2 or 1

@@ -1,0 +1,87 @@
+"""Firing cron jobs' backfills: each due backfill's next tick enqueued under its job's
+overlap policy, at the backfill's pace, with one script call per batch of jobs (a
+compare-and-set on each backfill's due time and next tick).
+
+A backfill whose job is gone or whose definition cannot be used here is dropped and
+logged; the other jobs' backfills go on.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from duetime import cron
+from duetime.errors import DecodeError
+from duetime.store import AsyncRunner
+from duetime.store.cron_jobs import DueBackfill
+from duetime.store.operations import QueueOperations
+
+log = logging.getLogger("duetime.dispatcher")
+
+#: Most backfills fired per pass, in one script call.
+BACKFILL_BATCH = 100
+#: With overlap="delay", how often a backfill tick looks again whether the previous run ended.
+BACKFILL_RECHECK_MS = 1000
+
+
+class BackfillFirer:
+    """Fires the backfills of one queue's (or shard's) cron jobs as they come due."""
+
+    def __init__(
+        self,
+        queue: str,
+        runner: AsyncRunner,
+        operations: QueueOperations,
+        counts: dict[tuple[str, str], int],
+    ) -> None:
+        self.queue = queue
+        self.runner = runner
+        self.operations = operations
+        #: (cron job, "backfilled") -> backfill ticks this process enqueued, for metrics
+        #: (the cron firer's tally).
+        self.counts = counts
+
+    async def fire_due(self, now: int) -> bool:
+        """Fire every backfill due at ``now``; True when a full batch was (more may be)."""
+        due = await self.runner.run(self.operations.due_backfills(now, BACKFILL_BATCH))
+        rows = []
+        for entry in due:
+            try:
+                rows.append(self._row(entry, now))
+            except DecodeError as problem:
+                log.error(
+                    "queue %s: backfill of cron job %r dropped: %s", self.queue, entry.name, problem
+                )
+                await self.runner.run(self.operations.drop_backfill(entry.name))
+        if rows:
+            outcomes = await self.runner.run(self.operations.fire_backfill(rows))
+            for row, outcome in zip(rows, outcomes, strict=True):
+                if isinstance(outcome, int):
+                    key = (row[0], "backfilled")
+                    self.counts[key] = self.counts.get(key, 0) + outcome
+        return len(due) == BACKFILL_BATCH
+
+    @staticmethod
+    def _row(entry: DueBackfill, now: int) -> list[Any]:
+        """The row of fire_backfill.lua for one due backfill; DecodeError when its job or
+        record cannot be used."""
+        if entry.definition is None:
+            raise DecodeError("its cron job is gone")
+        if entry.backfill is None or entry.backfill.next_tick_ms is None:
+            raise DecodeError("its record is missing, done, or not one duetime wrote")
+        job = cron.decode_job(entry.definition)
+        backfill, tick = entry.backfill, entry.backfill.next_tick_ms
+        try:
+            following = job.next_tick(tick)
+        except (ValueError, OverflowError, KeyError) as error:  # croniter on odd input
+            raise DecodeError(f"its ticks cannot be computed ({error})") from error
+        if following is None or following > backfill.to_ms:
+            following = -1
+        # A backfill's run is due when it fires: its tick is in its id.
+        task_id, run_at, envelope, record = cron.tick_task(job, tick, now)
+        return [
+            job.name, str(entry.due_ms), str(tick), str(following),
+            str(now + backfill.spacing_ms), job.overlap, str(now + BACKFILL_RECHECK_MS),
+            task_id, str(run_at), envelope, record,
+        ]  # fmt: skip

@@ -1,0 +1,90 @@
+-- fire_backfill: for each of some cron jobs with a backfill due, enqueue the backfill's
+-- next tick (at a bounded pace) under the job's overlap policy, and advance it, once
+-- however many dispatchers try: the due time and the next tick are compared and set, and
+-- the tick's task id is the tick's id, so a tick whose task is live is not enqueued again.
+-- KEYS[1] cron_backfill_due ZSET job name -> when its backfill fires its next tick (ms)
+-- KEYS[2] cron_backfill HASH  job name -> "<from>|<to>|<spacing>|<next tick>|<fired>|<total>"
+-- KEYS[3] cron_last  HASH  job name -> task id of its latest fired tick
+-- KEYS[4] tasks      HASH
+-- KEYS[5] ready      LIST
+-- KEYS[6] stats      HASH
+-- KEYS[7] limits     HASH  flow control (flow_mode.lua), as in fire_cron
+-- KEYS[8] flow records HASH
+-- KEYS[9] scheduled  ZSET
+-- KEYS[10] wake      LIST
+-- ARGV[1] the backfills, packed (msgpack): an array of arrays, one per job, of name, the
+--   due time the caller read (CAS), the next tick it read (CAS), the tick after it (-1:
+--   the range is done), when the tick after it fires, overlap policy (allow | skip |
+--   delay), when delaying the time to look again, and the tick's task id, run-at (ms),
+--   envelope and flow record ('').
+-- Returns: an array, per job, of 1 enqueued, 0 its task was live already, or 'stale',
+-- 'skipped' or 'delayed' (the job's previous run is still live).
+-- @include flow_mode
+-- What is written below is read here first: a key of the wrong type fails the call with
+-- nothing written (a script that fails half way keeps the writes it made).
+redis.call('HGET', KEYS[2], '')
+redis.call('HGET', KEYS[3], '')
+redis.call('HGET', KEYS[4], '')
+redis.call('LLEN', KEYS[5])
+redis.call('ZSCORE', KEYS[9], '')
+redis.call('LLEN', KEYS[10])
+local woken = false
+
+local function fire(job)
+  local name = job[1]
+  local score = redis.call('ZSCORE', KEYS[1], name)
+  local record = redis.call('HGET', KEYS[2], name)
+  if not score or tonumber(score) ~= tonumber(job[2]) or not record then
+    return 'stale'
+  end
+  local range, next_tick, fired, total = string.match(record, '^(%d+|%d+|%d+)|(%-?%d+)|(%d+)|(%d+)$')
+  if next_tick ~= job[3] then
+    return 'stale'
+  end
+  local function advance(count)
+    redis.call('HSET', KEYS[2], name,
+      range .. '|' .. job[4] .. '|' .. (tonumber(fired) + count) .. '|' .. total)
+    if tonumber(job[4]) >= 0 then
+      redis.call('ZADD', KEYS[1], job[5], name)
+    else
+      redis.call('ZREM', KEYS[1], name)
+    end
+  end
+  if job[6] ~= 'allow' then
+    local last = redis.call('HGET', KEYS[3], name)
+    if last and last ~= job[8] and redis.call('HEXISTS', KEYS[4], last) == 1 then
+      if job[6] == 'delay' then
+        redis.call('ZADD', KEYS[1], job[7], name)
+        return 'delayed'
+      end
+      advance(0)
+      redis.pcall('HINCRBY', KEYS[6], 'cron_skipped', 1)
+      return 'skipped'
+    end
+  end
+  local count = 0
+  if redis.call('HSETNX', KEYS[4], job[8], job[10]) == 1 then
+    if flow_mode(KEYS[7], KEYS[8], job[11] ~= '') then
+      enter_flow(KEYS[7], KEYS[8], job[8], job[11], job[9])
+      redis.call('ZADD', KEYS[9], job[9], job[8])
+      woken = true
+    else
+      redis.call('RPUSH', KEYS[5], job[8])
+    end
+    count = 1
+    redis.pcall('HINCRBY', KEYS[6], 'cron_backfilled', 1)
+    redis.pcall('HINCRBY', KEYS[6], 'scheduled', 1)
+  end
+  redis.call('HSET', KEYS[3], name, job[8])
+  advance(count)
+  return count
+end
+
+local outcomes = {}
+for index, job in ipairs(cmsgpack.unpack(ARGV[1])) do
+  outcomes[index] = fire(job)
+end
+if woken and redis.call('LLEN', KEYS[10]) == 0 then
+  redis.call('RPUSH', KEYS[10], 1)
+end
+return outcomes
