@@ -30,6 +30,7 @@ from duetime.hooks import (
     Hooks,
     ScheduledTask,
 )
+from duetime.keyed import Debounce, KeyedState, Scheduled, Throttle, Unique
 from duetime.settings import Settings
 from duetime.worker import TaskContext, Worker, current_task
 from duetime.worker.context import Snooze
@@ -46,16 +47,19 @@ __all__ = [
     "CronRun",
     "DeadTask",
     "DeadTaskInfo",
+    "Debounce",
     "Dispatcher",
     "Hooks",
     "Job",
     "KeyLimits",
+    "KeyedState",
     "Limits",
     "ManualClock",
     "MinuteFigures",
     "Queue",
     "QueueStats",
     "Rate",
+    "Scheduled",
     "ScheduledTask",
     "ServerClock",
     "Settings",
@@ -63,6 +67,8 @@ __all__ = [
     "TaskContext",
     "TaskStatus",
     "TaskSummary",
+    "Throttle",
+    "Unique",
     "Worker",
     "__version__",
     "current_task",

@@ -34,3 +34,12 @@ class CronFireOutcome(StrEnum):
     STALE = "stale"  # another dispatcher fired this tick, or the job changed
     SKIPPED = "skipped"  # overlap=skip: the previous run is still live
     DELAYED = "delayed"  # overlap=delay: the tick is held until the previous run ends
+
+
+class KeyedOutcome(StrEnum):
+    """What a debounce, throttle or unique call did (debounce_task.lua and its kin)."""
+
+    CREATED = "created"  # a new task carries the call
+    COLLAPSED = "collapsed"  # the call joined the key's waiting task (debounce, trailing run)
+    DROPPED = "dropped"  # throttled: no task carries the call
+    EXISTING = "existing"  # unique: the key's task is live; nothing was written

@@ -29,6 +29,7 @@ QUEUE_EVENTS = (
     "scheduled", "promoted", "completed", "failed", "retried", "dead", "fenced",
     "cancelled", "requeued", "expired_leases", "reaped_workers", "reaped_tasks",
     "handed_back", "cron_fired", "cron_skipped", "dropped_unknown", "snoozed",
+    "debounced", "throttle_dropped", "throttle_folded", "unique_hits",
 )  # fmt: skip
 #: A scrape should answer within Prometheus's scrape timeout (10 s by default) even
 #: when Redis does not: the scrape's own clients give up sooner than the daemons'.
