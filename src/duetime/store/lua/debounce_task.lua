@@ -48,6 +48,7 @@
 -- @include scheduling
 -- @include flow_mode
 -- @include flow_records
+-- @include keyed_records
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, max_wait, collect = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]

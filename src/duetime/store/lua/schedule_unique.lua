@@ -39,6 +39,7 @@
 -- @include scheduling
 -- @include flow_mode
 -- @include flow_records
+-- @include keyed_records
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 -- Every key written below is read first: a key of the wrong type fails the call with

@@ -13,7 +13,7 @@
 -- ARGV[2] most records to look at
 -- ARGV[3] how long (ms) until a live unique record is looked at again
 -- Returns {records dropped, records kept, records looked at}.
--- @include keyed
+-- @include keyed_records
 local now = tonumber(ARGV[1])
 local fields = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0,
   tonumber(ARGV[2]))

@@ -41,6 +41,7 @@
 -- @include scheduling
 -- @include flow_mode
 -- @include flow_records
+-- @include keyed_records
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, trailing = tonumber(ARGV[9]), ARGV[10] == '1'

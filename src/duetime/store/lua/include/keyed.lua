@@ -1,27 +1,11 @@
--- What the keyed modes share (debounce_task, throttle_task, schedule_unique and
--- sweep_keyed): a key's record, the envelope its task is written in, and where that task
--- is. Needs wake.lua, scheduling.lua (comes_first), flow_mode.lua and flow_records.lua.
--- Keys are given as parameters: the keyed hash (field "<mode>:<key>" -> record),
--- keyed_expiry (field -> when the record means nothing more, ms) and keyed_tasks (task
--- id -> the field whose record names it).
--- A record is text, its parts separated by '|' (no task id holds one).
+-- What the keyed modes share (debounce_task, throttle_task, schedule_unique): the
+-- envelope a key's task is written in, where that task is, and how a new one is made.
+-- Needs wake.lua, scheduling.lua (comes_first), flow_mode.lua, flow_records.lua and
+-- keyed_records.lua. Keys are given as parameters.
 -- An envelope is written here from parts the client packed: its head (array header,
 -- version and task name), the data, the run-at (whole ms, as a msgpack uint 64) and its
 -- limits. A record notes the envelope's length, its head's and its tail's (run-at and
 -- limits), so that the data can be cut out again without decoding anything.
-
-local function split_record(record)
-  local parts, start = {}, 1
-  while true do
-    local bar = string.find(record, '|', start, true)
-    if not bar then
-      parts[#parts + 1] = string.sub(record, start)
-      return parts
-    end
-    parts[#parts + 1] = string.sub(record, start, bar - 1)
-    start = bar + 1
-  end
-end
 
 -- Whole ms as a msgpack uint 64 (0xcf and 8 bytes, big-endian): always 9 bytes, so a
 -- run-at is rewritten in place.
@@ -119,28 +103,3 @@ local function create_task(tasks_key, scheduled_key, ready_key, wake_key, stats_
   return run_at <= now and not flowing and 'ready' or 'scheduled'
 end
 
--- Forget the note that task ``id`` is carried by ``field`` (for status), if the note is
--- still that field's: the field names another task now.
-local function forget_keyed_task(keyed_tasks_key, field, id)
-  if id and id ~= '' and redis.call('HGET', keyed_tasks_key, id) == field then
-    redis.call('HDEL', keyed_tasks_key, id)
-  end
-end
-
--- A record's text from its parts; numbers written whole (tostring would write a large
--- one in exponent form).
-local function record_text(parts)
-  local texts = {}
-  for i, part in ipairs(parts) do
-    texts[i] = type(part) == 'number' and string.format('%d', part) or part
-  end
-  return table.concat(texts, '|')
-end
-
--- Write a key's record, and when it means nothing more (ms) unless ``expires`` is nil.
-local function keep_record(keyed_key, expiry_key, field, parts, expires)
-  redis.call('HSET', keyed_key, field, record_text(parts))
-  if expires then
-    redis.call('ZADD', expiry_key, expires, field)
-  end
-end
