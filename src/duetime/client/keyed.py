@@ -30,7 +30,7 @@ from duetime.hooks import ScheduledTask
 from duetime.keyed import Debounce, KeyedMode, Scheduled, Throttle, field_of
 from duetime.states import KeyedOutcome, TaskState
 from duetime.store import scripts
-from duetime.store.keyed import UNIQUE_RECHECK_MS, KeyedReply, keyed_reply
+from duetime.store.keyed import KeyedReply, keyed_reply
 from duetime.store.requests import Eval, EvalMany, Plan, ScriptCall, written_durably
 from duetime.store.scripts import Script
 
@@ -106,7 +106,7 @@ class KeyedScheduling(Producing):
             return scripts.DEBOUNCE_TASK, extra
         if isinstance(mode, Throttle):
             return scripts.THROTTLE_TASK, (mode.window_ms, "1" if mode.trailing else "0")
-        return scripts.SCHEDULE_UNIQUE, (mode.until, UNIQUE_RECHECK_MS)
+        return scripts.SCHEDULE_UNIQUE, (mode.until,)
 
     def _id_in_shard(self, index: int) -> str:
         """A fresh id that a sharded queue routes to shard ``index``, so that status and

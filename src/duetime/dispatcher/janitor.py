@@ -9,6 +9,7 @@ import logging
 from duetime.settings import Settings
 from duetime.store import AsyncRunner
 from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
+from duetime.store.keyed import recheck_ms
 from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
@@ -42,5 +43,5 @@ class Janitor:
         if purged:
             log.info("queue %s: %d dead task(s) past retention purged", self.queue, purged)
         await run(self.operations.trim_minutes(now // MINUTE_MS - MINUTES_KEPT + 1))
-        await run(self.operations.sweep_keyed())
+        await run(self.operations.sweep_keyed(recheck_ms(self.settings.maintenance_interval)))
         self.next_at_ms = now + round(self.settings.maintenance_interval * 1000)

@@ -16,8 +16,15 @@ from duetime.store.scripts import Script
 
 #: Records looked at per sweep call: bounds how long one call holds the server.
 SWEEP_BATCH: Final = 500
-#: A unique key's live task is looked at again this often by the sweep.
-UNIQUE_RECHECK_MS: Final = 60_000
+#: The shortest wait before a dispatcher's sweep looks again at a unique key whose task
+#: is live (see ``recheck_ms``).
+SHORTEST_RECHECK_MS: Final = 1000
+
+
+def recheck_ms(maintenance_interval: float) -> int:
+    """How long a unique key's record waits before a sweep looks at its task again: two
+    maintenance intervals (the sweep's own pace), at least a second."""
+    return max(SHORTEST_RECHECK_MS, round(2000 * maintenance_interval))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,15 +87,16 @@ class KeyedPlans(QueueBase):
         field, record = reply
         return as_text(field), None if record is None else as_text(record)
 
-    def sweep_keyed(self, most: int = SWEEP_BATCH) -> Plan[int]:
+    def sweep_keyed(self, recheck: int, most: int = SWEEP_BATCH) -> Plan[int]:
         """Drop the records of keys that mean nothing more, ``most`` at a time until
-        none is due; returns how many were dropped."""
+        none is due; a unique key whose task is live is looked at again ``recheck`` ms
+        later. Returns how many were dropped."""
         k = self.keys
         keys = (k.keyed, k.keyed_expiry, k.keyed_tasks, k.tasks, k.attempts, k.dead)
         dropped = 0
         while True:
             now = yield from self.now()
-            reply = yield Eval(scripts.SWEEP_KEYED, keys, (now, most, UNIQUE_RECHECK_MS))
+            reply = yield Eval(scripts.SWEEP_KEYED, keys, (now, most, recheck))
             dropped += int(reply[0])
             if int(reply[2]) < most:
                 return dropped

@@ -15,7 +15,8 @@
 -- KEYS[10] early          HASH  (not used here: the three keyed scripts take one list)
 -- KEYS[11] attempts       HASH  task id -> attempts started (a task there has started)
 -- KEYS[12] keyed          HASH  "<mode>:<key>" -> the key's record (keyed.lua)
--- KEYS[13] keyed_expiry   ZSET  "<mode>:<key>" -> when to look at the record again (ms)
+-- KEYS[13] keyed_expiry   ZSET  "<mode>:<key>" -> when a sweep looks at the record (ms):
+--          a new record at once (a dispatcher's next sweep), then as the sweep says
 -- KEYS[14] keyed_tasks    HASH  task id -> the "<mode>:<key>" whose record names it
 -- KEYS[15] dead           ZSET  task id -> time of death (a dead task is not live)
 -- ARGV[1] now (ms, server clock)
@@ -27,7 +28,6 @@
 -- ARGV[7] envelope limits (max_attempts, timeout, result TTL) after the run-at, or ''
 -- ARGV[8] the call's flow record, or ''
 -- ARGV[9] until: 'started' or 'finished'
--- ARGV[10] how long (ms) until a dispatcher looks at whether the task is still live
 -- The record: "<task id>|<until, as the call that made the task asked>|<hits>".
 -- Returns {'created' or 'existing', task id, its state ('scheduled', 'ready' or
 -- 'running'), hits: calls that found it live}; {'collided'} when ARGV[3] is live
@@ -74,5 +74,5 @@ local state = create_task(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], 
   new_id, base, now, ARGV[5] .. ARGV[6] .. packed_ms(base) .. ARGV[7], ARGV[8])
 forget_keyed_task(KEYS[14], field, parts[1])
 redis.call('HSET', KEYS[14], new_id, field)
-keep_record(KEYS[12], KEYS[13], field, {new_id, ARGV[9], 0}, now + tonumber(ARGV[10]))
+keep_record(KEYS[12], KEYS[13], field, {new_id, ARGV[9], 0}, now)
 return {'created', new_id, state, 0}
