@@ -11,10 +11,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 import redis
 
 import duetime
 from duetime import App, AsyncQueue, Debounce, Dispatcher, Job, ManualClock, Queue, Worker
+from duetime.client import keyed as keyed_client
 from duetime.keyed import Scheduled
 from duetime.states import KeyedOutcome, TaskState
 from duetime.store import QueueKeys, SyncRunner
@@ -353,3 +355,16 @@ def test_a_dispatcher_sweeps_records_once_their_run_at_has_passed(
         assert queue.status(ids[0]).keyed is None  # type: ignore[union-attr]
         assert queue.check() == []  # the tasks themselves wait on, untouched
     runner.close()
+
+
+def test_a_generated_id_that_is_live_is_replaced_with_nothing_changed(
+    redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Queue(queue_name, redis_url, clock=ManualClock(T0)) as queue:
+        live = queue.schedule_in(60, {"plain": 1}, id="taken-id")
+        offered = iter(["taken-id", "fresh-id"])
+        monkeypatch.setattr(keyed_client, "new_task_id", lambda: next(offered))
+        done = queue.schedule_keyed({"n": 1}, debounce=Debounce("k", 5))
+        assert (done.id, done.outcome) == ("fresh-id", KeyedOutcome.CREATED)
+        assert queue.status(live).data == {"plain": 1}  # type: ignore[union-attr]
+        assert raw.hlen(QueueKeys(queue_name).tasks) == 2 and queue.check() == []

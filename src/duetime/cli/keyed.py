@@ -11,6 +11,7 @@ import click
 
 from duetime.cli.output import shown_time
 from duetime.cli.values import DURATION
+from duetime.client import Queue
 from duetime.keyed import (
     COLLECT_MODES,
     MOST_COLLECTED,
@@ -125,3 +126,19 @@ def keyed_remark(done: Scheduled) -> str:
             f"dropped: throttled until {shown_time(done.until)} (call {done.calls} of the window)"
         )
     return f"existing: the key's task is {done.state}"
+
+
+def schedule_keyed_call(
+    client: Queue,
+    mode: KeyedMode,
+    at: float | None,
+    delay: float | None,
+    payload: Any,
+    options: dict[str, Any],
+) -> None:
+    """Schedule with ``mode``; print the id of the task that carries the call, and on
+    stderr what the call did."""
+    when: dict[str, Any] = {"at": at} if at is not None else {"delay": delay}
+    done = client.schedule_keyed(payload, **when, **options, **keyed_option(mode))
+    click.echo(done.id)
+    click.echo(keyed_remark(done), err=True)

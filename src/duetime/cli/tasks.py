@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.table import Column
 
-from duetime.cli.keyed import keyed_mode, keyed_option, keyed_options, keyed_remark
+from duetime.cli.keyed import keyed_mode, keyed_options, schedule_keyed_call
 from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import (
     DEFAULT_HANDLER_SHOWN,
@@ -28,6 +28,8 @@ TASK_PAGE = 500
 MOST_TASKS_SCANNED = 100_000
 
 
+# Long: a command's options are its decorators (the keyed ones in cli/keyed.py); the
+# body itself is short.
 @queue_command()
 @click.option(
     "--at",
@@ -92,10 +94,7 @@ def schedule(
     payload = json_argument(data)
     with open_queue(queue, redis_url) as client:
         if mode is not None:
-            when: dict[str, Any] = {"at": at} if at is not None else {"delay": delay}
-            done = client.schedule_keyed(payload, **when, **options, **keyed_option(mode))
-            click.echo(done.id)
-            click.echo(keyed_remark(done), err=True)
+            schedule_keyed_call(client, mode, at, delay, payload, options)
         elif at is not None:
             click.echo(client.schedule_task(at, payload, **options))
         else:
