@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -15,8 +16,19 @@ import pytest
 import redis
 
 import duetime
-from duetime import App, AsyncQueue, Debounce, Dispatcher, Job, ManualClock, Queue, Worker
+from duetime import (
+    App,
+    AsyncQueue,
+    Debounce,
+    Dispatcher,
+    Job,
+    ManualClock,
+    Queue,
+    Throttle,
+    Worker,
+)
 from duetime.client import keyed as keyed_client
+from duetime.errors import NotDurableError
 from duetime.keyed import Scheduled
 from duetime.states import KeyedOutcome, TaskState
 from duetime.store import QueueKeys, SyncRunner
@@ -368,3 +380,44 @@ def test_a_generated_id_that_is_live_is_replaced_with_nothing_changed(
         assert (done.id, done.outcome) == ("fresh-id", KeyedOutcome.CREATED)
         assert queue.status(live).data == {"plain": 1}  # type: ignore[union-attr]
         assert raw.hlen(QueueKeys(queue_name).tasks) == 2 and queue.check() == []
+
+
+def test_a_durable_keyed_call_names_its_task_when_no_replica_confirms_it(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """No replica here: the write stands on the master, unconfirmed, and the error names
+    the task that carries the call."""
+    settings = duetime.Settings(durable_timeout=0.05)
+    with Queue(queue_name, redis_url, settings=settings, durable=True) as queue:
+        with pytest.raises(NotDurableError) as refused:
+            queue.schedule_keyed({"n": 1}, debounce=Debounce("k", 60))
+        [task_id] = refused.value.task_ids
+        with pytest.raises(NotDurableError) as again:
+            queue.schedule_keyed({"n": 2}, debounce=Debounce("k", 60))
+        assert again.value.task_ids == (task_id,)
+        assert queue.status(task_id).data == {"n": 2}  # type: ignore[union-attr]
+
+
+def test_hooks_hear_of_tasks_made_and_asyncio_schedule_calls_take_a_key(
+    redis_url: str, queue_name: str
+) -> None:
+    heard: list[str] = []
+
+    class Listening(duetime.Hooks):
+        def on_schedule(self, queue: str, tasks: Sequence[duetime.ScheduledTask]) -> None:
+            heard.extend(task.id for task in tasks)
+
+    async def scenario() -> list[str]:
+        async with AsyncQueue(
+            queue_name, redis_url, clock=ManualClock(T0), hooks=[Listening()]
+        ) as queue:
+            return [
+                await queue.schedule_now({"n": 1}, debounce=Debounce("k", 5)),
+                await queue.schedule_in(1, {"n": 2}, debounce=Debounce("k", 5)),
+                await queue.schedule_now({"n": 3}, throttle=Throttle("t", 5)),
+                await queue.schedule_now({"n": 4}, throttle=Throttle("t", 5)),
+            ]
+
+    debounced, joined, lead, dropped = asyncio.run(scenario())
+    assert debounced == joined and lead == dropped
+    assert heard == [debounced, lead]  # made once each; a join or a drop makes nothing
