@@ -359,7 +359,7 @@ def test_a_dispatcher_sweeps_records_once_their_run_at_has_passed(
             queue.schedule_keyed({"k": n}, debounce=Debounce(f"k{n}", 10 + n)).id for n in range(3)
         ]
         assert raw.hlen(keys.keyed) == 3 and raw.hlen(keys.keyed_tasks) == 3
-        clock.set(T0 + 11_000)  # the run-ats of k0 and k1 have passed
+        clock.set(T0 + 12_000)  # the run-ats of k0 and k1 have passed (by a second or more)
         assert runner.run(operations.sweep_keyed(1000)) == 2
         assert decoded(raw.hkeys(keys.keyed)) == ["d:k2"]
         assert decoded(raw.hkeys(keys.keyed_tasks)) == [ids[2]]

@@ -16,6 +16,9 @@ from duetime.store.scripts import Script
 
 #: Records looked at per sweep call: bounds how long one call holds the server.
 SWEEP_BATCH: Final = 500
+#: A record is swept this long after it means nothing more: a producer whose clock
+#: estimate reads a little behind the dispatcher's may still be using it.
+SWEEP_GRACE_MS: Final = 1000
 #: The shortest wait before a dispatcher's sweep looks again at a unique key whose task
 #: is live (see ``recheck_ms``).
 SHORTEST_RECHECK_MS: Final = 1000
@@ -96,7 +99,8 @@ class KeyedPlans(QueueBase):
         dropped = 0
         while True:
             now = yield from self.now()
-            reply = yield Eval(scripts.SWEEP_KEYED, keys, (now, most, recheck))
+            arguments = (now, most, recheck, now - SWEEP_GRACE_MS)
+            reply = yield Eval(scripts.SWEEP_KEYED, keys, arguments)
             dropped += int(reply[0])
             if int(reply[2]) < most:
                 return dropped

@@ -12,10 +12,12 @@
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] most records to look at
 -- ARGV[3] how long (ms) until a live unique record is looked at again
+-- ARGV[4] look at records due up to this time (ms, a little before now: a producer whose
+--         clock reads a little behind this one may still find a record it can use)
 -- Returns {records dropped, records kept, records looked at}.
 -- @include keyed_records
 local now = tonumber(ARGV[1])
-local fields = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0,
+local fields = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[4], 'BYSCORE', 'LIMIT', 0,
   tonumber(ARGV[2]))
 -- Every key written below is read first: a key of the wrong type fails the call with
 -- nothing written.
