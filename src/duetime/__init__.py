@@ -36,6 +36,7 @@ from duetime.hooks import (
     Hooks,
     ScheduledTask,
 )
+from duetime.keyed import Debounce, KeyedState, Scheduled, Throttle, Unique
 from duetime.settings import Settings
 from duetime.task_context import TaskContext, current_task
 from duetime.worker import Worker
@@ -56,16 +57,19 @@ __all__ = [
     "CronRun",
     "DeadTask",
     "DeadTaskInfo",
+    "Debounce",
     "Dispatcher",
     "Hooks",
     "Job",
     "KeyLimits",
+    "KeyedState",
     "Limits",
     "ManualClock",
     "MinuteFigures",
     "Queue",
     "QueueStats",
     "Rate",
+    "Scheduled",
     "ScheduledTask",
     "SearchPage",
     "ServerClock",
@@ -76,6 +80,8 @@ __all__ = [
     "TaskSearch",
     "TaskStatus",
     "TaskSummary",
+    "Throttle",
+    "Unique",
     "Worker",
     "__version__",
     "current_task",

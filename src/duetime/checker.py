@@ -8,10 +8,11 @@ a place has its envelope (invariant 1); each delayed bucket is where lookups and
 dispatchers find it (its tasks' ids hash to it, the index holds its earliest run-at, the
 layout counts its tasks and covers its generation); nothing is left behind that would
 grow without bound: per-task hashes of tasks that are gone, leases without their task,
-processing lists of unregistered workers, results without a TTL, unknown keys
-(invariant 7). Also reported: garbage where duetime keeps numbers (attempt counters,
-early run-at notes, counters, held cron ticks) and cron definitions this host cannot use
-(poison records the dispatcher pauses).
+processing lists of unregistered workers, results without a TTL, unknown keys, records
+of debounce, throttle and unique keys that no sweep would drop (invariant 7). Also
+reported: garbage where duetime keeps numbers (attempt counters, early run-at notes,
+counters, held cron ticks), keyed records that do not read, and cron definitions this
+host cannot use (poison records the dispatcher pauses).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from duetime import cron
+from duetime import cron, keyed
 from duetime.errors import DuetimeError
 from duetime.store.keys import MAX_GENERATION, bucket_name, lease_member, split_lease_member
 from duetime.store.replies import count_or_none
@@ -44,6 +45,7 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
     problems += _delayed(snapshot)
     problems += _garbage(snapshot)
     problems += _left_over(snapshot)
+    problems += _keyed(snapshot)
     return problems
 
 
@@ -239,3 +241,23 @@ def _is_number(value: bytes) -> bool:
 
 def _shown(value: bytes) -> str:
     return repr(value[:40]) + ("..." if len(value) > 40 else "")
+
+
+def _keyed(snapshot: Snapshot) -> list[Violation]:
+    """The records of debounce, throttle and unique keys: each readable and looked at by
+    a dispatcher's sweep (or it would stay for ever), and each note of a task's key
+    naming a record that names the task."""
+    found: list[Violation] = []
+    for name, record in sorted(snapshot.keyed.items()):
+        if keyed.keyed_state(name, record) is None:
+            found.append(Violation("garbage", name, f"keyed record {_shown(record.encode())}"))
+        if name not in snapshot.keyed_expiry:
+            found.append(Violation("leak", name, "keyed record that no sweep will look at"))
+    for name in sorted(snapshot.keyed_expiry - set(snapshot.keyed)):
+        found.append(Violation("leak", name, "keyed sweep entry of a record that is gone"))
+    for task_id, name in sorted(snapshot.keyed_tasks.items()):
+        held = snapshot.keyed.get(name)
+        if held is None or task_id not in keyed.record_task_ids(name, held):
+            detail = f"note of the key {name!r} of a task its record does not name"
+            found.append(Violation("leak", task_id, detail))
+    return found

@@ -177,6 +177,21 @@ def envelope_from_packed_data(
     return _ARRAY_HEADS[_V2_REQUIRED + len(limits)] + head + packed_data + tail
 
 
+def envelope_parts(
+    task: str, max_attempts: int, timeout_ms: int, result_ttl_ms: int
+) -> tuple[bytes, bytes]:
+    """The version 2 envelope around some data and run-at, as the two parts a script
+    puts around them: the head (array header, version, task name) and the limits after
+    the run-at. ``head + data + run-at + limits`` is the envelope that
+    ``envelope_from_packed_data`` makes (the keyed scripts write the run-at in Lua)."""
+    limits = [max_attempts, timeout_ms, result_ttl_ms]
+    while limits and limits[-1] == _V2_DEFAULT_LIMITS[len(limits) - 1]:
+        limits.pop()
+    head = _ARRAY_HEADS[_V2_REQUIRED + len(limits)]
+    head += msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)[1:]
+    return head, b"".join(msgpack.packb(limit) for limit in limits)
+
+
 #: The packed [version, task] pair of each task name seen, without its array header:
 #: every envelope of a task starts with the same bytes. Bounded, for odd callers that
 #: make up names (each name must be registered by a worker anyway).

@@ -152,7 +152,8 @@ class Settings:
     shutdown_grace: float = 30.0
     #: How often the server clock offset is re-sampled with TIME.
     clock_resync_interval: float = 5.0
-    #: How often a dispatcher sweeps for orphan processing lists and trims dead tasks.
+    #: How often a dispatcher sweeps for orphan processing lists, trims dead tasks and
+    #: drops spent records of debounce, throttle and unique keys.
     maintenance_interval: float = 30.0
     #: Durable mode: when above 0, a schedule call (and a worker's ack) returns only once
     #: this many replicas confirmed the write (WAIT), else it raises NotDurableError.

@@ -35,3 +35,12 @@ class CronFireOutcome(StrEnum):
     SKIPPED = "skipped"  # overlap=skip: the previous run is still live
     DELAYED = "delayed"  # overlap=delay: the tick is held until the previous run ends
     PAUSED = "paused"  # pause_after_failures: its last runs failed, so it was paused
+
+
+class KeyedOutcome(StrEnum):
+    """What a debounce, throttle or unique call did (debounce_task.lua and its kin)."""
+
+    CREATED = "created"  # a new task carries the call
+    COLLAPSED = "collapsed"  # the call joined the key's waiting task (debounce, trailing run)
+    DROPPED = "dropped"  # throttled: no task carries the call
+    EXISTING = "existing"  # unique: the key's task is live; nothing was written

@@ -18,11 +18,14 @@ from redis.crc import key_slot
 from duetime import (
     App,
     AsyncQueue,
+    Debounce,
     Dispatcher,
     Job,
     KeyLimits,
     Limits,
     Queue,
+    Throttle,
+    Unique,
     Worker,
     current_task,
 )
@@ -173,6 +176,45 @@ def test_flow_control_on_a_sharded_queue_keeps_each_shards_limits(clean_cluster:
         assert {shard for _, shard in peak} == {0, 1, 2}
         assert queue.check() == []
         assert queue.flow().running == 0
+
+
+def test_keyed_calls_on_a_sharded_queue_across_three_masters(clean_cluster: Cluster) -> None:
+    """Debounce, throttle and unique keys of a queue sharded over three masters: each
+    key's calls meet in the shard its key hashes to (one slot, one script), collapse or
+    drop there, and each task runs once with the right data."""
+    url = clean_cluster.url
+    app = App()
+    runs: list[tuple[str, Any]] = []
+
+    @app.default
+    async def record(data: Any) -> None:
+        runs.append((current_task().id, data))
+
+    keys = [f"user:{n}" for n in range(9)]
+    with Queue(SHARDED.queue, url, shards=SHARDED.count, settings=FAST) as queue:
+        debounced = {
+            key: [queue.schedule_keyed({key: n}, debounce=Debounce(key, 2)) for n in range(5)]
+            for key in keys
+        }
+        throttled = [queue.schedule_keyed({"t": n}, throttle=Throttle("api", 60)) for n in range(3)]
+        unique = [queue.schedule_keyed({"u": n}, unique=Unique("report")) for n in range(3)]
+        assert {SHARDED.of_keyed(key) for key in keys} == {0, 1, 2}
+        for made in debounced.values():
+            assert {m.id for m in made} == {made[0].id} and made[-1].calls == 5
+        assert [t.outcome for t in throttled] == ["created", "dropped", "dropped"]
+        assert [u.outcome for u in unique] == ["created", "existing", "existing"]
+
+        async def scenario() -> None:
+            worker = Worker(app, SHARDED.queue, url, shards=SHARDED.count, settings=FAST)
+            dispatcher = Dispatcher(SHARDED.queue, url, shards=SHARDED.count, settings=FAST)
+            async with running(dispatcher, worker):
+                await wait_until(lambda: len(runs) == len(keys) + 2, timeout=30, what="runs")
+
+        run(scenario())
+        expected = {made[0].id: {key: 4} for key, made in debounced.items()}
+        expected |= {throttled[0].id: {"t": 0}, unique[0].id: {"u": 0}}
+        assert dict(runs) == expected and len(runs) == len(expected)
+        assert queue.check() == []
 
 
 def test_a_write_to_every_shard_reloads_scripts_flushed_from_every_master(

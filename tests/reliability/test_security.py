@@ -182,11 +182,12 @@ def test_a_subprocess_worker_runs_only_registered_handlers(
 
 ROLE_SCRIPTS: dict[str, set[str]] = {
     "producer": {"schedule_task", "schedule_tasks", "cancel_task", "reschedule_task", "task_status",
-                 "declare_cron", "set_cron_next", "remove_cron", "start_backfill"},
+                 "declare_cron", "set_cron_next", "remove_cron", "start_backfill",
+                 "debounce_task", "throttle_task", "schedule_unique", "keyed_status"},
     "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker",
                "give_back_task", "snooze_task"},
     "dispatcher": {"promote_due", "reap_expired_leases", "reap_worker", "purge_dead",
-                   "fire_cron", "set_cron_next", "fire_backfill"},
+                   "fire_cron", "set_cron_next", "fire_backfill", "sweep_keyed"},
 }  # fmt: skip
 ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead", "set_limits"}
 #: Commands each role sends itself (not from a script). CONFIG GET is optional.

@@ -138,4 +138,7 @@ def print_status(found: TaskStatus) -> None:
     for name in _STATUS_TIMES:
         if report.get(name) is not None:
             report[name] = times.format_time(report[name], display_zone(), precise=True)
+    keyed = report.get("keyed")
+    if keyed and keyed["until"] is not None:  # a debounce deadline or a window's end
+        keyed["until"] = times.format_time(keyed["until"], display_zone(), precise=True)
     click.echo(json.dumps(report, default=str, indent=2))

@@ -10,6 +10,7 @@ from typing import Any
 import click
 from rich.table import Column
 
+from duetime.cli.keyed import keyed_mode, keyed_options, schedule_keyed_call
 from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import (
     DEFAULT_HANDLER_SHOWN,
@@ -27,6 +28,8 @@ TASK_PAGE = 500
 MOST_TASKS_SCANNED = 100_000
 
 
+# Long: a command's options are its decorators (the keyed ones in cli/keyed.py); the
+# body itself is short.
 @queue_command()
 @click.option(
     "--at",
@@ -59,6 +62,7 @@ MOST_TASKS_SCANNED = 100_000
     "--limit-key", metavar="KEY", help="Share this key's limits and take turns with other keys."
 )
 @click.option("--cost", type=int, default=1, help="What one start spends of rate limits.")
+@keyed_options
 @click.argument("data")
 def schedule(
     queue: str,
@@ -68,7 +72,9 @@ def schedule(
     redis_url: str | None,
     **options: Any,
 ) -> None:
-    """Schedule a task whose data is the JSON document DATA; prints its id.
+    """Schedule a task whose data is the JSON document DATA; prints its id. With
+    --debounce, --throttle or --unique (at most one), the id of the task that carries the
+    call, and on stderr what the call did; --at and --in may then be left out (now).
 
     \b
     Examples:
@@ -76,12 +82,20 @@ def schedule(
       duetime schedule --queue emails --at 2026-12-01T09:00+01:00 --id welcome-42 \
           --task send '{}'
       duetime schedule --queue api --in 0 --limit-key customer-42 --priority 5 '{}'
+      duetime schedule -q sync --debounce user-42 --window 30s --max-wait 5m '{"user": 42}'
+      duetime schedule -q api --throttle customer-42 --window 1m --trailing '{}'
+      duetime schedule -q reports --unique nightly --until finished '{}'
     """
+    mode = keyed_mode(options)
+    if mode is not None and at is None and delay is None:
+        delay = 0.0
     if (at is None) == (delay is None):
         raise click.UsageError("give exactly one of --at or --in")
     payload = json_argument(data)
     with open_queue(queue, redis_url) as client:
-        if at is not None:
+        if mode is not None:
+            schedule_keyed_call(client, mode, at, delay, payload, options)
+        elif at is not None:
             click.echo(client.schedule_task(at, payload, **options))
         else:
             assert delay is not None

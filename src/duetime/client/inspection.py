@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from duetime import codec, validation
+from duetime import codec, keyed, validation
 from duetime.checker import Violation, check_invariants
 from duetime.client.models import (
     LISTED_STATES,
@@ -62,6 +62,10 @@ class Inspection(QueueShards):
         if status is not None and reply.waiting:
             hold = yield from shard.hold(status.limit_key or "")
             status = dataclasses.replace(status, waiting_for=hold.reason())
+        if status is not None and status.state != TaskState.FINISHED:
+            found = yield from shard.keyed_status(task_id)  # its debounce, throttle or unique key
+            if found is not None and found[1] is not None:
+                status = dataclasses.replace(status, keyed=keyed.keyed_state(found[0], found[1]))
         return status
 
     def result_plan(self, task_id: str, timeout: float | None) -> Plan[Any]:

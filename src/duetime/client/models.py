@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
+from duetime.keyed import Debounce, KeyedState, Throttle, Unique
 from duetime.states import TaskState
 
 Timestamp = int | float | datetime
@@ -30,6 +31,17 @@ class TaskOptions(TypedDict, total=False):
     priority: int  # among due tasks, ranks as if due this many seconds earlier; default 0
     limit_key: str | None  # the tasks of one key share its limits and take turns with others
     cost: int  # what one start spends of the rate limits; default 1
+    debounce: Debounce | None  # calls with its key collapse into one task (one mode at most)
+    throttle: Throttle | None  # the first call with its key runs, later ones in its window not
+    unique: Unique | None  # at most one live task per key
+
+
+class KeyedCallOptions(TaskOptions, total=False):
+    """The options of ``Queue.schedule_keyed``: those of a schedule call, and when (at most
+    one of them; neither is now)."""
+
+    at: Timestamp | None  # epoch seconds or an aware datetime
+    delay: Duration | None  # seconds (or a timedelta) from now, by the server's clock
 
 
 #: The option names TaskOptions allows.
@@ -52,6 +64,9 @@ class Job:
     priority: int = 0
     limit_key: str | None = None
     cost: int = 1
+    debounce: Debounce | None = None
+    throttle: Throttle | None = None
+    unique: Unique | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +93,9 @@ class TaskStatus:
     #: Why a due task under flow control has not started (its key's or the queue's
     #: limit, with until when), or None.
     waiting_for: str | None = None
+    #: The debounce, throttle or unique key whose current task this is, and what it
+    #: holds (calls collapsed, deadline), or None.
+    keyed: KeyedState | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,17 +7,19 @@ from __future__ import annotations
 from typing import Final
 
 from duetime import codec
+from duetime.keyed import KeyedMode
 
 #: One task checked and ready to write: (id, run-at in whole µs or None, delay in ms,
 #: task name, packed data, max_attempts, timeout_ms, result_ttl_ms, whether duetime made
 #: the id, so it may be replaced if it collides, its flow record: "" for none, see
-#: ``duetime.flow.flow_record``). A plain tuple, not an object: the
+#: ``duetime.flow.flow_record``; its debounce, throttle or unique mode, or None: see
+#: ``duetime.keyed``). A plain tuple, not an object: the
 #: garbage collector stops tracking a tuple of plain values, where the 200,000 objects
 #: of a large schedule_many made its full collections walk them again and again (0.6 µs
 #: a task, a tenth of the call). A NamedTuple is not an exact tuple, so it stays tracked
 #: (a schedule_many of 200,000 ran at 165,000 tasks/s against 210,000): made by
 #: ``prepared_task``, read through the positions below.
-PreparedTask = tuple[str, int | None, int, str, bytes, int, int, int, bool, str]
+PreparedTask = tuple[str, int | None, int, str, bytes, int, int, int, bool, str, KeyedMode | None]
 #: Positions in a PreparedTask.
 TASK_ID: Final = 0
 AT_US: Final = 1
@@ -29,6 +31,7 @@ TIMEOUT_MS: Final = 6
 RESULT_TTL_MS: Final = 7
 GENERATED: Final = 8
 FLOW: Final = 9
+KEYED: Final = 10
 
 
 def prepared_task(
@@ -42,6 +45,7 @@ def prepared_task(
     result_ttl_ms: int,
     generated: bool,
     flow: str = "",
+    keyed: KeyedMode | None = None,
 ) -> PreparedTask:
     """A prepared task of these parts (``at_us`` None: it runs ``delay_ms`` from now)."""
     return (
@@ -55,6 +59,7 @@ def prepared_task(
         result_ttl_ms,
         generated,
         flow,
+        keyed,
     )
 
 
@@ -70,7 +75,7 @@ def run_at_us_of(item: PreparedTask, now_ms: int) -> int:
 
 def envelope_of(item: PreparedTask, run_at_ms: float) -> bytes:
     """The envelope a prepared task is written in, to run at ``run_at_ms``."""
-    _, _, _, task_name, packed_data, max_attempts, timeout_ms, result_ttl_ms, _, _ = item
+    _, _, _, task_name, packed_data, max_attempts, timeout_ms, result_ttl_ms, _, _, _ = item
     return codec.envelope_from_packed_data(
         task_name, packed_data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms
     )

@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from duetime import codec, flow, validation
+from duetime import codec, flow, keyed, validation
 from duetime.client import ids
 from duetime.client.ids import new_task_id
 from duetime.client.models import TASK_OPTIONS, Duration, Job, TaskOptions, TaskRef, Timestamp
 from duetime.client.prepared import TASK_ID, PreparedTask, prepared_task
 from duetime.client.shards import QueueShards
 from duetime.errors import InvalidInputError, InvalidNameError
+
+#: The options of a keyed call: looked for only when a call has options.
+_KEYED_OPTIONS = frozenset({"debounce", "throttle", "unique"})
 
 
 def task_name_of(task: TaskRef | None) -> str:
@@ -49,6 +52,7 @@ class Preparing(QueueShards):
             job.priority,
             job.limit_key,
             job.cost,
+            keyed.checked_mode(job.debounce, job.throttle, job.unique, job.id),
         )
 
     def prepare_call(
@@ -63,6 +67,14 @@ class Preparing(QueueShards):
         if options and not TASK_OPTIONS.issuperset(options):
             unknown = sorted(options.keys() - TASK_OPTIONS)[0]
             raise TypeError(f"{call}() got an unexpected keyword argument {unknown!r}")
+        keyed_mode = None
+        if options and not _KEYED_OPTIONS.isdisjoint(options):
+            keyed_mode = keyed.checked_mode(
+                options.get("debounce"),
+                options.get("throttle"),
+                options.get("unique"),
+                options.get("id"),
+            )
         return self.prepare_fields(
             data,
             at,
@@ -76,6 +88,7 @@ class Preparing(QueueShards):
             options.get("priority", 0),
             options.get("limit_key"),
             options.get("cost", 1),
+            keyed_mode,
         )
 
     def prepare_fields(
@@ -92,6 +105,7 @@ class Preparing(QueueShards):
         priority: int = 0,
         limit_key: str | None = None,
         cost: int = 1,
+        keyed_mode: keyed.KeyedMode | None = None,
     ) -> PreparedTask:
         if (at is None) == (delay is None):
             raise InvalidInputError("give exactly one of a run-at time or a delay")
@@ -132,6 +146,7 @@ class Preparing(QueueShards):
             result_ttl_ms,
             generated,
             record,
+            keyed_mode,
         )
 
     def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[PreparedTask]:

@@ -21,6 +21,7 @@ from duetime.client.models import (
     DeadTask,
     Duration,
     Job,
+    KeyedCallOptions,
     MinuteFigures,
     QueueStats,
     TaskIds,
@@ -29,12 +30,13 @@ from duetime.client.models import (
     TaskSummary,
     Timestamp,
 )
-from duetime.client.prepared import PreparedTask
+from duetime.client.prepared import KEYED, PreparedTask
 from duetime.client.preparing import task_name_of
 from duetime.client.search_methods import AsyncSearchMethods, SearchMethods
 from duetime.clock import Clock
 from duetime.flow import KeyLimits, Limits
 from duetime.hooks import Hooks
+from duetime.keyed import Scheduled
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store import AsyncRunner, SyncRunner
 from duetime.store.bridge import LoopRunner
@@ -106,9 +108,16 @@ class Queue(SearchMethods, CronMethods):
         return self._schedule(self.core.prepare_call("schedule_in", data, None, delay, options))
 
     def _schedule(self, item: PreparedTask) -> str:
+        if item[KEYED] is not None:
+            return self.runner.run(self.core.keyed_id_plan(item))
         if self._coalescer is None:
             return self.runner.run(self.core.schedule_one_plan(item))
         return self._coalescer.submit(item)
+
+    def schedule_keyed(self, data: Any, **options: Unpack[KeyedCallOptions]) -> Scheduled:
+        """With a debounce, throttle or unique key: says what happened (a Scheduled)."""
+        item = self.core.prepare_keyed(data, options)
+        return self.runner.run(self.core.schedule_keyed_plan(item))
 
     def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
         return self.schedule_in(0, data, **options)
@@ -256,9 +265,15 @@ class AsyncQueue(AsyncSearchMethods, AsyncCronMethods):
 
     def _schedule(self, item: PreparedTask) -> Awaitable[str]:
         # Not a coroutine itself: it hands over the one to await (a layer less per call).
+        if item[KEYED] is not None:
+            return self.runner.run(self.core.keyed_id_plan(item))
         if self._coalescer is None:
             return self.runner.run(self.core.schedule_one_plan(item))
         return self._coalescer.submit(item)
+
+    async def schedule_keyed(self, data: Any, **options: Unpack[KeyedCallOptions]) -> Scheduled:
+        item = self.core.prepare_keyed(data, options)
+        return await self.runner.run(self.core.schedule_keyed_plan(item))
 
     async def schedule_now(self, data: Any, **options: Unpack[TaskOptions]) -> str:
         return await self.schedule_in(0, data, **options)

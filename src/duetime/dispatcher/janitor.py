@@ -1,5 +1,6 @@
 """A queue's housekeeping, every ``maintenance_interval``: orphan processing lists swept,
-dead tasks past retention purged, and the minute figures trimmed to those kept."""
+dead tasks past retention purged, the minute figures trimmed to those kept, and the
+records of debounce, throttle and unique keys that mean nothing more dropped."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 from duetime.settings import Settings
 from duetime.store import AsyncRunner
 from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
+from duetime.store.keyed import recheck_ms
 from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
@@ -41,4 +43,5 @@ class Janitor:
         if purged:
             log.info("queue %s: %d dead task(s) past retention purged", self.queue, purged)
         await run(self.operations.trim_minutes(now // MINUTE_MS - MINUTES_KEPT + 1))
+        await run(self.operations.sweep_keyed(recheck_ms(self.settings.maintenance_interval)))
         self.next_at_ms = now + round(self.settings.maintenance_interval * 1000)

@@ -30,6 +30,7 @@ QUEUE_EVENTS = (
     "cancelled", "requeued", "expired_leases", "reaped_workers", "reaped_tasks",
     "handed_back", "cron_fired", "cron_skipped", "dropped_unknown", "snoozed",
     "cron_skipped_outside_window", "cron_paused_after_failures", "cron_backfilled",
+    "debounced", "throttle_dropped", "throttle_folded", "unique_hits",
 )  # fmt: skip
 #: A scrape should answer within Prometheus's scrape timeout (10 s by default) even
 #: when Redis does not: the scrape's own clients give up sooner than the daemons'.

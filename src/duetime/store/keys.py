@@ -202,6 +202,45 @@ class QueueKeys:
         return self._key("running")
 
     @property
+    def keyed(self) -> str:
+        """HASH "<mode>:<key>" -> the record of a debounce ("d:"), throttle ("t:") or
+        unique ("u:") key: the task it names and its timing (see lua/include/keyed.lua)."""
+        return self._key("keyed")
+
+    @property
+    def keyed_expiry(self) -> str:
+        """ZSET "<mode>:<key>" -> when (ms) its record means nothing more, or when to look
+        at a unique key's task again: dispatchers drop the records past it."""
+        return self._key("keyed_expiry")
+
+    @property
+    def keyed_tasks(self) -> str:
+        """HASH task id -> the "<mode>:<key>" whose record names it (for its status)."""
+        return self._key("keyed_tasks")
+
+    @property
+    def keyed_keys(self) -> tuple[str, ...]:
+        """The keys of a debounce, throttle or unique call, in the order its script takes
+        them (debounce_task.lua)."""
+        return (
+            self.tasks,
+            self.scheduled,
+            self.ready,
+            self.wake,
+            self.stats,
+            self.delayed,
+            self.limits,
+            self.flow_records,
+            self.due,
+            self.early,
+            self.attempts,
+            self.keyed,
+            self.keyed_expiry,
+            self.keyed_tasks,
+            self.dead,
+        )
+
+    @property
     def flow_keys(self) -> tuple[str, str, str, str, str, str, str]:
         """The keys of flow control, in the order the scripts take them (flow.lua)."""
         return (
@@ -246,7 +285,7 @@ _KEY_TYPES = {
     "cron_backfill_due": "zset", "minutes": "hash", "paused": "string",
     "resumed": "list", "active:": "list", "result:": "list", "limits": "hash",
     "flow": "hash", "due": "zset", "turns": "zset", "throttled": "zset", "rates": "zset",
-    "running": "zset",
+    "running": "zset", "keyed": "hash", "keyed_expiry": "zset", "keyed_tasks": "hash",
 }  # fmt: skip
 
 
@@ -337,6 +376,10 @@ class QueueLayout:
 
     def of_cron(self, name: str) -> int:
         return _shard_of(name, self.count)
+
+    def of_keyed(self, key: str) -> int:
+        """The shard of a debounce, throttle or unique key: all its calls meet there."""
+        return _shard_of(key, self.count)
 
     @property
     def beyond(self) -> QueueKeys:

@@ -7,7 +7,7 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 The plans of one queue are written in groups, one module per role (``producing``,
 ``dispatching``, ``working``, ``cron_jobs``, ``operating``, ``snapshot``,
-``server_checks``, ``flow_control``, ``searching``), and joined here into
+``server_checks``, ``flow_control``, ``searching``, ``keyed``), and joined here into
 ``QueueOperations``. Also here: the queues of a sharded layout, and the registry of
 queues (noted by the dispatchers that serve them and by clients after their first
 write).
@@ -22,6 +22,7 @@ from duetime.clock import Clock, ServerClock
 from duetime.store.cron_jobs import CronPlans
 from duetime.store.dispatching import DispatcherPlans
 from duetime.store.flow_control import FlowPlans
+from duetime.store.keyed import KeyedPlans
 from duetime.store.keys import QUEUE_REGISTRY, QueueLayout
 from duetime.store.operating import OperatorPlans
 from duetime.store.producing import ProducerPlans
@@ -43,6 +44,7 @@ class QueueOperations(
     SnapshotPlans,
     ServerCheckPlans,
     FlowPlans,
+    KeyedPlans,
 ):
     """The plans of one queue (or of one shard of a sharded queue)."""
 

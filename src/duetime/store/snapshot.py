@@ -41,6 +41,9 @@ class Snapshot:
     due: list[str] = field(default_factory=list)  # ids waiting under flow control
     flow_records: set[str] = field(default_factory=set)  # ids with a flow record
     running: list[str] = field(default_factory=list)  # lease members holding a slot
+    keyed: dict[str, str] = field(default_factory=dict)  # "<mode>:<key>" -> its record
+    keyed_expiry: set[str] = field(default_factory=set)  # fields a sweep will look at
+    keyed_tasks: dict[str, str] = field(default_factory=dict)  # task id -> its field
     results_without_ttl: list[str] = field(default_factory=list)
     stray_keys: list[str] = field(default_factory=list)
 
@@ -108,6 +111,9 @@ class SnapshotPlans(QueueBase):
             k.delayed,
             k.delayed_layout,
             *k.flow_keys,
+            k.keyed,
+            k.keyed_expiry,
+            k.keyed_tasks,
         }
         cursor: Any = 0
         while True:
@@ -155,6 +161,9 @@ def _reads(k: QueueKeys, active_keys: list[str], found: _FoundKeys) -> tuple[Com
         Command(("HKEYS", k.cron_state)),
         Command(("HKEYS", k.cron_backfill)),
         Command(("ZRANGE", k.cron_backfill_due, 0, -1)),
+        Command(("HGETALL", k.keyed)),
+        Command(("ZRANGE", k.keyed_expiry, 0, -1)),
+        Command(("HGETALL", k.keyed_tasks)),
         *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
         *(Command(("PTTL", key)) for key in found.results),
         *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in found.buckets),
@@ -169,7 +178,8 @@ def _fill(
     cron, cron_next, cron_last, cron_held, early, stats, reaped = replies[9:16]
     delayed_index, delayed_layout, due, flow_records, running = replies[16:21]
     cron_state, cron_backfill, cron_backfill_due = replies[21:24]
-    rest = replies[24:]
+    keyed, keyed_expiry, keyed_tasks = replies[24:27]
+    rest = replies[27:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
     buckets = rest[len(active_keys) + len(found.results) :]
@@ -215,3 +225,6 @@ def _fill(
     snap.due = [as_text(i).split("\0", 2)[-1] for i in due]
     snap.flow_records = {as_text(i) for i in flow_records}
     snap.running = [as_text(i).partition("\0")[2] for i in running]
+    snap.keyed = {as_text(name): as_text(record) for name, record in pairs(keyed)}
+    snap.keyed_expiry = {as_text(name) for name in keyed_expiry}
+    snap.keyed_tasks = {as_text(i): as_text(name) for i, name in pairs(keyed_tasks)}

@@ -1,0 +1,188 @@
+"""A worker kill -9 storm with debounced, throttled and unique tasks mixed in among plain
+ones, on real processes (the machinery of test_faults.py): producers keep calling a
+handful of keys while workers are killed and restarted. Verdict: every call is carried
+by a task that completed (0 lost), none started before its final run-at (0 early), a
+task ran twice only where a kill explains it, the checker finds nothing, and once the
+dispatcher's sweep has run no record of a key is left behind."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from duetime import Debounce, Job, Queue, Throttle, Unique
+from duetime.keyed import KeyedMode, Scheduled
+from duetime.store import QueueKeys
+from tests.helpers import wait_until_sync
+from tests.reliability.ledger import Fault, Ledger, compare
+from tests.reliability.test_faults import (
+    KINDS_IN_SOAK,
+    SEED,
+    STORM_ENV,
+    Fleet,
+    dump,
+    pause_until,
+    pick,
+    report,
+    settle,
+    shut_down,
+    start_fleet,
+    verdict_problems,
+)
+from tests.servers import Server
+
+#: Records of spent keys are swept at each maintenance pass: often, so that the verdict's
+#: "nothing left behind" can wait for it.
+KEYED_ENV = {**STORM_ENV, "DUETIME_MAINTENANCE_INTERVAL": "0.5"}
+
+
+class KeyedCaller(threading.Thread):
+    """Calls a few keys of each mode from a thread, each every 20 to 200 ms, and keeps
+    every reply: the task that carries each call and its run-at as the reply gives it."""
+
+    def __init__(self, url: str, queue: str, seed: int) -> None:
+        super().__init__(name="keyed-caller", daemon=True)
+        self.url, self.queue = url, queue
+        self.random = random.Random(seed)
+        self.replies: list[Scheduled] = []
+        self.failures: list[str] = []
+        self._halt = threading.Event()
+
+    def modes(self) -> list[KeyedMode]:
+        pick_one = self.random.choice
+        return [
+            pick_one([Debounce(f"d{n}", 0.3, max_wait=1.2) for n in range(4)]),
+            pick_one([Throttle(f"t{n}", 0.5, trailing=n % 2 == 0) for n in range(2)]),
+            pick_one([Unique(f"u{n}", until=("started", "finished")[n]) for n in range(2)]),
+        ]
+
+    def run(self) -> None:
+        try:
+            with Queue(self.queue, self.url) as queue:
+                while not self._halt.is_set():
+                    for mode in self.modes():
+                        work = round(self.random.uniform(0.02, 0.2), 3)
+                        reply = queue.schedule_keyed(
+                            {"work": work},
+                            task="ledger",
+                            debounce=mode if isinstance(mode, Debounce) else None,
+                            throttle=mode if isinstance(mode, Throttle) else None,
+                            unique=mode if isinstance(mode, Unique) else None,
+                        )
+                        self.replies.append(reply)
+                    self._halt.wait(self.random.uniform(0.02, 0.2))
+        except Exception as error:  # reported by the test, which owns the assertion
+            self.failures.append(repr(error))
+
+    def halt(self) -> None:
+        self._halt.set()
+        self.join(60)
+        assert not self.is_alive(), "the keyed caller did not stop"
+
+    def carried(self) -> dict[str, float]:
+        """Each task that carries calls, with its final run-at (epoch seconds): the
+        latest a reply gave it. Dropped calls name the window's leading run; unique hits
+        the live task: their replies give no run-at."""
+        run_ats: dict[str, float] = {}
+        for reply in self.replies:
+            if reply.run_at is not None:
+                run_ats[reply.id] = max(run_ats.get(reply.id, 0.0), reply.run_at)
+        return run_ats
+
+
+@pytest.fixture
+def callers() -> Iterator[list[KeyedCaller]]:
+    started: list[KeyedCaller] = []
+    try:
+        yield started
+    finally:
+        for caller in started:
+            if caller.is_alive():
+                caller.halt()
+
+
+@KINDS_IN_SOAK
+def test_worker_kill_9_storm_with_keyed_tasks(
+    fleet: Fleet,
+    callers: list[KeyedCaller],
+    server: Server,
+    redis_url: str,
+    raw: redis.Redis,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rng = random.Random(SEED)
+    env = {**KEYED_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
+    count, duration = pick(150, 3000), pick(5.0, 30.0)
+    dispatcher, workers = start_fleet(fleet, raw, queue_name, redis_url, env, 3, "10")
+    ledger = Ledger(raw)
+    begin = time.time() + 1.0
+    jobs = [
+        Job({"work": round(rng.uniform(0.02, 0.2), 3)}, at=begin + duration * i / count,
+            task="ledger", id=f"s{i}")
+        for i in range(count)
+    ]  # fmt: skip
+    kills: list[tuple[int, float]] = []
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_many(jobs)
+        caller = KeyedCaller(redis_url, queue_name, SEED)
+        callers.append(caller)
+        caller.start()
+        moment = begin + rng.uniform(1.2, 2.2)
+        while moment < begin + duration:
+            pause_until(moment)
+            ledger.refresh()
+            busy = [w for w in workers if ledger.in_flight(w.pid)]
+            victim = rng.choice(busy or workers)
+            kills.append((victim.pid, fleet.kill(victim)))
+            workers.remove(victim)
+            workers.append(fleet.start("worker", queue_name, redis_url, env, "-c", "10"))
+            moment += rng.uniform(1.2, 2.2)
+        caller.halt()
+        assert caller.failures == []
+        scheduled = {str(job.id): float(job.at) for job in jobs}  # type: ignore[arg-type]
+        keyed = caller.carried()
+        assert not keyed.keys() & scheduled.keys()
+        scheduled |= keyed
+        settle(ledger, queue, raw, list(scheduled), timeout=duration + 60, fleet=fleet)
+        keys = QueueKeys(queue_name)
+        try:
+            wait_until_sync(
+                lambda: raw.hlen(keys.keyed) == 0 and raw.hlen(keys.keyed_tasks) == 0,
+                timeout=30,
+                what="every spent key's record swept",
+            )
+        except AssertionError as error:
+            left = raw.hgetall(keys.keyed), raw.zrange(keys.keyed_expiry, 0, -1, withscores=True)
+            raise AssertionError(f"{error}: {left}, now {time.time()}") from None
+        shut_down(fleet, raw, queue_name, workers, [dispatcher], reap_bound=30)
+
+        faults = [Fault("kill -9", at, at, frozenset({pid})) for pid, at in kills]
+        dump(fleet, ledger, faults)
+        verdict = compare(ledger, scheduled, faults=faults, after=5.0)
+        counters = queue.stats().counters
+        problems = verdict_problems(verdict, queue, raw, fleet)
+    # Every call is carried by a task that completed (a dropped call by its window's
+    # leading run, a unique hit by the live task).
+    uncarried = {reply.id for reply in caller.replies} - ledger.done
+    report(
+        "worker kill -9 storm with keyed tasks",
+        capsys,
+        kind=server.kind,
+        plain=count,
+        keyed_calls=len(caller.replies),
+        keyed_tasks=len(keyed),
+        kills=len(kills),
+        counters=counters,
+        **verdict.summary(),
+    )
+    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
+    assert uncarried == set(), f"seed {SEED}: calls carried by no completed task"
+    outcomes = {reply.outcome for reply in caller.replies}
+    assert {"created", "collapsed", "dropped", "existing"} <= outcomes, outcomes
+    assert counters.get("debounced", 0) > 0 and counters.get("unique_hits", 0) > 0
