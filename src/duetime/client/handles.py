@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Generic, TypedDict, TypeVar, Unpack
 
 from duetime.client.models import Duration, Job, Timestamp
+from duetime.keyed import Debounce, Throttle, Unique
 
 if TYPE_CHECKING:
     from duetime.client.queue import AsyncQueue, Queue
@@ -28,6 +29,9 @@ class HandleOptions(TypedDict, total=False):
     priority: int
     limit_key: str | None
     cost: int
+    debounce: Debounce | None
+    throttle: Throttle | None
+    unique: Unique | None
 
 
 class TaskHandle(Generic[T]):
