@@ -454,6 +454,22 @@ def solo_holder(
     return None
 
 
+def wait_for_solo_holder(
+    ledger: Ledger, workers: Sequence[Daemon], solo: set[str]
+) -> tuple[Daemon, str]:
+    """solo_holder, once there is one."""
+    holder: tuple[Daemon, str] | None = None
+
+    def found() -> bool:
+        nonlocal holder
+        holder = solo_holder(ledger, workers, solo)
+        return holder is not None
+
+    wait_until_sync(found, timeout=30, what="a live worker running a solo task")
+    assert holder is not None
+    return holder
+
+
 def reap_not_before(
     client: redis.Redis, queue: str, pid: int, task_id: str, ttl_ms: float
 ) -> float:
@@ -500,16 +516,7 @@ def kill_solo_holder(
 ) -> tuple[Daemon, str, float]:
     """Kill a worker running a solo task, once one is, and start another in its place.
     Returns the victim, its solo task and the wall time of the kill."""
-    holder: tuple[Daemon, str] | None = None
-
-    def found() -> bool:
-        nonlocal holder
-        holder = solo_holder(ledger, workers, solo)
-        return holder is not None
-
-    wait_until_sync(found, timeout=30, what="a live worker running a solo task")
-    assert holder is not None
-    victim, task_id = holder
+    victim, task_id = wait_for_solo_holder(ledger, workers, solo)
     killed_at = fleet.kill(victim)
     workers.remove(victim)
     workers.append(restart())
@@ -648,16 +655,7 @@ def pause_solo_holder(
 ) -> tuple[Fault, tuple[str, int]]:
     """Freeze a worker running a solo task with SIGSTOP for ``frozen_for`` seconds (past
     its lease and its TTL), then resume it. Returns the fault and the frozen attempt."""
-    holder: tuple[Daemon, str] | None = None
-
-    def found() -> bool:
-        nonlocal holder
-        holder = solo_holder(ledger, workers, solo)
-        return holder is not None
-
-    wait_until_sync(found, timeout=30, what="a live worker running a solo task")
-    assert holder is not None
-    victim, task_id = holder
+    victim, task_id = wait_for_solo_holder(ledger, workers, solo)
     start = time.time()
     victim.process.send_signal(signal.SIGSTOP)
     try:

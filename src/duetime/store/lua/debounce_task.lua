@@ -52,17 +52,9 @@
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, max_wait, collect = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
--- A script that fails half way keeps the writes it made: every key written below is
--- read first (a read of the wrong type fails too), so a key of the wrong type fails the
--- call with nothing written.
-local record = redis.call('HGET', KEYS[12], field)
-redis.call('ZSCORE', KEYS[13], '')
-redis.call('HGET', KEYS[14], '')
-redis.call('ZSCORE', KEYS[2], '')
-redis.call('LLEN', KEYS[3])
-redis.call('LLEN', KEYS[4])
-redis.call('HGET', KEYS[7], '')
-redis.call('HGET', KEYS[8], '')
+-- Every key written below is read first (read_keyed, keyed.lua).
+local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[3], KEYS[4], KEYS[7],
+  KEYS[8], field)
 redis.call('ZSCORE', KEYS[9], '')
 if redis.call('HEXISTS', KEYS[1], new_id) == 1 then
   return {'collided'}

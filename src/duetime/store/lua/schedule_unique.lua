@@ -42,16 +42,9 @@
 -- @include keyed_records
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
--- Every key written below is read first: a key of the wrong type fails the call with
--- nothing written.
-local record = redis.call('HGET', KEYS[12], field)
-redis.call('ZSCORE', KEYS[13], '')
-redis.call('HGET', KEYS[14], '')
-redis.call('ZSCORE', KEYS[2], '')
-redis.call('LLEN', KEYS[3])
-redis.call('LLEN', KEYS[4])
-redis.call('HGET', KEYS[7], '')
-redis.call('HGET', KEYS[8], '')
+-- Every key written below is read first (read_keyed, keyed.lua).
+local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[3], KEYS[4], KEYS[7],
+  KEYS[8], field)
 local parts = record and split_record(record) or {}
 if #parts == 3 and redis.call('HEXISTS', KEYS[1], parts[1]) == 1
     and not redis.call('ZSCORE', KEYS[15], parts[1]) then

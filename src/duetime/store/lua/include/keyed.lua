@@ -7,6 +7,22 @@
 -- limits. A record notes the envelope's length, its head's and its tail's (run-at and
 -- limits), so that the data can be cut out again without decoding anything.
 
+-- The key's record (``field`` of keyed_key), read with every key the keyed scripts
+-- write: a script that fails half way keeps the writes it made, and a read of the wrong
+-- type fails too, so a key of the wrong type then fails the call with nothing written.
+local function read_keyed(keyed_key, expiry_key, keyed_tasks_key, scheduled_key, ready_key,
+                          wake_key, config_key, records_key, field)
+  local record = redis.call('HGET', keyed_key, field)
+  redis.call('ZSCORE', expiry_key, '')
+  redis.call('HGET', keyed_tasks_key, '')
+  redis.call('ZSCORE', scheduled_key, '')
+  redis.call('LLEN', ready_key)
+  redis.call('LLEN', wake_key)
+  redis.call('HGET', config_key, '')
+  redis.call('HGET', records_key, '')
+  return record
+end
+
 -- Whole ms as a msgpack uint 64 (0xcf and 8 bytes, big-endian): always 9 bytes, so a
 -- run-at is rewritten in place.
 local function packed_ms(ms)
