@@ -33,25 +33,20 @@ class BackfillPlans(QueueShards):
         from_ms, to_ms = _moment(start, "start"), _moment(end, "end")
         if to_ms < from_ms:
             raise InvalidInputError(f"backfill end ({end!r}) is before its start ({start!r})")
-        for shard in self._search_order(self.layout.of_cron(name)):
-            table = yield from shard.cron_table()
-            blob = table.definitions.get(name)
-            if blob is None:
-                continue
-            job = cron.decode_job(blob)
-            now = yield from shard.now()
-            if to_ms > now:
-                raise InvalidInputError(
-                    f"backfill end ({end!r}) is after now: a backfill runs past ticks (the "
-                    "job fires its ticks from now on itself)"
-                )
-            first, total = _ticks_in(job, from_ms, to_ms)
-            code, record = yield from shard.start_backfill(
-                name, (from_ms, to_ms), spacing, first, total
+        shard, job = yield from self._cron_home(name)
+        now = yield from shard.now()
+        if to_ms > now:
+            raise InvalidInputError(
+                f"backfill end ({end!r}) is after now: a backfill runs past ticks (the "
+                "job fires its ticks from now on itself)"
             )
-            info = backfill_info(record)
-            if code and info is not None:
-                return info
+        first, total = _ticks_in(job, from_ms, to_ms)
+        code, record = yield from shard.start_backfill(
+            name, (from_ms, to_ms), spacing, first, total
+        )
+        info = backfill_info(record)
+        if code and info is not None:
+            return info
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
 

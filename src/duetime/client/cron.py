@@ -151,30 +151,24 @@ class CronPlans(Producing):
         """Run a cron job once now, outside its schedule: a task with the job's handler,
         data, attempts and timeout, under a fresh id (it is not a tick: the schedule,
         its overlap policy and its last run are untouched). Returns the task id."""
-        for shard in self._search_order(self.layout.of_cron(name)):
-            table = yield from shard.cron_table()
-            blob = table.definitions.get(name)
-            if blob is None:
-                continue
-            job = cron.decode_job(blob)
-            task = cron.task_of(job, 0)  # runs now: its run-at is moot
-            packed_data = codec.pack(task.data)
-            limit = self.settings.max_payload_bytes
-            validation.payload(task.data, len(packed_data), limit, packed_data)
-            item = prepared_task(
-                new_task_id(),
-                None,
-                0,
-                task.task,
-                packed_data,
-                task.max_attempts,
-                task.timeout_ms,
-                task.result_ttl_ms,
-                generated=True,
-                flow=job.flow_record,
-            )
-            return (yield from self.schedule_one_plan(item))
-        raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+        _, job = yield from self._cron_home(name)
+        task = cron.task_of(job, 0)  # runs now: its run-at is moot
+        packed_data = codec.pack(task.data)
+        limit = self.settings.max_payload_bytes
+        validation.payload(task.data, len(packed_data), limit, packed_data)
+        item = prepared_task(
+            new_task_id(),
+            None,
+            0,
+            task.task,
+            packed_data,
+            task.max_attempts,
+            task.timeout_ms,
+            task.result_ttl_ms,
+            generated=True,
+            flow=job.flow_record,
+        )
+        return (yield from self.schedule_one_plan(item))
 
     def remove_cron_plan(self, name: str) -> Plan[bool]:
         removed = False

@@ -10,6 +10,8 @@ from typing import TypeVar
 
 from duetime import validation
 from duetime.clock import Clock
+from duetime.cron import CronJob, decode_job
+from duetime.errors import TaskNotFoundError
 from duetime.hooks import HookChain, Hooks
 from duetime.settings import Settings
 from duetime.states import TaskState
@@ -75,6 +77,16 @@ class QueueShards:
             if (answer := (yield from step(shard))) is not None:
                 return answer
         return None
+
+    def _cron_home(self, name: str) -> Plan[tuple[QueueOperations, CronJob]]:
+        """The shard that holds the cron job ``name``, and its definition; raises
+        TaskNotFoundError when none does."""
+        for shard in self._search_order(self.layout.of_cron(name)):
+            table = yield from shard.cron_table()
+            blob = table.definitions.get(name)
+            if blob is not None:
+                return shard, decode_job(blob)
+        raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
     def _locate(self, task_id: str) -> Plan[tuple[QueueOperations, StatusReply]]:
         """The shard that knows the task and what it says (its home shard if none does)."""
