@@ -11,6 +11,7 @@ from duetime.client import (
     CronInfo,
     CronRun,
     DeadTask,
+    FinishedAttempt,
     Job,
     MinuteFigures,
     Queue,
@@ -31,6 +32,7 @@ from duetime.hooks import (
     ScheduledTask,
 )
 from duetime.settings import Settings
+from duetime.states import HistoryOutcome
 from duetime.worker import TaskContext, Worker, current_task
 from duetime.worker.context import Snooze
 
@@ -47,6 +49,8 @@ __all__ = [
     "DeadTask",
     "DeadTaskInfo",
     "Dispatcher",
+    "FinishedAttempt",
+    "HistoryOutcome",
     "Hooks",
     "Job",
     "KeyLimits",

@@ -4,7 +4,8 @@ of dead tasks by filters, and the coalescing of single schedule calls.
 
 Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepared`` (a
 task checked and ready to write), ``shards``, ``preparing``, ``producing``,
-``inspection``, ``control`` and ``cron`` (the plans, joined by ``core.QueueCore``),
+``inspection``, ``control``, ``cron`` and ``history`` (the plans, joined by
+``core.QueueCore``),
 ``reports`` (records read from the store's replies), ``queue`` (``Queue``,
 ``AsyncQueue``), ``selection`` and ``coalescing``.
 """
@@ -18,6 +19,7 @@ from duetime.client.models import (
     CronRun,
     DeadTask,
     Duration,
+    FinishedAttempt,
     Job,
     MinuteFigures,
     QueueStats,
@@ -52,6 +54,7 @@ __all__ = [
     "DeadSelection",
     "DeadTask",
     "Duration",
+    "FinishedAttempt",
     "Job",
     "MinuteFigures",
     "Queue",

@@ -1,5 +1,6 @@
 """``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
-wait for tasks; and ``known_queues``, the queues a server's dispatchers have served.
+wait for tasks (the history's methods come from ``history``); and ``known_queues``, the
+queues a server's dispatchers have served.
 
 ``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
 synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
@@ -15,6 +16,7 @@ from duetime import cron, validation
 from duetime.checker import Violation
 from duetime.client.coalescing import TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
+from duetime.client.history import AsyncQueueHistory, QueueHistory
 from duetime.client.models import (
     CronInfo,
     DeadTask,
@@ -52,7 +54,7 @@ def known_queues(
         runner.close()
 
 
-class Queue:
+class Queue(QueueHistory):
     """A queue on a synchronous connection.
 
     ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
@@ -62,6 +64,9 @@ class Queue:
     masters; give workers and dispatchers the same count (docs/deployment.md).
     ``hooks`` (duetime.Hooks) hear about every task this object schedules.
     """
+
+    core: QueueCore
+    runner: SyncRunner
 
     def __init__(
         self,
@@ -232,8 +237,11 @@ class Queue:
         self.close()
 
 
-class AsyncQueue:
+class AsyncQueue(AsyncQueueHistory):
     """The asyncio twin of ``Queue``: same arguments, same plans, awaited."""
+
+    core: QueueCore
+    runner: AsyncRunner
 
     def __init__(
         self,

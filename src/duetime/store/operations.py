@@ -7,8 +7,9 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 The plans of one queue are written in groups, one module per role (``producing``,
 ``dispatching``, ``working``, ``cron_jobs``, ``operating``, ``snapshot``,
-``server_checks``, ``flow_control``), and joined here into ``QueueOperations``. Also
-here: the queues of a sharded layout, and the registry of the queues dispatchers serve.
+``server_checks``, ``flow_control``, ``history``), and joined here into
+``QueueOperations``. Also here: the queues of a sharded layout, and the registry of the
+queues dispatchers serve.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from duetime.clock import Clock, ServerClock
 from duetime.store.cron_jobs import CronPlans
 from duetime.store.dispatching import DispatcherPlans
 from duetime.store.flow_control import FlowPlans
+from duetime.store.history import HistoryPlans
 from duetime.store.keys import QUEUE_REGISTRY, QueueLayout
 from duetime.store.operating import OperatorPlans
 from duetime.store.producing import ProducerPlans
@@ -39,6 +41,7 @@ class QueueOperations(
     SnapshotPlans,
     ServerCheckPlans,
     FlowPlans,
+    HistoryPlans,
 ):
     """The plans of one queue (or of one shard of a sharded queue)."""
 

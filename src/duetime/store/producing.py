@@ -182,6 +182,9 @@ class ProducerPlans(QueueBase):
         return stored
 
     def cancel(self, task_id: str) -> Plan[TaskState | None]:
+        """Remove a waiting or dead task (recorded in the history); the place it left,
+        RUNNING when it runs (left alone), None when no live task has this id."""
+        now = yield from self.now()
         k = self.keys
         fixed = (
             k.tasks,
@@ -196,11 +199,12 @@ class ProducerPlans(QueueBase):
             k.delayed_layout,
             k.flow_records,
             k.due,
+            *k.history_keys,
         )
         place = yield from self._looked_up(
             task_id,
             lambda generation, buckets: Eval(
-                scripts.CANCEL_TASK, (*fixed, *buckets), (task_id, generation)
+                scripts.CANCEL_TASK, (*fixed, *buckets), (task_id, generation, now)
             ),
         )
         return TaskState(as_text(place)) if place else None

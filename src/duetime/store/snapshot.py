@@ -105,6 +105,7 @@ class SnapshotPlans(QueueBase):
             k.delayed,
             k.delayed_layout,
             *k.flow_keys,
+            *k.history_keys,
         }
         cursor: Any = 0
         while True:
