@@ -41,6 +41,9 @@ class Snapshot:
     due: list[str] = field(default_factory=list)  # ids waiting under flow control
     flow_records: set[str] = field(default_factory=set)  # ids with a flow record
     running: list[str] = field(default_factory=list)  # lease members holding a slot
+    history_state: dict[str, bytes] = field(default_factory=dict)  # as stored
+    history: list[bytes] = field(default_factory=list)  # the entries, newest first
+    history_tasks: dict[str, float] = field(default_factory=dict)  # id -> newest entry
     results_without_ttl: list[str] = field(default_factory=list)
     stray_keys: list[str] = field(default_factory=list)
 
@@ -150,6 +153,9 @@ def _reads(k: QueueKeys, active_keys: list[str], found: _FoundKeys) -> tuple[Com
         Command(("ZRANGE", k.due, 0, -1)),
         Command(("HKEYS", k.flow_records)),
         Command(("ZRANGE", k.running, 0, -1)),
+        Command(("HGETALL", k.history_state)),
+        Command(("LRANGE", k.history, 0, -1)),
+        Command(("ZRANGE", k.history_tasks, 0, -1, "WITHSCORES")),
         *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
         *(Command(("PTTL", key)) for key in found.results),
         *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in found.buckets),
@@ -163,7 +169,8 @@ def _fill(
     tasks, scheduled, ready, dead, leases, _, attempts, errors, wake = replies[:9]
     cron, cron_next, cron_last, cron_held, early, stats, reaped = replies[9:16]
     delayed_index, delayed_layout, due, flow_records, running = replies[16:21]
-    rest = replies[21:]
+    history_state, history, history_tasks = replies[21:24]
+    rest = replies[24:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
     buckets = rest[len(active_keys) + len(found.results) :]
@@ -206,3 +213,6 @@ def _fill(
     snap.due = [as_text(i).split("\0", 2)[-1] for i in due]
     snap.flow_records = {as_text(i) for i in flow_records}
     snap.running = [as_text(i).partition("\0")[2] for i in running]
+    snap.history_state = {as_text(name): value for name, value in pairs(history_state)}
+    snap.history = list(history)
+    snap.history_tasks = {as_text(i): float(number) for i, number in pairs(history_tasks)}
