@@ -127,7 +127,7 @@ def cancel(queue: str, task_id: str, redis_url: str | None) -> None:
 @click.option("--task", "task_filter", metavar="NAME", help="Only tasks of this handler.")
 @click.option(
     "--outcome",
-    type=click.Choice(list(HistoryOutcome)),
+    type=click.Choice([str(outcome) for outcome in HistoryOutcome]),
     help="With --state finished: only attempts that ended so.",
 )
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))

@@ -57,11 +57,12 @@ class HistoryPlans(QueueShards):
         outcome: HistoryOutcome | str | None,
         task_id: str | None,
     ) -> Plan[list[FinishedAttempt]]:
-        """Finished attempts, newest first: all of them, or one handler's (``task``),
-        with one outcome, or one task's (``task_id``), from ``offset`` on."""
+        """Finished attempts, newest first: all of them, or one handler's (``task``; ""
+        is the default handler), with one outcome, or one task's (``task_id``), from
+        ``offset`` on."""
         validation.whole_number(limit, "limit", 1, MOST_LISTED)
         validation.whole_number(offset, "offset", 0, MOST_HISTORY_SIZE)
-        name = None if task is None else task_name_of(task)
+        name = None if task is None else "" if task == "" else task_name_of(task)
         wanted = None if outcome is None else history_outcome(outcome)
 
         def keep(entry: HistoryEntry) -> bool:
