@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from duetime import ManualClock, Queue
+from duetime import ManualClock, Queue, codec
+from duetime.codec import ErrorRecord
 from duetime.store.working import Outcome
 from tests.browser.conftest import CHROMIUM_ARGS, publish
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
@@ -39,9 +40,12 @@ def fill_history(redis_url: str) -> None:
                 run(ops.promote_due(10))
                 run(ops.claim("web-2.4217", 60_000, 1))
             worker = "web-1.4117" if attempt == 1 else "web-2.4217"
+            record = codec.encode_error(
+                ErrorRecord(LONG_ERROR, "Traceback ...", attempt, 0, worker)
+            )
             run(
                 ops.fail(
-                    worker, "resize-1", attempt, b"e", retry, ran=(85_000, 0), summary=LONG_ERROR
+                    worker, "resize-1", attempt, record, retry, ran=(85_000, 0), summary=LONG_ERROR
                 )
             )
         queue.cancel(queue.schedule_in(3600, {}, id=LONG_ID, task="generate_report"))
