@@ -11,9 +11,9 @@
 -- (false: the envelope could not be read), outcome (the HISTORY_* codes), attempt,
 -- finished at (ms), worker, duration (µs), lateness (µs), previous entry of the task,
 -- error text.
--- The history never fails the step that ends an attempt: its keys are read first with
--- pcall, and one that is damaged (a wrong type, a size or number that is not one) or a
--- history that is off leaves the history as it is.
+-- The history never fails the step that ends an attempt: its keys are read, and first
+-- written, with pcall; one that is damaged (a wrong type, a size or number that is not
+-- one), a history that is off, or a user not granted its commands leaves it as it is.
 local HISTORY_DEFAULT_SIZE = 1000
 local HISTORY_SUCCEEDED, HISTORY_RETRIED, HISTORY_DEAD = 1, 2, 3
 local HISTORY_SNOOZED, HISTORY_LOST, HISTORY_CANCELLED = 4, 5, 6
@@ -98,25 +98,30 @@ local function record_history(opened, state_key, log_key, index_key, now, entrie
     blobs[n] = cmsgpack.pack(record)
     members[2 * n - 1], members[2 * n] = seq, id
   end
+  -- The first two writes go through pcall: a log of the wrong type, or a user whose ACL
+  -- predates the history (docs/security.md), stops the history there, and all that was
+  -- written is the index entries of entries about to be trimmed anyway.
+  local total = last + #entries
+  if type(redis.pcall('ZREMRANGEBYSCORE', index_key, '-inf', total - size)) ~= 'number' then
+    return
+  end
   local length = false
   in_chunks(blobs, function(first, final)
     if length ~= nil then
       length = redis.pcall('LPUSH', log_key, unpack(blobs, first, final))
       if type(length) ~= 'number' then
-        length = nil -- the log is damaged: nothing more is written
+        length = nil -- nothing more is written
       end
     end
   end)
   if not length then
     return
   end
-  last = last + #entries
-  redis.call('HSET', state_key, 'seq', last)
+  redis.call('HSET', state_key, 'seq', total)
   in_chunks(members, function(first, final)
     redis.call('ZADD', index_key, unpack(members, first, final))
   end)
   if length > size then
     redis.call('LTRIM', log_key, 0, size - 1)
-    redis.call('ZREMRANGEBYSCORE', index_key, '-inf', last - size)
   end
 end
