@@ -18,6 +18,11 @@ Scenarios (all by default):
   (LMOVE into a processing list, then LREM), pipelined, from this process.
 - ``enqueue``: tasks/s of one ``schedule_many`` call for 50,000 tasks (the library sends
   1,000 per round trip) and of 5,000 single ``schedule_task`` calls, from this process.
+- ``history``: the throughput run (async no-op, concurrency 100) with the history of
+  finished attempts off and on (its default size, full, so every ack also trims it), in
+  alternating rounds; the ratio on/off is its cost on the ack path. Then the bytes one
+  entry costs: MEMORY USAGE of the history's keys over the entries they hold, at the
+  default size and with every attempt of a run kept.
 
 How completions are learned: handlers append (task index, start time) to an in-process
 list that the worker writes to a JSON file when it gets SIGTERM, so measuring costs one
@@ -64,7 +69,7 @@ from duetime.store import QueueKeys
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results" / "core.json"
-SCENARIOS = ("punctuality", "throughput", "concurrency", "enqueue", "cron")
+SCENARIOS = ("punctuality", "throughput", "concurrency", "enqueue", "cron", "history")
 READY_KEY = "bench:ready:"  # + a per-process token; a role pushes to it when it is up
 
 # Targets (informational).
@@ -432,11 +437,17 @@ class ThroughputRun:
     command_stats: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def throughput_run(bench: Bench, handler: str, concurrency: int) -> ThroughputRun:
+def throughput_run(
+    bench: Bench, handler: str, concurrency: int, history: int | None = None
+) -> ThroughputRun:
+    """One throughput run; ``history``: the size of the queue's history (None: the
+    default)."""
     server, n = bench.server, bench.sizes.throughput_tasks
     server.reset()
     queue_name = f"throughput-{handler}-{concurrency}"
     queue = duetime.Queue(queue_name, server.url)
+    if history is not None:
+        queue.set_history(history)
     now = time.time() - 1.0  # already due: schedule_many puts them straight into ready
     queue.schedule_many(duetime.Job(i, at=now) for i in range(n))
     if queue.stats().ready != n:
@@ -511,6 +522,65 @@ def bench_throughput(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
         "tasks": bench.sizes.throughput_tasks,
         "runs": [asdict(r) for r in runs],
         "raw_ceiling_per_s": ceiling,
+    }
+    return rows, details
+
+
+def history_bytes_per_entry(bench: Bench, queue: str) -> tuple[float, int]:
+    """MEMORY USAGE (exact: SAMPLES 0) of the history's keys over its entries, and how
+    many entries it holds."""
+    client, keys = bench.server.redis, QueueKeys(queue)
+    held = int(client.llen(keys.history))
+    each = {key: int(client.memory_usage(key, samples=0) or 0) for key in keys.history_keys}
+    print(f"  history keys with {held:,} entries: {each} bytes", flush=True)
+    return sum(each.values()) / max(held, 1), held
+
+
+def bench_history(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
+    """What the history costs: the ack path's throughput with it off and on, in
+    alternating rounds (their medians and ratio), and its bytes per entry."""
+    rounds = 1 if bench.sizes.throughput_tasks < 10_000 else 5
+    runs: dict[str, list[ThroughputRun]] = {"off": [], "on": []}
+    queue = "throughput-async-100"
+    memory: dict[str, tuple[float, int]] = {}
+    for n in range(rounds):
+        for label, size in (("off", 0), ("on", None)) if n % 2 == 0 else (("on", None), ("off", 0)):
+            run = throughput_run(bench, "async", 100, history=size)
+            runs[label].append(run)
+            if label == "on":
+                memory["default"] = history_bytes_per_entry(bench, queue)
+            print(
+                f"  history {label:3} round {n + 1}/{rounds} {run.per_second:9,.0f} tasks/s  "
+                f"(redis cpu {run.redis_cpu_s:.2f}s, {run.redis_commands_per_task:.2f} "
+                "commands per task)",
+                flush=True,
+            )
+    throughput_run(bench, "async", 100, history=bench.sizes.throughput_tasks)  # keeps all
+    memory["all"] = history_bytes_per_entry(bench, queue)
+
+    def median(label: str, figure: Callable[[ThroughputRun], float]) -> float:
+        return percentile(sorted(figure(run) for run in runs[label]), 50)
+
+    rate = {label: median(label, lambda r: r.per_second) for label in runs}
+    cpu = {label: median(label, lambda r: r.redis_cpu_s / r.tasks * 1e6) for label in runs}
+    commands = {label: median(label, lambda r: r.redis_commands_per_task) for label in runs}
+    rows = [
+        Row("history", f"async no-op, history off (median of {rounds})", rate["off"], "tasks/s"),
+        Row("history", f"async no-op, history on (median of {rounds})", rate["on"], "tasks/s"),
+        Row("history", "on / off", rate["on"] / rate["off"], "x"),
+        *(Row("history", f"redis cpu per task (µs), history {label}", round(cpu[label], 2), "µs")
+          for label in ("off", "on")),
+        *(Row("history", f"redis commands per task, history {label}", round(commands[label], 2),
+              "commands") for label in ("off", "on")),
+        Row("history", f"bytes per entry, {memory['default'][1]:,} entries (default size)",
+            memory["default"][0], "B"),
+        Row("history", f"bytes per entry, {memory['all'][1]:,} entries", memory["all"][0], "B"),
+    ]  # fmt: skip
+    details = {
+        "rounds": rounds,
+        "runs": {label: [asdict(r) for r in found] for label, found in runs.items()},
+        "bytes_per_entry": {label: value for label, (value, _) in memory.items()},
+        "entries": {label: held for label, (_, held) in memory.items()},
     }
     return rows, details
 
@@ -614,6 +684,7 @@ RUNNERS: dict[str, Callable[[Bench], tuple[list[Row], dict[str, Any]]]] = {
     "concurrency": bench_concurrency,
     "enqueue": bench_enqueue,
     "cron": bench_cron,
+    "history": bench_history,
 }
 
 
