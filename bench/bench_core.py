@@ -18,9 +18,10 @@ Scenarios (all by default):
   (LMOVE into a processing list, then LREM), pipelined, from this process.
 - ``enqueue``: tasks/s of one ``schedule_many`` call for 50,000 tasks (the library sends
   1,000 per round trip) and of 5,000 single ``schedule_task`` calls, from this process.
-- ``history``: the throughput run (async no-op, concurrency 100) with the history of
-  finished attempts off and on (its default size, full, so every ack also trims it), in
-  alternating rounds; the ratio on/off is its cost on the ack path. Then the bytes one
+- ``history``: the throughput run (async no-op) with the history of finished attempts
+  off and on (its default size, full, so every ack also trims it), in alternating
+  rounds, at concurrency 100 (acks of many tasks a call) and 1 (acks of one): tasks/s,
+  the on/off ratio, and CPU per task of the server and of the worker. Then the bytes one
   entry costs: MEMORY USAGE of the history's keys over the entries they hold, at the
   default size and with every attempt of a run kept.
 
@@ -438,11 +439,15 @@ class ThroughputRun:
 
 
 def throughput_run(
-    bench: Bench, handler: str, concurrency: int, history: int | None = None
+    bench: Bench,
+    handler: str,
+    concurrency: int,
+    history: int | None = None,
+    tasks: int | None = None,
 ) -> ThroughputRun:
     """One throughput run; ``history``: the size of the queue's history (None: the
-    default)."""
-    server, n = bench.server, bench.sizes.throughput_tasks
+    default); ``tasks``: how many (default: the sizes' throughput_tasks)."""
+    server, n = bench.server, tasks or bench.sizes.throughput_tasks
     server.reset()
     queue_name = f"throughput-{handler}-{concurrency}"
     queue = duetime.Queue(queue_name, server.url)
@@ -536,53 +541,85 @@ def history_bytes_per_entry(bench: Bench, queue: str) -> tuple[float, int]:
     return sum(each.values()) / max(held, 1), held
 
 
+#: The history scenario's runs: acks of many tasks a call (a worker at concurrency 100
+#: under a backlog), and of one (concurrency 1: each task acked alone).
+HISTORY_MODES = (("batched", 100), ("one by one", 1))
+
+
 def bench_history(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
-    """What the history costs: the ack path's throughput with it off and on, in
-    alternating rounds (their medians and ratio), and its bytes per entry."""
+    """What the history costs: the throughput run with it off and on, in alternating
+    rounds, batched and one by one (medians, and the median of each round's on/off
+    ratio); CPU per task of the server and of the worker; and its bytes per entry."""
     rounds = 1 if bench.sizes.throughput_tasks < 10_000 else 5
-    runs: dict[str, list[ThroughputRun]] = {"off": [], "on": []}
-    queue = "throughput-async-100"
+    runs: dict[tuple[str, str], list[ThroughputRun]] = {}
     memory: dict[str, tuple[float, int]] = {}
     for n in range(rounds):
-        for label, size in (("off", 0), ("on", None)) if n % 2 == 0 else (("on", None), ("off", 0)):
-            run = throughput_run(bench, "async", 100, history=size)
-            runs[label].append(run)
-            if label == "on":
-                memory["default"] = history_bytes_per_entry(bench, queue)
-            print(
-                f"  history {label:3} round {n + 1}/{rounds} {run.per_second:9,.0f} tasks/s  "
-                f"(redis cpu {run.redis_cpu_s:.2f}s, {run.redis_commands_per_task:.2f} "
-                "commands per task)",
-                flush=True,
-            )
+        order = [("off", 0), ("on", None)]
+        for mode, concurrency in HISTORY_MODES:
+            tasks = bench.sizes.throughput_tasks // (1 if concurrency > 1 else 4)
+            for label, size in order if n % 2 == 0 else order[::-1]:
+                run = throughput_run(bench, "async", concurrency, history=size, tasks=tasks)
+                runs.setdefault((mode, label), []).append(run)
+                if label == "on" and concurrency > 1:
+                    memory["default"] = history_bytes_per_entry(bench, "throughput-async-100")
+                print(
+                    f"  history {label:3} {mode:10} round {n + 1}/{rounds} "
+                    f"{run.per_second:9,.0f} tasks/s  (redis cpu "
+                    f"{run.redis_cpu_s / run.tasks * 1e6:.1f} µs, worker cpu "
+                    f"{run.worker_cpu_s / run.tasks * 1e6:.1f} µs a task)",
+                    flush=True,
+                )
     throughput_run(bench, "async", 100, history=bench.sizes.throughput_tasks)  # keeps all
-    memory["all"] = history_bytes_per_entry(bench, queue)
-
-    def median(label: str, figure: Callable[[ThroughputRun], float]) -> float:
-        return percentile(sorted(figure(run) for run in runs[label]), 50)
-
-    rate = {label: median(label, lambda r: r.per_second) for label in runs}
-    cpu = {label: median(label, lambda r: r.redis_cpu_s / r.tasks * 1e6) for label in runs}
-    commands = {label: median(label, lambda r: r.redis_commands_per_task) for label in runs}
-    rows = [
-        Row("history", f"async no-op, history off (median of {rounds})", rate["off"], "tasks/s"),
-        Row("history", f"async no-op, history on (median of {rounds})", rate["on"], "tasks/s"),
-        Row("history", "on / off", rate["on"] / rate["off"], "x"),
-        *(Row("history", f"redis cpu per task (µs), history {label}", round(cpu[label], 2), "µs")
-          for label in ("off", "on")),
-        *(Row("history", f"redis commands per task, history {label}", round(commands[label], 2),
-              "commands") for label in ("off", "on")),
+    memory["all"] = history_bytes_per_entry(bench, "throughput-async-100")
+    rows: list[Row] = []
+    for mode, _ in HISTORY_MODES:
+        rows += _history_rows(mode, runs[mode, "off"], runs[mode, "on"])
+    rows += [
         Row("history", f"bytes per entry, {memory['default'][1]:,} entries (default size)",
-            memory["default"][0], "B"),
-        Row("history", f"bytes per entry, {memory['all'][1]:,} entries", memory["all"][0], "B"),
+            round(memory["default"][0], 1), "B"),
+        Row("history", f"bytes per entry, {memory['all'][1]:,} entries",
+            round(memory["all"][0], 1), "B"),
     ]  # fmt: skip
     details = {
         "rounds": rounds,
-        "runs": {label: [asdict(r) for r in found] for label, found in runs.items()},
+        "runs": {
+            f"{mode} {label}": [asdict(r) for r in found] for (mode, label), found in runs.items()
+        },
         "bytes_per_entry": {label: value for label, (value, _) in memory.items()},
         "entries": {label: held for label, (_, held) in memory.items()},
     }
     return rows, details
+
+
+def _history_rows(mode: str, off: list[ThroughputRun], on: list[ThroughputRun]) -> list[Row]:
+    def median(runs: list[ThroughputRun], figure: Callable[[ThroughputRun], float]) -> float:
+        return round(percentile([figure(run) for run in runs], 50), 2)
+
+    def redis_cpu(run: ThroughputRun) -> float:
+        return run.redis_cpu_s / run.tasks * 1e6
+
+    def worker_cpu(run: ThroughputRun) -> float:
+        return run.worker_cpu_s / run.tasks * 1e6
+
+    ratios = [b.per_second / a.per_second for a, b in zip(off, on, strict=True) if a.per_second]
+    rows = [
+        Row("history", f"{mode}: tasks/s, history off (median of {len(off)})",
+            median(off, lambda r: r.per_second), "tasks/s"),
+        Row("history", f"{mode}: tasks/s, history on", median(on, lambda r: r.per_second),
+            "tasks/s"),
+        Row("history", f"{mode}: on / off, median of each round's ratio",
+            percentile(ratios, 50) if ratios else float("nan"), "x"),
+    ]  # fmt: skip
+    for label, runs in (("off", off), ("on", on)):
+        rows += [
+            Row("history", f"{mode}: redis cpu per task (µs), history {label}",
+                median(runs, redis_cpu), "µs"),
+            Row("history", f"{mode}: worker cpu per task (µs), history {label}",
+                median(runs, worker_cpu), "µs"),
+            Row("history", f"{mode}: redis commands per task, history {label}",
+                median(runs, lambda r: r.redis_commands_per_task), "commands"),
+        ]  # fmt: skip
+    return rows
 
 
 def bench_concurrency(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
