@@ -33,7 +33,9 @@ def fill_history(redis_url: str) -> None:
         queue.schedule_now({"image": "a.png"}, id="resize-1", task="resize_image", max_attempts=2)
         claimed = run(ops.claim("web-1.4117", 60_000, 10)) or []
         clock.advance(0.2)
-        sent = [Outcome(c.task_id, c.attempt, duration_us=1_200 + c.attempt) for c in claimed[:6]]
+        sent = [
+            Outcome(c.task_id, c.attempt, duration_us=1_200, task="send_email") for c in claimed[:6]
+        ]
         run(ops.ack("web-1.4117", sent))
         for attempt, retry in ((1, 0), (2, None)):
             if attempt == 2:

@@ -15,6 +15,7 @@ import redis
 from duetime import App, AsyncQueue, Dispatcher, HistoryOutcome, ManualClock, Queue, Worker
 from duetime.errors import InvalidInputError
 from duetime.store import QueueKeys
+from duetime.store.history import HISTORY_TRIM_STEP
 from duetime.store.keys import QueueLayout
 from duetime.store.working import Outcome
 from tests.helpers import FAST, running, wait_until
@@ -39,7 +40,7 @@ def test_every_ending_of_an_attempt_is_recorded_in_the_step_that_ends_it(
         queue.schedule_in(3600, {}, id="later", task="report")
         run(ops.claim("w1", LEASE_MS, 10))
         clock.advance(0.005)
-        run(ops.ack("w1", [Outcome("ok", 1, lateness_us=1_500, duration_us=2_500)]))
+        run(ops.ack("w1", [Outcome("ok", 1, lateness_us=1_500, duration_us=2_500, task="send")]))
         failed = run(ops.fail("w1", "flaky", 1, b"e", 1_000, ran=(3_000, 200), summary="E: x"))
         snoozed = run(ops.snooze("w1", "snoozy", 1, 500, False, ran=(100, 0)))
         assert failed and snoozed
@@ -126,15 +127,20 @@ def test_the_history_keeps_its_size_and_trims_its_index_with_it(
             queue.cancel(queue.schedule_in(60, {}, id=f"c{n}"))  # entries 2 to 4
         run(ops.promote_due(10))
         run(ops.claim("w", LEASE_MS, 1))
-        run(ops.fail("w", "first", 2, b"e", 0))  # entry 5; entries 1 and 2 are trimmed
+        run(ops.fail("w", "first", 2, b"e", 0))  # entry 5; entries 1 and 2 are past the size
         assert outcomes(queue.history()) == [
             ("first", "retried", 2), ("c2", "cancelled", 0), ("c1", "cancelled", 0),
         ]  # fmt: skip
-        assert raw.llen(keys.history) == 3 and raw.zcard(keys.history_tasks) == 3
-        # first's entry names its entry 1, which is gone: the walk stops there.
+        # first's entry names its entry 1, which is no longer kept: the walk stops there.
         assert outcomes(queue.history(task_id="first")) == [("first", "retried", 2)]
         assert queue.history(task_id="c0") == []
-        assert queue.check() == []
+        # Trimmed in steps: once the log holds HISTORY_TRIM_STEP entries past its size,
+        # back to its size, with the index entries of what went.
+        assert raw.llen(keys.history) == 5
+        for n in range(HISTORY_TRIM_STEP - 2):
+            queue.cancel(queue.schedule_in(60, {}, id=f"d{n}"))
+        assert raw.llen(keys.history) == 3 and raw.zcard(keys.history_tasks) == 3
+        assert len(queue.history()) == 3 and queue.check() == []
         queue.set_history(1)  # trims at once, index too
         assert raw.llen(keys.history) == 1 and raw.zcard(keys.history_tasks) == 1
         queue.set_history(0)  # off: what is kept goes, nothing more is recorded
@@ -173,11 +179,13 @@ def test_the_checker_reports_a_history_beyond_its_size_and_a_stale_index(
             queue.cancel(queue.schedule_in(60, {}, id=f"c{n}"))
         assert queue.check() == []
         raw.zadd(keys.history_tasks, {"ghost": 7, "c0": 2})  # 7 was never written; 2 is c1's
-        raw.rpush(keys.history, raw.lindex(keys.history, 0) or b"")  # one entry too many
+        entry = raw.lindex(keys.history, 0) or b""
+        raw.rpush(keys.history, *[entry] * HISTORY_TRIM_STEP)  # past any trim
         found = sorted(str(v) for v in queue.check())
         assert found == [
             "leak: ghost: history index entry of entry 7, which is not kept",
-            "leak: history: holds 3 entries; it keeps at most 2",
+            f"leak: history: holds {2 + HISTORY_TRIM_STEP} entries; it keeps 2, and is trimmed "
+            f"{HISTORY_TRIM_STEP} later",
             "stale index: c0: history index points at entry 2, of task c1",
         ]
 

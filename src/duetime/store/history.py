@@ -20,6 +20,10 @@ from duetime.store.requests import Batch, Command, Eval, Plan
 DEFAULT_HISTORY_SIZE = 1000
 #: The most a history may keep: a filtered listing reads it whole at worst.
 MOST_HISTORY_SIZE = 100_000
+#: The log is trimmed back to the history's size once it holds this many entries more
+#: (HISTORY_TRIM_STEP in history.lua): one trim per so many entries, not one per ack.
+#: Readers see only the first ``size``.
+HISTORY_TRIM_STEP = 64
 #: The outcome codes entries store (history.lua: HISTORY_*), one byte each.
 OUTCOME_CODES = {
     1: HistoryOutcome.SUCCEEDED,
@@ -29,7 +33,8 @@ OUTCOME_CODES = {
     5: HistoryOutcome.LOST,
     6: HistoryOutcome.CANCELLED,
 }
-_FIELDS = 10  # task id ... error text; trailing empty fields are left out
+SUCCEEDED_CODE = 1
+_FIELDS = 9  # task id ... error text; trailing empty fields are left out
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,23 +51,51 @@ class HistoryEntry:
     worker: str | None
     duration_us: int | None
     lateness_us: int | None
-    previous: int | None  # the number of the task's entry before this one
     error: str | None
+    previous: int | None  # the number of the task's entry before this one
+
+
+def packed_record(
+    task_id: str,
+    task: str,
+    attempt: int,
+    finished_ms: int,
+    worker: str,
+    duration_us: int,
+    lateness_us: int,
+) -> bytes:
+    """The record of a success, as history.lua's history_record packs any ending: what
+    a worker sends with each ack, so that the ack script only prefixes and pushes it."""
+    return codec.packed(
+        [
+            task_id,
+            task,
+            SUCCEEDED_CODE,
+            attempt,
+            finished_ms,
+            worker,
+            max(0, duration_us),
+            max(0, lateness_us),
+        ]
+    )
 
 
 def read_entry(number: int, blob: bytes) -> HistoryEntry:
-    """The entry ``blob``, numbered ``number``; DecodeError if it is not one duetime
-    wrote."""
-    fields = codec.unpack(blob)
+    """The entry ``blob`` ("<previous>|<record>", history.lua), numbered ``number``;
+    DecodeError if it is not one duetime wrote."""
+    before, bar, record = blob.partition(b"|")
+    fields = codec.unpack(record) if bar else None
     if not isinstance(fields, list) or not 5 <= len(fields) <= _FIELDS:
         raise DecodeError("not a history entry")
-    task_id, task, code, attempt, finished, *rest = fields + [False] * (_FIELDS - len(fields))
-    worker, duration, lateness, previous, error = (None if v is False else v for v in rest)
+    if before and not before.isdigit():
+        raise DecodeError("a history entry's link to the one before is not a number")
+    task_id, task, code, attempt, finished, *rest = fields + [None] * (_FIELDS - len(fields))
+    worker, duration, lateness, error = (None if v is False else v for v in rest)
     if (
         not isinstance(task_id, str)
         or code not in OUTCOME_CODES
         or not all(_whole(v) for v in (attempt, finished))
-        or not all(v is None or _whole(v) for v in (duration, lateness, previous))
+        or not all(v is None or _whole(v) for v in (duration, lateness))
     ):
         raise DecodeError("history entry fields have the wrong types")
     return HistoryEntry(
@@ -75,8 +108,8 @@ def read_entry(number: int, blob: bytes) -> HistoryEntry:
         worker=None if worker is None else str(worker),
         duration_us=duration,
         lateness_us=lateness,
-        previous=previous,
         error=None if error is None else str(error),
+        previous=int(before) if before else None,
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from duetime.store import scripts
 from duetime.store.base import QueueBase
+from duetime.store.history import packed_record
 from duetime.store.replies import as_text, score_or_none
 from duetime.store.requests import (
     Command,
@@ -49,6 +50,7 @@ class Outcome:
     result: bytes = b""
     lateness_us: int = 0  # how long after its run-at the attempt started
     duration_us: int = 0  # how long the handler ran (the history keeps it)
+    task: str = ""  # the handler's name, for the history
 
 
 class WorkerPlans(QueueBase):
@@ -155,7 +157,15 @@ class WorkerPlans(QueueBase):
                 outcome.result_ttl_ms,
                 outcome.result,
                 outcome.lateness_us,
-                outcome.duration_us,
+                packed_record(
+                    outcome.task_id,
+                    outcome.task,
+                    outcome.attempt,
+                    now,
+                    worker_id,
+                    outcome.duration_us,
+                    outcome.lateness_us,
+                ),
             )
             if outcome.result_ttl_ms > 0:
                 keys.append(k.result(outcome.task_id))

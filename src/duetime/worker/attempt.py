@@ -271,6 +271,7 @@ class AttemptRunner:
                     result,
                     round(attempt.lateness * 1e6),
                     round(attempt.ran_for * 1e6),
+                    envelope.task,
                 ),
             )
         )

@@ -24,7 +24,7 @@
 -- ARGV[2] worker id
 -- ARGV[3] msgpack array, flat sextets: task id, attempt, result TTL (ms, 0 = keep none),
 --         result blob, start lateness (µs, how long after its run-at the attempt started),
---         duration (µs, how long the handler ran)
+--         the attempt's record for the history (history.lua, packed by the worker)
 -- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
 -- superseded: the outcome is dropped and counted).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
@@ -39,7 +39,6 @@
 -- @include chunks
 -- @include flow_records
 -- @include flow
--- @include hash_values
 -- @include history
 
 local now = tonumber(ARGV[1])
@@ -97,10 +96,7 @@ if #done > 0 then
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
--- The history: the acked attempts' task names are read from their envelopes, before the
--- envelopes go (only while the history is on).
 local history = #done > 0 and history_open(KEYS[17])
-local envelopes = history and hash_values(KEYS[4], done)
 local flowing = #done > 0 and flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
   KEYS[13], KEYS[14], KEYS[16])
 if flowing then
@@ -137,15 +133,12 @@ if fenced > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'fenced', fenced)
 end
 if history then
-  local entries = {}
+  local records = {}
   for n = 1, #ids do
     if out[n] == 1 then
-      local i = 6 * n - 5
-      entries[#entries + 1] = {ids[n], task_name_of(envelopes[#entries + 1]), HISTORY_SUCCEEDED,
-        sextets[i + 1], worker, math.max(0, tonumber(sextets[i + 5]) or 0),
-        math.max(0, tonumber(sextets[i + 4]) or 0), false}
+      records[#records + 1] = sextets[6 * n]
     end
   end
-  record_history(history, KEYS[17], KEYS[18], KEYS[19], now, entries)
+  record_history(history, KEYS[17], KEYS[18], KEYS[19], done, records)
 end
 return out

@@ -70,6 +70,6 @@ redis.call('HDEL', KEYS[5], id)
 redis.call('HDEL', KEYS[6], id)
 redis.call('HDEL', KEYS[11], id)
 redis.pcall('HINCRBY', KEYS[7], 'cancelled', 1)
-record_history(history_open(KEYS[13]), KEYS[13], KEYS[14], KEYS[15], tonumber(ARGV[3]), {{id,
-  task_name_of(envelope), HISTORY_CANCELLED, attempts, false, false, false, false}})
+record_history(history_open(KEYS[13]), KEYS[13], KEYS[14], KEYS[15], {id},
+  {history_record(id, task_name_of(envelope), HISTORY_CANCELLED, attempts, tonumber(ARGV[3]))})
 return place

@@ -94,8 +94,10 @@ end
 local history = history_open(KEYS[21])
 if history then
   local ran = tonumber(ARGV[9]) >= 0
-  record_history(history, KEYS[21], KEYS[22], KEYS[23], now, {{id,
-    task_name_of(redis.pcall('HGET', KEYS[20], id)), retry_at < 0 and HISTORY_DEAD or HISTORY_RETRIED,
-    tonumber(ARGV[4]), ARGV[2], ran and tonumber(ARGV[9]), ran and math.max(0, tonumber(ARGV[10])), ARGV[11]}})
+  local name = task_name_of(redis.pcall('HGET', KEYS[20], id))
+  local outcome = retry_at < 0 and HISTORY_DEAD or HISTORY_RETRIED
+  record_history(history, KEYS[21], KEYS[22], KEYS[23], {id}, {history_record(id, name, outcome,
+    tonumber(ARGV[4]), now, ARGV[2], ran and tonumber(ARGV[9]),
+    ran and math.max(0, tonumber(ARGV[10])), ARGV[11])})
 end
 return 1

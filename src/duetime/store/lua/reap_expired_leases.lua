@@ -49,7 +49,7 @@ local flowing = flow_to_release(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], K
   KEYS[14])
 local ended, ended_leases = {}, {}
 local history = history_open(KEYS[16])
-local lost = {}
+local lost, records = {}, {}
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
@@ -70,8 +70,9 @@ for i = 2, #ARGV, 2 do
         count = count + 1
         if history then
           local attempt = tonumber(redis.pcall('HGET', KEYS[15], id)) or 0
-          lost[#lost + 1] = {id, task_name_of(envelope), HISTORY_LOST, attempt,
-            string.sub(member, 1, bar - 1), false, false, false}
+          lost[#lost + 1] = id
+          records[#lost] = history_record(id, task_name_of(envelope), HISTORY_LOST, attempt,
+            now, string.sub(member, 1, bar - 1))
         end
       else
         unknown = unknown + 1
@@ -90,5 +91,5 @@ end
 if unknown > 0 then
   redis.pcall('HINCRBY', KEYS[4], 'dropped_unknown', unknown)
 end
-record_history(history, KEYS[16], KEYS[17], KEYS[18], now, lost)
+record_history(history, KEYS[16], KEYS[17], KEYS[18], lost, records)
 return count

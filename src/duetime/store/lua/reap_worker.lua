@@ -71,14 +71,15 @@ local flowing = flow_to_release(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14]
   KEYS[17])
 local members = {}
 local history = history_open(KEYS[19])
-local lost = {}
+local lost, records = {}, {}
 for n, id in ipairs(listed) do
   members[#members + 1] = worker .. '|' .. id
   local leased = redis.call('ZREM', KEYS[3], worker .. '|' .. id) == 1
   if history and leased and envelopes[n] then
     local attempt = tonumber(redis.pcall('HGET', KEYS[18], id)) or 0
-    lost[#lost + 1] = {id, task_name_of(envelopes[n]), HISTORY_LOST, attempt, worker, false,
-      false, false}
+    lost[#lost + 1] = id
+    records[#lost] = history_record(id, task_name_of(envelopes[n]), HISTORY_LOST, attempt, now,
+      worker)
   end
 end
 if flowing and #listed > 0 then
@@ -105,5 +106,5 @@ end
 if unknown > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'dropped_unknown', unknown)
 end
-record_history(history, KEYS[19], KEYS[20], KEYS[21], now, lost)
+record_history(history, KEYS[19], KEYS[20], KEYS[21], lost, records)
 return #ids

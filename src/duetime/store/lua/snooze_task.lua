@@ -73,8 +73,9 @@ if wake and redis.call('LLEN', KEYS[5]) == 0 then
 end
 local history = history_open(KEYS[17])
 if history then
-  record_history(history, KEYS[17], KEYS[18], KEYS[19], now, {{id,
-    task_name_of(redis.pcall('HGET', KEYS[16], id)), HISTORY_SNOOZED, tonumber(ARGV[4]), ARGV[2],
-    math.max(0, tonumber(ARGV[7])), math.max(0, tonumber(ARGV[8])), false}})
+  local name = task_name_of(redis.pcall('HGET', KEYS[16], id))
+  record_history(history, KEYS[17], KEYS[18], KEYS[19], {id}, {history_record(id, name,
+    HISTORY_SNOOZED, tonumber(ARGV[4]), now, ARGV[2], math.max(0, tonumber(ARGV[7])),
+    math.max(0, tonumber(ARGV[8])))})
 end
 return 1
