@@ -6,6 +6,7 @@ on a task that ran meanwhile landing on them rather than on a 404."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from duetime.store.working import Outcome
 from tests.browser.conftest import CHROMIUM_ARGS, publish
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
 
-NOW_MS = 1_800_000_000_000
+NOW_MS = int(time.time() * 1000)  # the page's "x ago" reads as it would live
 LONG_ID = "invoice-" + "x" * 120
 LONG_ERROR = "ValueError: " + "/very/long/path/segment" * 6 + " " + "detail " * 12
 
