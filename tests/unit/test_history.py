@@ -78,3 +78,9 @@ def test_a_short_record_leaves_its_trailing_fields_unknown() -> None:
 def test_what_duetime_does_not_write_is_refused(blob: bytes) -> None:
     with pytest.raises(DecodeError):
         read_entry(1, blob)
+
+
+def test_an_id_that_is_not_utf8_round_trips_as_ids_are_read() -> None:
+    task_id = b"\xff-task".decode("utf-8", "surrogateescape")  # as the store reads it
+    entry = read_entry(1, b"|" + packed_record(task_id, "", 1, 5, "w", 0, 0))
+    assert entry.task_id == task_id

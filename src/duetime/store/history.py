@@ -13,7 +13,7 @@ from duetime.states import HistoryOutcome
 from duetime.store import scripts
 from duetime.store.base import QueueBase
 from duetime.store.replies import as_text, count_or_none
-from duetime.store.requests import Batch, Command, Eval, Plan
+from duetime.store.requests import Batch, Command, Eval, Plan, wire_id
 
 #: How many entries a queue's history (each shard's, when sharded) keeps unless told
 #: otherwise: HISTORY_DEFAULT_SIZE in history.lua.
@@ -64,11 +64,12 @@ def packed_record(
     duration_us: int,
     lateness_us: int,
 ) -> bytes:
-    """The record of a success, as history.lua's history_record packs any ending: what
-    a worker sends with each ack, so that the ack script only prefixes and pushes it."""
+    """The record of a success, as history.lua's history_record packs any ending (text
+    as Lua strings, an id that is not UTF-8 as its bytes): what a worker sends with each
+    ack, so that the ack script only prefixes and pushes it."""
     return codec.packed(
         [
-            task_id,
+            wire_id(task_id),
             task,
             SUCCEEDED_CODE,
             attempt,
@@ -76,7 +77,8 @@ def packed_record(
             worker,
             max(0, duration_us),
             max(0, lateness_us),
-        ]
+        ],
+        use_bin_type=False,
     )
 
 
@@ -84,7 +86,7 @@ def read_entry(number: int, blob: bytes) -> HistoryEntry:
     """The entry ``blob`` ("<previous>|<record>", history.lua), numbered ``number``;
     DecodeError if it is not one duetime wrote."""
     before, bar, record = blob.partition(b"|")
-    fields = codec.unpack(record) if bar else None
+    fields = codec.unpack_written_by_lua(record) if bar else None
     if not isinstance(fields, list) or not 5 <= len(fields) <= _FIELDS:
         raise DecodeError("not a history entry")
     if before and not before.isdigit():
