@@ -18,6 +18,12 @@ Scenarios (all by default):
   (LMOVE into a processing list, then LREM), pipelined, from this process.
 - ``enqueue``: tasks/s of one ``schedule_many`` call for 50,000 tasks (the library sends
   1,000 per round trip) and of 5,000 single ``schedule_task`` calls, from this process.
+- ``history``: the throughput run (async no-op) with the history of finished attempts
+  off and on (its default size, full, so every ack also trims it), in alternating
+  rounds, at concurrency 100 (acks of many tasks a call) and 1 (acks of one): tasks/s,
+  the on/off ratio, and CPU per task of the server and of the worker. Then the bytes one
+  entry costs: MEMORY USAGE of the history's keys over the entries they hold, at the
+  default size and with every attempt of a run kept.
 
 How completions are learned: handlers append (task index, start time) to an in-process
 list that the worker writes to a JSON file when it gets SIGTERM, so measuring costs one
@@ -64,7 +70,7 @@ from duetime.store import QueueKeys
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results" / "core.json"
-SCENARIOS = ("punctuality", "throughput", "concurrency", "enqueue", "cron")
+SCENARIOS = ("punctuality", "throughput", "concurrency", "enqueue", "cron", "history")
 READY_KEY = "bench:ready:"  # + a per-process token; a role pushes to it when it is up
 
 # Targets (informational).
@@ -432,11 +438,21 @@ class ThroughputRun:
     command_stats: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
-def throughput_run(bench: Bench, handler: str, concurrency: int) -> ThroughputRun:
-    server, n = bench.server, bench.sizes.throughput_tasks
+def throughput_run(
+    bench: Bench,
+    handler: str,
+    concurrency: int,
+    history: int | None = None,
+    tasks: int | None = None,
+) -> ThroughputRun:
+    """One throughput run; ``history``: the size of the queue's history (None: the
+    default); ``tasks``: how many (default: the sizes' throughput_tasks)."""
+    server, n = bench.server, tasks or bench.sizes.throughput_tasks
     server.reset()
     queue_name = f"throughput-{handler}-{concurrency}"
     queue = duetime.Queue(queue_name, server.url)
+    if history is not None:
+        queue.set_history(history)
     now = time.time() - 1.0  # already due: schedule_many puts them straight into ready
     queue.schedule_many(duetime.Job(i, at=now) for i in range(n))
     if queue.stats().ready != n:
@@ -513,6 +529,97 @@ def bench_throughput(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
         "raw_ceiling_per_s": ceiling,
     }
     return rows, details
+
+
+def history_bytes_per_entry(bench: Bench, queue: str) -> tuple[float, int]:
+    """MEMORY USAGE (exact: SAMPLES 0) of the history's keys over its entries, and how
+    many entries it holds."""
+    client, keys = bench.server.redis, QueueKeys(queue)
+    held = int(client.llen(keys.history))
+    each = {key: int(client.memory_usage(key, samples=0) or 0) for key in keys.history_keys}
+    print(f"  history keys with {held:,} entries: {each} bytes", flush=True)
+    return sum(each.values()) / max(held, 1), held
+
+
+#: The history scenario's runs: acks of many tasks a call (a worker at concurrency 100
+#: under a backlog), and of one (concurrency 1: each task acked alone).
+HISTORY_MODES = (("batched", 100), ("one by one", 1))
+
+
+def bench_history(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
+    """What the history costs: the throughput run with it off and on, in alternating
+    rounds, batched and one by one (medians, and the median of each round's on/off
+    ratio); CPU per task of the server and of the worker; and its bytes per entry."""
+    rounds = 1 if bench.sizes.throughput_tasks < 10_000 else 5
+    runs: dict[tuple[str, str], list[ThroughputRun]] = {}
+    memory: dict[str, tuple[float, int]] = {}
+    for n in range(rounds):
+        order = [("off", 0), ("on", None)]
+        for mode, concurrency in HISTORY_MODES:
+            tasks = bench.sizes.throughput_tasks // (1 if concurrency > 1 else 4)
+            for label, size in order if n % 2 == 0 else order[::-1]:
+                run = throughput_run(bench, "async", concurrency, history=size, tasks=tasks)
+                runs.setdefault((mode, label), []).append(run)
+                if label == "on" and concurrency > 1:
+                    memory["default"] = history_bytes_per_entry(bench, "throughput-async-100")
+                print(
+                    f"  history {label:3} {mode:10} round {n + 1}/{rounds} "
+                    f"{run.per_second:9,.0f} tasks/s  (redis cpu "
+                    f"{run.redis_cpu_s / run.tasks * 1e6:.1f} µs, worker cpu "
+                    f"{run.worker_cpu_s / run.tasks * 1e6:.1f} µs a task)",
+                    flush=True,
+                )
+    throughput_run(bench, "async", 100, history=bench.sizes.throughput_tasks)  # keeps all
+    memory["all"] = history_bytes_per_entry(bench, "throughput-async-100")
+    rows: list[Row] = []
+    for mode, _ in HISTORY_MODES:
+        rows += _history_rows(mode, runs[mode, "off"], runs[mode, "on"])
+    rows += [
+        Row("history", f"bytes per entry, {memory['default'][1]:,} entries (default size)",
+            round(memory["default"][0], 1), "B"),
+        Row("history", f"bytes per entry, {memory['all'][1]:,} entries",
+            round(memory["all"][0], 1), "B"),
+    ]  # fmt: skip
+    details = {
+        "rounds": rounds,
+        "runs": {
+            f"{mode} {label}": [asdict(r) for r in found] for (mode, label), found in runs.items()
+        },
+        "bytes_per_entry": {label: value for label, (value, _) in memory.items()},
+        "entries": {label: held for label, (_, held) in memory.items()},
+    }
+    return rows, details
+
+
+def _history_rows(mode: str, off: list[ThroughputRun], on: list[ThroughputRun]) -> list[Row]:
+    def median(runs: list[ThroughputRun], figure: Callable[[ThroughputRun], float]) -> float:
+        return round(percentile([figure(run) for run in runs], 50), 2)
+
+    def redis_cpu(run: ThroughputRun) -> float:
+        return run.redis_cpu_s / run.tasks * 1e6
+
+    def worker_cpu(run: ThroughputRun) -> float:
+        return run.worker_cpu_s / run.tasks * 1e6
+
+    ratios = [b.per_second / a.per_second for a, b in zip(off, on, strict=True) if a.per_second]
+    rows = [
+        Row("history", f"{mode}: tasks/s, history off (median of {len(off)})",
+            median(off, lambda r: r.per_second), "tasks/s"),
+        Row("history", f"{mode}: tasks/s, history on", median(on, lambda r: r.per_second),
+            "tasks/s"),
+        Row("history", f"{mode}: on / off, median of each round's ratio",
+            percentile(ratios, 50) if ratios else float("nan"), "x"),
+    ]  # fmt: skip
+    for label, runs in (("off", off), ("on", on)):
+        rows += [
+            Row("history", f"{mode}: redis cpu per task (µs), history {label}",
+                median(runs, redis_cpu), "µs"),
+            Row("history", f"{mode}: worker cpu per task (µs), history {label}",
+                median(runs, worker_cpu), "µs"),
+            Row("history", f"{mode}: redis commands per task, history {label}",
+                median(runs, lambda r: r.redis_commands_per_task), "commands"),
+        ]  # fmt: skip
+    return rows
 
 
 def bench_concurrency(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
@@ -614,6 +721,7 @@ RUNNERS: dict[str, Callable[[Bench], tuple[list[Row], dict[str, Any]]]] = {
     "concurrency": bench_concurrency,
     "enqueue": bench_enqueue,
     "cron": bench_cron,
+    "history": bench_history,
 }
 
 

@@ -14,6 +14,7 @@ from duetime.client import (
     CronInfo,
     CronRun,
     DeadTask,
+    FinishedAttempt,
     Job,
     MinuteFigures,
     Queue,
@@ -38,6 +39,7 @@ from duetime.hooks import (
 )
 from duetime.keyed import Debounce, KeyedState, Scheduled, Throttle, Unique
 from duetime.settings import Settings
+from duetime.states import HistoryOutcome
 from duetime.task_context import TaskContext, current_task
 from duetime.worker import Worker
 from duetime.worker.context import Snooze
@@ -59,6 +61,8 @@ __all__ = [
     "DeadTaskInfo",
     "Debounce",
     "Dispatcher",
+    "FinishedAttempt",
+    "HistoryOutcome",
     "Hooks",
     "Job",
     "KeyLimits",

@@ -9,10 +9,12 @@ dispatchers find it (its tasks' ids hash to it, the index holds its earliest run
 layout counts its tasks and covers its generation); nothing is left behind that would
 grow without bound: per-task hashes of tasks that are gone, leases without their task,
 processing lists of unregistered workers, results without a TTL, unknown keys, records
-of debounce, throttle and unique keys that no sweep would drop (invariant 7). Also
-reported: garbage where duetime keeps numbers (attempt counters, early run-at notes,
-counters, held cron ticks), keyed records that do not read, and cron definitions this
-host cannot use (poison records the dispatcher pauses).
+of debounce, throttle and unique keys that no sweep would drop, a history longer than
+its size or an index of entries it no longer keeps (invariant 7; the history's
+entries are of tasks that are gone, by design). Also reported: garbage where duetime
+keeps numbers (attempt counters, early run-at notes, counters, held cron ticks, the
+history's size and number), keyed records that do not read, and cron definitions
+this host cannot use (poison records the dispatcher pauses).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from duetime import cron, keyed
 from duetime.errors import DuetimeError
+from duetime.store.history import DEFAULT_HISTORY_SIZE, HISTORY_TRIM_STEP, read_entry
 from duetime.store.keys import MAX_GENERATION, bucket_name, lease_member, split_lease_member
 from duetime.store.replies import count_or_none
 from duetime.store.snapshot import Snapshot
@@ -46,6 +49,7 @@ def check_invariants(snapshot: Snapshot) -> list[Violation]:
     problems += _garbage(snapshot)
     problems += _left_over(snapshot)
     problems += _keyed(snapshot)
+    problems += _history(snapshot)
     return problems
 
 
@@ -229,6 +233,39 @@ def _garbage(snapshot: Snapshot) -> list[Violation]:
             cron.decode_job(blob)
         except DuetimeError as problem:
             found.append(Violation("poison cron", name, f"definition unusable here: {problem}"))
+    return found
+
+
+def _history(snapshot: Snapshot) -> list[Violation]:
+    """The history: within its size, each entry readable, its index pointing only at
+    entries it keeps, each of them its task's."""
+    found: list[Violation] = []
+    state = snapshot.history_state
+    size = count_or_none(state.get("size", str(DEFAULT_HISTORY_SIZE).encode()))
+    newest = count_or_none(state.get("seq", b"0"))
+    for name, value in (("size", size), ("seq", newest)):
+        if value is None or value < 0:
+            found.append(Violation("garbage", f"history_state.{name}", _shown(state[name])))
+    held = len(snapshot.history)
+    if size is not None and held >= size + HISTORY_TRIM_STEP:
+        detail = f"holds {held} entries; it keeps {size}, and is trimmed {HISTORY_TRIM_STEP} later"
+        found.append(Violation("leak", "history", detail))
+    owners: dict[int, str] = {}
+    for index, blob in enumerate(snapshot.history):
+        try:
+            owners[index] = read_entry(0, blob).task_id
+        except DuetimeError as problem:
+            found.append(Violation("garbage", f"history entry {index}", str(problem)))
+    if newest is None:
+        return found
+    for task_id, number in sorted(snapshot.history_tasks.items()):
+        index = newest - int(number)
+        if not 0 <= index < held:
+            detail = f"history index entry of entry {number:.0f}, which is not kept"
+            found.append(Violation("leak", task_id, detail))
+        elif owners.get(index, task_id) != task_id:
+            detail = f"history index points at entry {number:.0f}, of task {owners[index]}"
+            found.append(Violation("stale index", task_id, detail))
     return found
 
 

@@ -125,6 +125,19 @@ def unpack(blob: bytes) -> Any:
         ) from error
 
 
+def unpack_written_by_lua(blob: bytes) -> Any:
+    """A record a script packed: Lua strings are bytes, so text that is not UTF-8 (an id
+    written by hand) is read as ids are read (surrogateescape), not refused."""
+    try:
+        return msgpack.unpackb(
+            blob, raw=False, strict_map_key=False, timestamp=0, unicode_errors="surrogateescape"
+        )
+    except Exception as error:  # msgpack raises several unrelated types on bad input
+        raise DecodeError(
+            f"not a valid msgpack document ({type(error).__name__}: {error})"
+        ) from error
+
+
 def encode_envelope(envelope: Envelope) -> bytes:
     return envelope_from_packed_data(
         envelope.task,

@@ -19,6 +19,17 @@ class TaskState(StrEnum):
     UNKNOWN = "unknown"  # nothing is kept under this id
 
 
+class HistoryOutcome(StrEnum):
+    """How an attempt ended, as the queue's history records it."""
+
+    SUCCEEDED = "succeeded"
+    RETRIED = "retried"  # failed (raised or timed out); another attempt follows
+    DEAD = "dead"  # failed with no attempt left, or could not run at all
+    SNOOZED = "snoozed"  # the handler asked to run again later; the attempt was given back
+    LOST = "lost"  # its lease ran out or its worker went silent; the task runs again
+    CANCELLED = "cancelled"  # the task was cancelled while it waited (or was dead)
+
+
 class RescheduleOutcome(StrEnum):
     """What ``reschedule_task.lua`` did."""
 

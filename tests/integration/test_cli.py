@@ -134,7 +134,12 @@ def test_status_and_cancel(cli: CliRunner, redis_url: str, queue_name: str) -> N
     assert json.loads(status.stdout)["state"] == "scheduled"
     assert cli.invoke(main, ["cancel", "-q", queue_name, task_id]).exit_code == 0
     assert cli.invoke(main, ["cancel", "-q", queue_name, task_id]).exit_code == EXIT_NOT_FOUND
-    assert cli.invoke(main, ["status", "-q", queue_name, task_id]).exit_code == EXIT_NOT_FOUND
+    # Gone from the queue, the cancel is in its history; an id never used is not found.
+    gone = json.loads(cli.invoke(main, ["status", "-q", queue_name, task_id]).stdout)
+    assert (gone["state"], [entry["outcome"] for entry in gone["history"]]) == (
+        "unknown", ["cancelled"],
+    )  # fmt: skip
+    assert cli.invoke(main, ["status", "-q", queue_name, "never"]).exit_code == EXIT_NOT_FOUND
 
 
 def test_unreachable_redis_exits_3_with_the_password_masked(queue_name: str) -> None:

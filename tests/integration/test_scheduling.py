@@ -260,10 +260,14 @@ def test_cancel_from_each_place_leaves_nothing(
         assert queue.status(scheduled) is None
         assert queue.check() == []
     keys = QueueKeys(queue_name)
-    # Counters, an unconsumed wake signal (one element at most) and the registry of
-    # queues (which lists it) are all that remain.
-    assert set(raw.keys("*")) <= {keys.stats.encode(), keys.wake.encode(), b"duetime:queues"}
+    # Counters, an unconsumed wake signal (one element at most), the registry of queues
+    # (which lists it) and the history, which records the two cancels and is capped, are
+    # all that remain.
+    history = {key.encode() for key in keys.history_keys}
+    allowed = {keys.stats.encode(), keys.wake.encode(), b"duetime:queues", *history}
+    assert set(raw.keys("*")) <= allowed
     assert raw.llen(keys.wake) <= 1
+    assert raw.llen(keys.history) == 2
 
 
 def test_cancel_refuses_a_running_task(redis_url: str, queue_name: str) -> None:

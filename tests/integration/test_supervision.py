@@ -365,7 +365,7 @@ def test_status_of_a_finished_task_says_how_it_finished_and_a_forgotten_one_says
         assert status.finished_at is not None
         assert queue.status(forgotten) is None
         message = str(queue.core.not_found(forgotten))
-        assert "never existed" in message and "kept nothing" in message
+        assert "never existed" in message and "kept no result" in message
 
 
 # --- counters count events, not observers ----------------------------------------------

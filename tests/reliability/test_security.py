@@ -183,13 +183,15 @@ def test_a_subprocess_worker_runs_only_registered_handlers(
 ROLE_SCRIPTS: dict[str, set[str]] = {
     "producer": {"schedule_task", "schedule_tasks", "cancel_task", "reschedule_task", "task_status",
                  "declare_cron", "set_cron_next", "remove_cron", "start_backfill",
-                 "debounce_task", "throttle_task", "schedule_unique", "keyed_status"},
+                 "debounce_task", "throttle_task", "schedule_unique", "keyed_status",
+                 "history_page", "task_history"},
     "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker",
                "give_back_task", "snooze_task"},
     "dispatcher": {"promote_due", "reap_expired_leases", "reap_worker", "purge_dead",
                    "fire_cron", "set_cron_next", "fire_backfill", "sweep_keyed"},
 }  # fmt: skip
-ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead", "set_limits"}
+ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead", "set_limits",
+                                                       "set_history"}  # fmt: skip
 #: Commands each role sends itself (not from a script). CONFIG GET is optional.
 ROLE_DIRECT: dict[str, set[str]] = {
     "producer": {
@@ -272,6 +274,7 @@ PLAN_MODULES = (
     "operations",
     "flow_control",
     "searching",
+    "history",
 )
 
 
@@ -387,6 +390,7 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
 
     producer = Queue(queue_name, acl_users.url("producer"), settings=FAST)
     operator = Queue(queue_name, acl_users.url("operator"), settings=FAST)
+    operator.set_history(5000)  # keeps every attempt of this test (checked at the end)
     # Work the dispatcher must recover: a silent worker, an orphan list, an expired lease.
     for task_id, worker in (("reap-me", "gone"), ("orphan-me", "never"), ("lease-me", "hung")):
         producer.schedule_in(3600, {"recovered": task_id}, id=task_id)
@@ -468,6 +472,13 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     assert inspected.exit_code == 0, inspected.output
     assert CliRunner().invoke(main, ["dead", "list", "-q", queue_name]).exit_code == 0
     assert operator.check() == []
+    # Each role's scripts recorded the attempts they ended in the history: successes,
+    # retries and deaths (worker), lost leases (dispatcher), cancels (producer and
+    # operator); the producer reads it, the operator trims it.
+    ended = {attempt.outcome for attempt in producer.history(5000)}
+    assert {"succeeded", "retried", "dead", "lost", "cancelled"} <= ended
+    operator.set_history(5)
+    assert len(producer.history(50)) == 5 and operator.check() == []
     producer.close()
     operator.close()
     warnings = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]

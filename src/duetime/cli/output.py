@@ -20,7 +20,7 @@ from rich.table import Table as RichTable
 from rich.text import Text as RichText
 
 from duetime import times
-from duetime.client import TaskStatus
+from duetime.client import FinishedAttempt, TaskStatus
 
 #: The widest an id column is made to keep its ids on one line: a generated id (12
 #: characters), or a cron tick's ("cron:<name>:<ms>") of a name of up to 25, with some
@@ -134,11 +134,27 @@ _STATUS_TIMES = ("run_at", "died_at", "finished_at")
 
 def print_status(found: TaskStatus) -> None:
     """A task's status as JSON, its times in ISO 8601 (local zone, or UTC with --utc)."""
-    report = dataclasses.asdict(found)
-    for name in _STATUS_TIMES:
-        if report.get(name) is not None:
-            report[name] = times.format_time(report[name], display_zone(), precise=True)
+    _print_report(dataclasses.asdict(found))
+
+
+def print_task(task_id: str, found: TaskStatus | None, history: Sequence[FinishedAttempt]) -> None:
+    """A task's status and its finished attempts (``history``, latest first) as JSON,
+    times as ``print_status`` shows them. A task the queue no longer holds, whose history
+    still does, shows state "unknown" and its history."""
+    report: dict[str, Any] = {"id": task_id, "state": "unknown"}
+    if found is not None:
+        report = dataclasses.asdict(found)
+    report["history"] = [dataclasses.asdict(attempt) for attempt in history]
+    _print_report(report)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    zone = display_zone()
+    for record in (report, *report.get("history", ())):
+        for name in _STATUS_TIMES:
+            if record.get(name) is not None:
+                record[name] = times.format_time(record[name], zone, precise=True)
     keyed = report.get("keyed")
     if keyed and keyed["until"] is not None:  # a debounce deadline or a window's end
-        keyed["until"] = times.format_time(keyed["until"], display_zone(), precise=True)
+        keyed["until"] = times.format_time(keyed["until"], zone, precise=True)
     click.echo(json.dumps(report, default=str, indent=2))

@@ -1,5 +1,6 @@
 """The commands on whole queues: ``duetime inspect`` (counts, workers, the invariant
-check), ``queues`` (those served on this server) and ``pause``/``resume``."""
+check), ``queues`` (those served on this server), ``pause``/``resume`` and
+``history-size`` (how many finished attempts the history keeps)."""
 
 from __future__ import annotations
 
@@ -184,4 +185,31 @@ pause = _queue_switch(
 )
 resume = _queue_switch("resume", False, "Workers claim from QUEUE again, at once.")
 
-COMMANDS = (inspect, queues, pause, resume)
+
+@queue_command("history-size")
+@click.argument("size", required=False, metavar="[SIZE|default]")
+def history_size(queue: str, size: str | None, redis_url: str | None) -> None:
+    """How many finished attempts the queue's history keeps (per shard); with SIZE, keep
+    that many from now on (0: none, and delete what is kept; default: 1,000).
+
+    \b
+    Examples:
+      duetime history-size -q emails
+      duetime history-size -q emails 20000
+    """
+    wanted: int | None = None
+    if size is not None and size != "default":
+        if not size.isdigit():
+            raise click.BadParameter(f"expected a whole number or default, got {size!r}")
+        wanted = int(size)
+    with open_queue(queue, redis_url) as client:
+        if size is not None:
+            client.set_history(wanted)
+        kept = client.history_size()
+    shown_size = f"the last {kept:,} finished attempts" if kept else "no finished attempts"
+    click.echo(
+        f"{queue} keeps {shown_size}" + (" per shard" if client.core.layout.count > 1 else "")
+    )
+
+
+COMMANDS = (inspect, queues, pause, resume, history_size)

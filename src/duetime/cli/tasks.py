@@ -1,5 +1,5 @@
 """The commands on tasks: ``duetime schedule``, ``status``, ``cancel``, ``tasks`` (those in
-one state), ``task show`` and ``run-now``."""
+one state, or finished: the history), ``task show`` and ``run-now``."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import (
     DEFAULT_HANDLER_SHOWN,
     Table,
-    print_status,
+    print_task,
     shown_time,
     stdout_console,
 )
 from duetime.cli.values import DURATION, TIME, json_argument
-from duetime.client import TaskSummary
+from duetime.client import FinishedAttempt, TaskSummary
 from duetime.errors import TaskNotFoundError
+from duetime.states import HistoryOutcome
+from duetime.times import TIME_WIDTH, format_duration
 
 #: ``duetime tasks --task``: tasks read per page, and how far a filtered listing reads.
 TASK_PAGE = 500
@@ -105,17 +107,18 @@ def schedule(
 @queue_command()
 @click.argument("task_id")
 def status(queue: str, task_id: str, redis_url: str | None) -> None:
-    """Show where a task is and its last error, as JSON (times in ISO 8601, local zone
-    or UTC with --utc)."""
+    """Show where a task is, its last error and its finished attempts (the history), as
+    JSON (times in ISO 8601, local zone or UTC with --utc)."""
     _show_status(queue, task_id, redis_url)
 
 
 def _show_status(queue: str, task_id: str, redis_url: str | None) -> None:
     with open_queue(queue, redis_url) as client:
         found = client.status(task_id)
-        if found is None:
+        history = client.history(TASK_PAGE, task_id=task_id)
+        if found is None and not history:
             raise client.core.not_found(task_id)
-    print_status(found)
+    print_task(task_id, found, history)
 
 
 @queue_command()
@@ -131,28 +134,41 @@ def cancel(queue: str, task_id: str, redis_url: str | None) -> None:
 @queue_command()
 @click.option(
     "--state",
-    type=click.Choice(["scheduled", "ready", "running", "dead"]),
+    type=click.Choice(["scheduled", "ready", "running", "dead", "finished"]),
     default="scheduled",
     show_default=True,
 )
 @click.option("--task", "task_filter", metavar="NAME", help="Only tasks of this handler.")
+@click.option(
+    "--outcome",
+    type=click.Choice([str(outcome) for outcome in HistoryOutcome]),
+    help="With --state finished: only attempts that ended so.",
+)
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (times in epoch seconds).")
 def tasks(
     queue: str,
     state: str,
     task_filter: str | None,
+    outcome: str | None,
     limit: int,
     as_json: bool,
     redis_url: str | None,
 ) -> None:
-    """Tasks in one state, in the order they will be served (dead: latest first).
+    """Tasks in one state, in the order they will be served (dead: latest first);
+    finished: the attempts the queue's history keeps, latest first.
 
     \b
-    Example:
+    Examples:
       duetime tasks -q emails --state running
+      duetime tasks -q emails --state finished --task send --outcome dead
     """
     wanted = None if task_filter is None else _handler_name(task_filter)
+    if outcome is not None and state != "finished":
+        raise click.UsageError("--outcome goes with --state finished")
+    if state == "finished":
+        _finished(queue, wanted, outcome, limit, as_json, redis_url)
+        return
     with open_queue(queue, redis_url) as client:
         found: list[TaskSummary] = []
         offset = 0
@@ -194,6 +210,48 @@ def _tasks_table(state: str, found: list[TaskSummary]) -> Table:
     return table
 
 
+def _finished(
+    queue: str,
+    task: str | None,
+    outcome: str | None,
+    limit: int,
+    as_json: bool,
+    redis_url: str | None,
+) -> None:
+    """``duetime tasks --state finished``: the history, latest first."""
+    with open_queue(queue, redis_url) as client:
+        found = client.history(limit, task=task, outcome=outcome)
+    if as_json:
+        click.echo(json.dumps([dataclasses.asdict(a) for a in found], default=str, indent=2))
+        return
+    stdout_console().print(_finished_table(found))
+
+
+def _finished_table(found: list[FinishedAttempt]) -> Table:
+    """Finished attempts: when, how, how long the handler ran, and the error if any."""
+    table = Table(
+        "id",
+        Column("finished", no_wrap=True, min_width=TIME_WIDTH),
+        "task",
+        Column("att.", justify="right"),
+        "outcome",
+        Column("took", justify="right", no_wrap=True),
+        "error",
+        one_line=("id", "task", "error"),
+    )
+    for attempt in found:
+        table.add_row(
+            attempt.task_id,
+            shown_time(attempt.finished_at),
+            "?" if attempt.task is None else (attempt.task or DEFAULT_HANDLER_SHOWN),
+            str(attempt.attempt),
+            attempt.outcome,
+            "-" if attempt.duration is None else format_duration(attempt.duration),
+            attempt.error or "",
+        )
+    return table
+
+
 def _handler_name(shown: str) -> str:
     return "" if shown == DEFAULT_HANDLER_SHOWN else shown
 
@@ -206,7 +264,8 @@ def task() -> None:
 @queue_command("show", group=task)
 @click.argument("task_id")
 def task_show(queue: str, task_id: str, redis_url: str | None) -> None:
-    """Everything known of a task, as JSON (the same as `duetime status`)."""
+    """Everything known of a task, its finished attempts included, as JSON (the same as
+    `duetime status`)."""
     _show_status(queue, task_id, redis_url)
 
 

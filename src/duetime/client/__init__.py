@@ -5,11 +5,11 @@ single schedule calls.
 
 Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepared`` (a
 task checked and ready to write), ``shards``, ``preparing``, ``producing``,
-``inspection``, ``control``, ``searching``, ``bulk``, ``cron`` and ``backfill`` (the plans,
-joined by ``core.QueueCore``), ``reports`` (records read from the store's replies),
-``queue`` (``Queue``, ``AsyncQueue``, with ``search_methods`` and ``cron_methods``),
-``handles`` (typed schedule calls of one handler), ``registry`` (the queues a server
-knows), ``selection`` and ``coalescing``.
+``inspection``, ``control``, ``searching``, ``bulk``, ``cron``, ``backfill`` and
+``history`` (the plans, joined by ``core.QueueCore``), ``reports`` (records read from
+the store's replies), ``queue`` (``Queue``, ``AsyncQueue``, with ``search_methods``
+and ``cron_methods``), ``handles`` (typed schedule calls of one handler),
+``registry`` (the queues a server knows), ``selection`` and ``coalescing``.
 """
 
 from duetime.client.bulk import (
@@ -29,6 +29,7 @@ from duetime.client.models import (
     CronRun,
     DeadTask,
     Duration,
+    FinishedAttempt,
     Job,
     MinuteFigures,
     QueueStats,
@@ -68,6 +69,7 @@ __all__ = [
     "DeadSelection",
     "DeadTask",
     "Duration",
+    "FinishedAttempt",
     "HandleOptions",
     "Job",
     "MatchSelection",

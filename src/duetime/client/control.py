@@ -66,6 +66,13 @@ class Control(Inspection):
         out its back-off. Its run-at becomes the server's now."""
         status = yield from self.status_plan(task_id)
         if status is None:
+            ended = yield from self._home(task_id).task_history(task_id, 1)
+            if ended:  # it ran (or was cancelled) already: say so, not "unknown"
+                raise TaskStateError(
+                    f"task {task_id} already ended ({ended[0].outcome}, attempt "
+                    f"{ended[0].attempt}) and is no longer queued: only a waiting task can "
+                    "be run now"
+                )
             raise self.not_found(task_id)
         if status.state != TaskState.SCHEDULED:
             raise TaskStateError(

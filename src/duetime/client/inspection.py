@@ -48,12 +48,13 @@ class Inspection(QueueShards):
     """The plans that read a queue."""
 
     def not_found(self, task_id: str) -> TaskNotFoundError:
-        """What to say when nothing is kept under an id: a typo and a finished task that
-        kept no result look the same in Redis, so say both."""
+        """What to say when nothing is kept under an id: a typo and a task finished long
+        ago that kept no result look the same in Redis, so say both."""
         return TaskNotFoundError(
             f"nothing is known of task {task_id!r} in queue {self.name!r}: it never existed, "
-            "or it finished or was cancelled and kept nothing (schedule with result_ttl to "
-            "keep its outcome for a while)"
+            "or it finished or was cancelled so long ago that the queue's history no longer "
+            "holds it (see duetime history-size), and it kept no result (schedule with "
+            "result_ttl to keep its outcome for a while)"
         )
 
     def status_plan(self, task_id: str) -> Plan[TaskStatus | None]:

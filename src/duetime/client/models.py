@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypedDict
 
 from duetime.keyed import Debounce, KeyedState, Throttle, Unique
-from duetime.states import TaskState
+from duetime.states import HistoryOutcome, TaskState
 
 Timestamp = int | float | datetime
 #: A duration: seconds, or a ``timedelta``.
@@ -171,6 +171,24 @@ class DeadTask:
     error: str
     traceback: str
     attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinishedAttempt:
+    """An attempt that ended (or a cancel), as the queue's history keeps it. Times are
+    epoch seconds by the server clock; ``duration`` and ``lateness`` (seconds the
+    handler ran, and how long after the task was due it started) are None where the
+    handler did not run or the ending was not the worker's (lost, cancelled)."""
+
+    task_id: str
+    task: str | None  # the handler's name ("" the default one); None: not readable
+    outcome: HistoryOutcome
+    attempt: int  # the attempt that ended (cancelled: the attempts started, maybe 0)
+    finished_at: float
+    worker: str | None = None
+    duration: float | None = None
+    lateness: float | None = None
+    error: str | None = None  # the first line of the error (retried, dead)
 
 
 @dataclass(frozen=True, slots=True)

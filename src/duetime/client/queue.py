@@ -1,5 +1,6 @@
 """``Queue`` and ``AsyncQueue``, the client API: schedule, cancel, reschedule, inspect and
-wait for tasks, and make typed handles of handlers (``task``).
+wait for tasks, and make typed handles of handlers (``task``); the history's methods
+come from ``history``.
 
 ``QueueCore`` validates input and builds plans; ``Queue`` runs them on a
 synchronous Redis client and ``AsyncQueue`` on an asyncio one, so both behave the
@@ -17,6 +18,7 @@ from duetime.client.coalescing import TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
 from duetime.client.cron_methods import AsyncCronMethods, CronMethods
 from duetime.client.handles import AsyncTaskHandle, TaskHandle
+from duetime.client.history import AsyncQueueHistory, QueueHistory
 from duetime.client.models import (
     DeadTask,
     Duration,
@@ -46,7 +48,7 @@ from duetime.store.runner import RedisSpec
 T = TypeVar("T")
 
 
-class Queue(SearchMethods, CronMethods):
+class Queue(SearchMethods, CronMethods, QueueHistory):
     """A queue on a synchronous connection.
 
     ``redis`` is a URL, a ``redis.Redis`` client (its address is reused), or None for
@@ -56,6 +58,9 @@ class Queue(SearchMethods, CronMethods):
     masters; give workers and dispatchers the same count (docs/deployment.md).
     ``hooks`` (duetime.Hooks) hear about every task this object schedules.
     """
+
+    core: QueueCore
+    runner: SyncRunner | LoopRunner
 
     def __init__(
         self,
@@ -214,8 +219,11 @@ class Queue(SearchMethods, CronMethods):
         self.close()
 
 
-class AsyncQueue(AsyncSearchMethods, AsyncCronMethods):
+class AsyncQueue(AsyncSearchMethods, AsyncCronMethods, AsyncQueueHistory):
     """The asyncio twin of ``Queue``: same arguments, same plans, awaited."""
+
+    core: QueueCore
+    runner: AsyncRunner
 
     def __init__(
         self,

@@ -44,6 +44,7 @@ def routes(dashboard: Dashboard) -> list[BaseRoute]:
         Route(f"{q}/tasks", pages.tasks),
         Route(f"{q}/task", pages.task),
         Route(f"{q}/running", pages.running),
+        Route(f"{q}/finished", pages.finished),
         Route(f"{q}/dead", pages.dead),
         Route(f"{q}/dead/confirm", pages.dead_confirm),
         Route(f"{q}/cron", pages.cron),

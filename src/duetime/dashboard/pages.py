@@ -14,6 +14,7 @@ from starlette.responses import Response
 from duetime import validation
 from duetime.dashboard import views
 from duetime.dashboard.flow_view import read_flow
+from duetime.dashboard.history_view import OUTCOMES, FinishedQuery, finished_page, task_attempts
 from duetime.dashboard.inputs import dead_filter, page_number
 from duetime.dashboard.site import Dashboard
 from duetime.errors import InvalidInputError
@@ -76,28 +77,54 @@ class Pages:
             validation.task_id(task_id)
         except InvalidInputError as error:
             raise HTTPException(400, f"Not a task id: {error}") from None
-        status = await queue.status(task_id)
-        if status is None:
+        status, (attempts, history_size) = await asyncio.gather(
+            queue.status(task_id), task_attempts(queue, task_id)
+        )
+        if status is None and not attempts:
             raise HTTPException(
                 404,
                 f"Nothing is known of task {task_id!r} in {name}: it never existed, or it "
-                "finished or was cancelled and kept no result (it was scheduled without "
-                "result_ttl, or its result expired).",
+                "finished or was cancelled so long ago that the queue's history no longer "
+                "holds it, and it kept no result (it was scheduled without result_ttl, or "
+                "its result expired).",
             )
         entry = None
         heartbeat = None
-        if status.state == TaskState.RUNNING:
+        if status is not None and status.state == TaskState.RUNNING:
             entry = await views.running_entry(queue, task_id)
             if entry is not None and entry.worker is not None:
                 heartbeat = (await queue.stats()).workers.get(entry.worker)
         context = {
             "queue": name,
             "page": "tasks",
+            "task_id": task_id,
             "status": status,
             "entry": entry,
             "heartbeat": heartbeat,
+            "attempts": attempts,
+            "history_size": history_size,
         }
         return self.site.render(request, "task.html", context)
+
+    async def finished(self, request: Request) -> Response:
+        """The queue's history of finished attempts, newest first, by handler and outcome."""
+        name, queue = self.site.queue(request)
+        params = request.query_params
+        query = FinishedQuery(
+            task=params.get("task", "").strip(),
+            outcome=params.get("outcome", "").strip(),
+            page=page_number(params.get("page")),
+        )
+        found = await finished_page(queue, query)
+        context = {
+            "queue": name,
+            "page": "finished",
+            "query": query,
+            "found": found,
+            "outcomes": OUTCOMES,
+            "shards": self.site.shards,
+        }
+        return self.site.render(request, "finished.html", context)
 
     async def running(self, request: Request) -> Response:
         name, queue = self.site.queue(request)

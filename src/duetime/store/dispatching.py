@@ -122,7 +122,7 @@ class DispatcherPlans(QueueBase):
         for raw in members:
             member = as_text(raw)
             worker_id, _ = split_lease_member(member)
-            index = active_keys.setdefault(k.active(worker_id), 15 + len(active_keys))
+            index = active_keys.setdefault(k.active(worker_id), 19 + len(active_keys))
             args += (member, index)
         return int(
             (
@@ -137,6 +137,8 @@ class DispatcherPlans(QueueBase):
                         k.early,
                         *k.flow_keys,
                         k.ready,
+                        k.attempts,
+                        *k.history_keys,
                         *active_keys,
                     ),
                     args,
@@ -169,6 +171,8 @@ class DispatcherPlans(QueueBase):
                         k.early,
                         *k.flow_keys,
                         k.ready,
+                        k.attempts,
+                        *k.history_keys,
                     ),
                     (now, worker_id, stale_before_ms, look_at),
                 )

@@ -253,6 +253,29 @@ class QueueKeys:
             self.running,
         )
 
+    @property
+    def history_state(self) -> str:
+        """HASH: "size" (how many finished attempts the history keeps; absent: the
+        default, 0: none) and "seq" (the number of its newest entry)."""
+        return self._key("history_state")
+
+    @property
+    def history(self) -> str:
+        """LIST of finished attempts (msgpack entries), newest first, capped at the
+        history's size: entry number n is at index seq - n."""
+        return self._key("history")
+
+    @property
+    def history_tasks(self) -> str:
+        """ZSET task id -> the number of its newest entry in ``history`` (each entry
+        names the task's one before), for the entries still kept."""
+        return self._key("history_tasks")
+
+    @property
+    def history_keys(self) -> tuple[str, str, str]:
+        """The keys of the history, in the order the scripts take them (history.lua)."""
+        return (self.history_state, self.history, self.history_tasks)
+
     def active(self, worker_id: str) -> str:
         """LIST of task ids a worker has taken (its BLMOVE destination)."""
         return self._key(f"active:{worker_id}")
@@ -286,6 +309,7 @@ _KEY_TYPES = {
     "resumed": "list", "active:": "list", "result:": "list", "limits": "hash",
     "flow": "hash", "due": "zset", "turns": "zset", "throttled": "zset", "rates": "zset",
     "running": "zset", "keyed": "hash", "keyed_expiry": "zset", "keyed_tasks": "hash",
+    "history_state": "hash", "history": "list", "history_tasks": "zset",
 }  # fmt: skip
 
 

@@ -7,10 +7,10 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 The plans of one queue are written in groups, one module per role (``producing``,
 ``dispatching``, ``working``, ``cron_jobs``, ``operating``, ``snapshot``,
-``server_checks``, ``flow_control``, ``searching``, ``keyed``), and joined here into
-``QueueOperations``. Also here: the queues of a sharded layout, and the registry of
-queues (noted by the dispatchers that serve them and by clients after their first
-write).
+``server_checks``, ``flow_control``, ``searching``, ``keyed``, ``history``), and joined
+here into ``QueueOperations``. Also here: the queues of a sharded layout, and the
+registry of queues (noted by the dispatchers that serve them and by clients after
+their first write).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from duetime.clock import Clock, ServerClock
 from duetime.store.cron_jobs import CronPlans
 from duetime.store.dispatching import DispatcherPlans
 from duetime.store.flow_control import FlowPlans
+from duetime.store.history import HistoryPlans
 from duetime.store.keyed import KeyedPlans
 from duetime.store.keys import QUEUE_REGISTRY, QueueLayout
 from duetime.store.operating import OperatorPlans
@@ -45,6 +46,7 @@ class QueueOperations(
     ServerCheckPlans,
     FlowPlans,
     KeyedPlans,
+    HistoryPlans,
 ):
     """The plans of one queue (or of one shard of a sharded queue)."""
 

@@ -197,9 +197,11 @@ class ProducerPlans(QueueBase):
         return stored
 
     def cancel(self, task_id: str, waiting_only: bool = False) -> Plan[TaskState | None]:
-        """Remove a task that has not started, or a dead one unless ``waiting_only``:
-        the place it was taken from, RUNNING when it runs (left alone), DEAD with
-        ``waiting_only`` when it is dead (left alone), None when it is not live."""
+        """Remove a task that has not started, or a dead one unless ``waiting_only``
+        (recorded in the history): the place it was taken from, RUNNING when it runs
+        (left alone), DEAD with ``waiting_only`` when it is dead (left alone), None when
+        it is not live."""
+        now = yield from self.now()
         k = self.keys
         fixed = (
             k.tasks,
@@ -214,13 +216,14 @@ class ProducerPlans(QueueBase):
             k.delayed_layout,
             k.flow_records,
             k.due,
+            *k.history_keys,
         )
         place = yield from self._looked_up(
             task_id,
             lambda generation, buckets: Eval(
                 scripts.CANCEL_TASK,
                 (*fixed, *buckets),
-                (task_id, generation, "1" if waiting_only else "0"),
+                (task_id, generation, now, "1" if waiting_only else "0"),
             ),
         )
         return TaskState(as_text(place)) if place else None

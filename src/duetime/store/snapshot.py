@@ -44,6 +44,9 @@ class Snapshot:
     keyed: dict[str, str] = field(default_factory=dict)  # "<mode>:<key>" -> its record
     keyed_expiry: set[str] = field(default_factory=set)  # fields a sweep will look at
     keyed_tasks: dict[str, str] = field(default_factory=dict)  # task id -> its field
+    history_state: dict[str, bytes] = field(default_factory=dict)  # as stored
+    history: list[bytes] = field(default_factory=list)  # the entries, newest first
+    history_tasks: dict[str, float] = field(default_factory=dict)  # id -> newest entry
     results_without_ttl: list[str] = field(default_factory=list)
     stray_keys: list[str] = field(default_factory=list)
 
@@ -114,6 +117,7 @@ class SnapshotPlans(QueueBase):
             k.keyed,
             k.keyed_expiry,
             k.keyed_tasks,
+            *k.history_keys,
         }
         cursor: Any = 0
         while True:
@@ -164,6 +168,9 @@ def _reads(k: QueueKeys, active_keys: list[str], found: _FoundKeys) -> tuple[Com
         Command(("HGETALL", k.keyed)),
         Command(("ZRANGE", k.keyed_expiry, 0, -1)),
         Command(("HGETALL", k.keyed_tasks)),
+        Command(("HGETALL", k.history_state)),
+        Command(("LRANGE", k.history, 0, -1)),
+        Command(("ZRANGE", k.history_tasks, 0, -1, "WITHSCORES")),
         *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
         *(Command(("PTTL", key)) for key in found.results),
         *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in found.buckets),
@@ -179,7 +186,8 @@ def _fill(
     delayed_index, delayed_layout, due, flow_records, running = replies[16:21]
     cron_state, cron_backfill, cron_backfill_due = replies[21:24]
     keyed, keyed_expiry, keyed_tasks = replies[24:27]
-    rest = replies[27:]
+    history_state, history, history_tasks = replies[27:30]
+    rest = replies[30:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
     buckets = rest[len(active_keys) + len(found.results) :]
@@ -228,3 +236,6 @@ def _fill(
     snap.keyed = {as_text(name): as_text(record) for name, record in pairs(keyed)}
     snap.keyed_expiry = {as_text(name) for name in keyed_expiry}
     snap.keyed_tasks = {as_text(i): as_text(name) for i, name in pairs(keyed_tasks)}
+    snap.history_state = {as_text(name): value for name, value in pairs(history_state)}
+    snap.history = list(history)
+    snap.history_tasks = {as_text(i): float(number) for i, number in pairs(history_tasks)}

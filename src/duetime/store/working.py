@@ -10,6 +10,7 @@ from typing import Any
 
 from duetime.store import scripts
 from duetime.store.base import QueueBase
+from duetime.store.history import packed_record
 from duetime.store.replies import as_text, score_or_none
 from duetime.store.requests import (
     Command,
@@ -48,6 +49,8 @@ class Outcome:
     result_ttl_ms: int = 0
     result: bytes = b""
     lateness_us: int = 0  # how long after its run-at the attempt started
+    duration_us: int = 0  # how long the handler ran (the history keeps it)
+    task: str = ""  # the handler's name, for the history
 
 
 class WorkerPlans(QueueBase):
@@ -144,6 +147,7 @@ class WorkerPlans(QueueBase):
             *k.flow_keys,
             k.wake,
             k.ready,
+            *k.history_keys,
         ]
         flat: list[Any] = []
         for outcome in outcomes:
@@ -153,10 +157,19 @@ class WorkerPlans(QueueBase):
                 outcome.result_ttl_ms,
                 outcome.result,
                 outcome.lateness_us,
+                packed_record(
+                    outcome.task_id,
+                    outcome.task,
+                    outcome.attempt,
+                    now,
+                    worker_id,
+                    outcome.duration_us,
+                    outcome.lateness_us,
+                ),
             )
             if outcome.result_ttl_ms > 0:
                 keys.append(k.result(outcome.task_id))
-        # One msgpack argument, not five per outcome: redis-py packs arguments one by one,
+        # One msgpack argument, not six per outcome: redis-py packs arguments one by one,
         # which cost the worker more per task than the rest of its ack.
         args: list[Any] = [now, worker_id, packed_arguments(flat)]
         if durability is not None:
@@ -176,9 +189,13 @@ class WorkerPlans(QueueBase):
         retry_delay_ms: int | None,
         result_ttl_ms: int = 0,
         result: bytes = b"",
+        ran: tuple[int, int] | None = None,
+        summary: str = "",
     ) -> Plan[bool]:
         """Record a failed attempt: retry ``retry_delay_ms`` from now (server clock), or
-        move the task to dead when it is None."""
+        move the task to dead when it is None. ``ran``: how long the handler ran and how
+        late it started (µs), None if it never started; ``summary``: the error as the
+        history keeps it."""
         now = yield from self.now()
         k = self.keys
         applied = yield Eval(
@@ -197,6 +214,8 @@ class WorkerPlans(QueueBase):
                 k.early,
                 *k.flow_keys,
                 k.ready,
+                k.tasks,
+                *k.history_keys,
             ),
             (
                 now,
@@ -207,15 +226,24 @@ class WorkerPlans(QueueBase):
                 -1 if retry_delay_ms is None else now + retry_delay_ms,
                 result_ttl_ms,
                 result,
+                *(ran or (-1, -1)),
+                summary,
             ),
         )
         return bool(applied)
 
     def snooze(
-        self, worker_id: str, task_id: str, attempt: int, delay_ms: int, whole_key: bool
+        self,
+        worker_id: str,
+        task_id: str,
+        attempt: int,
+        delay_ms: int,
+        whole_key: bool,
+        ran: tuple[int, int] = (0, 0),
     ) -> Plan[bool]:
         """Run the task again ``delay_ms`` from now (server clock), giving its attempt
-        back; with ``whole_key``, no task of its limit key starts before then either."""
+        back; with ``whole_key``, no task of its limit key starts before then either.
+        ``ran``: how long the handler ran and how late it started (µs), for the history."""
         now = yield from self.now()
         k = self.keys
         keys = (
@@ -228,8 +256,10 @@ class WorkerPlans(QueueBase):
             k.early,
             *k.flow_keys,
             k.ready,
+            k.tasks,
+            *k.history_keys,
         )
-        arguments = (now, worker_id, task_id, attempt, now + delay_ms, int(whole_key))
+        arguments = (now, worker_id, task_id, attempt, now + delay_ms, int(whole_key), *ran)
         return bool((yield Eval(scripts.SNOOZE_TASK, keys, arguments)))
 
     def release_worker(

@@ -270,6 +270,8 @@ class AttemptRunner:
                     envelope.result_ttl_ms,
                     result,
                     round(attempt.lateness * 1e6),
+                    round(attempt.ran_for * 1e6),
+                    envelope.task,
                 ),
             )
         )
@@ -302,7 +304,7 @@ class AttemptRunner:
         start) and the built-in metrics."""
         if not attempt.ran:
             return
-        duration = time.monotonic() - attempt.started
+        attempt.ran_for = duration = time.monotonic() - attempt.started
         if attempt.info is not None:
             self._hooks.after_attempt(attempt.info, AttemptResult(outcome, duration, error, trace))
         if self._tally is not None:

@@ -28,6 +28,8 @@ ACK_BATCH = 500
 #: and the record says how long the original was.
 MAX_ERROR_CHARS = 4_000
 MAX_TRACEBACK_CHARS = 16_000
+#: Longest error text an entry of the queue's history keeps (its first line).
+MAX_HISTORY_ERROR_CHARS = 200
 
 
 def _describe(error: BaseException) -> str:
@@ -43,6 +45,12 @@ def _capped(text: str, most: int, keep_end: bool = False) -> str:
         return text
     note = f" [... cut: {len(text):,} characters in all]"
     return note + text[-most:] if keep_end else text[:most] + note
+
+
+def _summary(text: str) -> str:
+    """The error as the history keeps it: its first line, cut short."""
+    line = text.partition("\n")[0]
+    return line if len(line) <= MAX_HISTORY_ERROR_CHARS else line[:MAX_HISTORY_ERROR_CHARS] + "…"
 
 
 def _info(attempt: Attempt) -> AttemptInfo | None:
@@ -152,6 +160,8 @@ class Reporter:
                     retry_delay_ms,
                     ttl,
                     result,
+                    attempt.ran_micros(),
+                    _summary(text),
                 )
             )
             self._count_failure(attempt, envelope, text, applied, final, retry_delay_ms)
@@ -181,6 +191,7 @@ class Reporter:
                     attempt.attempt,
                     round(snooze.seconds * 1000),
                     snooze.whole_key,
+                    attempt.ran_micros() or (0, 0),
                 )
             )
             if applied:

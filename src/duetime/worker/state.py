@@ -55,6 +55,7 @@ class Attempt:
     timeout = 0.0
     started_ms = 0
     lateness = 0.0  # seconds after it was due (AttemptInfo.due_at) that the handler started
+    ran_for = 0.0  # seconds the handler ran, once it ended
     due_ms = 0.0  # when the queue owed it its start (server clock, ms)
     deadline = 0.0  # monotonic; while the handler runs under a timeout, else 0
     fenced = False
@@ -78,6 +79,13 @@ class Attempt:
     @property
     def key(self) -> tuple[int, str]:
         return self.shard.index, self.task_id
+
+    def ran_micros(self) -> tuple[int, int] | None:
+        """How long the handler ran and how late it started (µs), as the history keeps
+        them; None if it never started."""
+        if not self.ran:
+            return None
+        return round(self.ran_for * 1e6), round(max(0.0, self.lateness) * 1e6)
 
     def attempt_info(self) -> AttemptInfo:
         """What hooks are told of this attempt (once its handler started)."""

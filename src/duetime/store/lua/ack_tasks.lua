@@ -16,11 +16,15 @@
 -- KEYS[14] running      ZSET  (flow.lua)
 -- KEYS[15] wake      LIST
 -- KEYS[16] ready     LIST
--- KEYS[17..] result keys, one per task whose result TTL is > 0, in the order of the quints
+-- KEYS[17] history state HASH  (history.lua)
+-- KEYS[18] history       LIST  (history.lua)
+-- KEYS[19] history tasks ZSET  (history.lua)
+-- KEYS[20..] result keys, one per task whose result TTL is > 0, in the order of the sextets
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
--- ARGV[3] msgpack array, flat quints: task id, attempt, result TTL (ms, 0 = keep none),
---         result blob, start lateness (µs, how long after its run-at the attempt started)
+-- ARGV[3] msgpack array, flat sextets: task id, attempt, result TTL (ms, 0 = keep none),
+--         result blob, start lateness (µs, how long after its run-at the attempt started),
+--         the attempt's record for the history (history.lua, packed by the worker)
 -- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
 -- superseded: the outcome is dropped and counted).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
@@ -35,6 +39,7 @@
 -- @include chunks
 -- @include flow_records
 -- @include flow
+-- @include history
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -43,33 +48,33 @@ local done, done_members = {}, {}
 local finished = {} -- ids acked earlier in this batch: a second outcome finds no lease
 local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
-local result_index = 17
-local quints = cmsgpack.unpack(ARGV[3])
-if #quints == 0 then
+local result_index = 20
+local sextets = cmsgpack.unpack(ARGV[3])
+if #sextets == 0 then
   return out
 end
 local ids, members = {}, {}
-for i = 1, #quints, 5 do
-  ids[#ids + 1] = quints[i]
-  members[#members + 1] = worker .. '|' .. quints[i]
+for i = 1, #sextets, 6 do
+  ids[#ids + 1] = sextets[i]
+  members[#members + 1] = worker .. '|' .. sextets[i]
 end
 local deadlines = redis.call('ZMSCORE', KEYS[2], unpack(members))
 local attempts = redis.call('HMGET', KEYS[3], unpack(ids))
 local results = {} -- n -> KEYS index of the task's result key, when it has a TTL
 for n = 1, #ids do
-  local i = 5 * n - 4
-  local id, ttl, member = ids[n], quints[i + 2], members[n]
+  local i = 6 * n - 5
+  local id, ttl, member = ids[n], sextets[i + 2], members[n]
   if ttl > 0 then
     results[n] = result_index
     result_index = result_index + 1
   end
   local deadline = not finished[id] and deadlines[n]
-  if lease_runs(deadline, now) and is_attempt(attempts[n], quints[i + 1]) then
+  if lease_runs(deadline, now) and is_attempt(attempts[n], sextets[i + 1]) then
     finished[id] = true
     done[#done + 1] = id
     done_members[#done_members + 1] = member
     acked = acked + 1
-    local late = math.max(0, tonumber(quints[i + 4]) or 0)
+    local late = math.max(0, tonumber(sextets[i + 4]) or 0)
     late_sum = late_sum + late
     late_max = math.max(late_max, late)
     out[#out + 1] = 1
@@ -91,6 +96,7 @@ if #done > 0 then
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
+local history = #done > 0 and history_open(KEYS[17])
 local flowing = #done > 0 and flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
   KEYS[13], KEYS[14], KEYS[16])
 if flowing then
@@ -101,7 +107,7 @@ for n = 1, #ids do
     redis.call('LREM', KEYS[1], 1, ids[n])
     local key = results[n]
     if key then
-      keep_result(KEYS[key], quints[5 * n - 1], quints[5 * n - 2])
+      keep_result(KEYS[key], sextets[6 * n - 2], sextets[6 * n - 3])
     end
   end
 end
@@ -125,5 +131,14 @@ if acked > 0 then
 end
 if fenced > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'fenced', fenced)
+end
+if history then
+  local records = {}
+  for n = 1, #ids do
+    if out[n] == 1 then
+      records[#records + 1] = sextets[6 * n]
+    end
+  end
+  record_history(history, KEYS[17], KEYS[18], KEYS[19], done, records)
 end
 return out

@@ -11,22 +11,30 @@
 -- KEYS[10] delayed_layout HASH  generation, tasks
 -- KEYS[11] flow records  HASH  task id -> its flow record (flow_records.lua)
 -- KEYS[12] due            ZSET  due tasks of a queue under flow control (flow.lua)
--- KEYS[13..] the task's delayed bucket in each generation, 0 to ARGV[2]
+-- KEYS[13] history state HASH  (history.lua)
+-- KEYS[14] history       LIST  (history.lua)
+-- KEYS[15] history tasks ZSET  (history.lua)
+-- KEYS[16..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
 -- ARGV[2] the current generation of delayed buckets, as the caller knows it
--- ARGV[3] '1': only a waiting task (scheduled or ready); a dead one is left alone
+-- ARGV[3] now (ms): when the history records the cancel
+-- ARGV[4] '1': only a waiting task (scheduled or ready); a dead one is left alone
 --         (absent or '0': a dead one is removed too)
 -- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
--- is running (left alone), 'dead' with ARGV[3] '1' when it is dead (left alone), false
+-- is running (left alone), 'dead' with ARGV[4] '1' when it is dead (left alone), false
 -- when no live task has this id, or the current generation (an integer) when ARGV[2] is
 -- not it: call again with its buckets.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- A cancelled task is recorded in the history (attempt: the attempts it had started).
 -- @include generation
 -- @include delayed_buckets
 -- @include flow_records
+-- @include chunks
+-- @include history
 local id = ARGV[1]
-if redis.call('HEXISTS', KEYS[1], id) == 0 then
+local envelope = redis.call('HGET', KEYS[1], id)
+if not envelope then
   return false
 end
 local generation = current_generation(KEYS[10])
@@ -43,12 +51,12 @@ redis.call('HGET', KEYS[8], '')
 redis.call('HGET', KEYS[11], '')
 local due = due_member_of(KEYS[11], KEYS[12], id)
 local place
-if remove_delayed(id, 13, KEYS[9], KEYS[10]) then
+if remove_delayed(id, 16, KEYS[9], KEYS[10]) then
   place = 'scheduled'
   forget_layout_if_empty(KEYS[9], KEYS[10])
 elseif redis.call('ZREM', KEYS[2], id) == 1 then
   place = 'scheduled'
-elseif ARGV[3] == '1' and redis.call('ZSCORE', KEYS[4], id) then
+elseif ARGV[4] == '1' and redis.call('ZSCORE', KEYS[4], id) then
   return 'dead'
 elseif redis.call('ZREM', KEYS[4], id) == 1 then
   place = 'dead'
@@ -60,10 +68,13 @@ elseif due then
 else
   return 'running'
 end
+local attempts = tonumber(redis.call('HGET', KEYS[5], id)) or 0
 redis.pcall('HDEL', KEYS[8], id) -- a note of a ready, retried or re-entered task
 redis.call('HDEL', KEYS[1], id)
 redis.call('HDEL', KEYS[5], id)
 redis.call('HDEL', KEYS[6], id)
 redis.call('HDEL', KEYS[11], id)
 redis.pcall('HINCRBY', KEYS[7], 'cancelled', 1)
+record_history(history_open(KEYS[13]), KEYS[13], KEYS[14], KEYS[15], {id},
+  {history_record(id, task_name_of(envelope), HISTORY_CANCELLED, attempts, tonumber(ARGV[3]))})
 return place

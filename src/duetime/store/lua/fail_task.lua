@@ -20,6 +20,10 @@
 -- KEYS[17] rate state   ZSET  (flow.lua)
 -- KEYS[18] running      ZSET  (flow.lua)
 -- KEYS[19] ready     LIST
+-- KEYS[20] tasks     HASH  task id -> envelope (the history reads the task's name)
+-- KEYS[21] history state HASH  (history.lua)
+-- KEYS[22] history       LIST  (history.lua)
+-- KEYS[23] history tasks ZSET  (history.lua)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] task id
@@ -27,6 +31,8 @@
 -- ARGV[5] error record
 -- ARGV[6] retry at (ms), or -1 to move the task to dead
 -- ARGV[7] result TTL (ms, 0 = keep none); ARGV[8] result blob (stored only on death)
+-- ARGV[9] duration (µs the handler ran), ARGV[10] start lateness (µs): -1 when the
+--         handler did not start; ARGV[11] the error text the history keeps (short)
 -- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
@@ -36,6 +42,7 @@
 -- @include chunks
 -- @include flow_records
 -- @include flow
+-- @include history
 local now = tonumber(ARGV[1])
 local id = ARGV[3]
 local member = ARGV[2] .. '|' .. id
@@ -83,5 +90,14 @@ end
 if flowing then
   release_and_feed(KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18],
     KEYS[2], KEYS[7], KEYS[19], {id}, {member}, false, now)
+end
+local history = history_open(KEYS[21])
+if history then
+  local ran = tonumber(ARGV[9]) >= 0
+  local name = task_name_of(redis.pcall('HGET', KEYS[20], id))
+  local outcome = retry_at < 0 and HISTORY_DEAD or HISTORY_RETRIED
+  record_history(history, KEYS[21], KEYS[22], KEYS[23], {id}, {history_record(id, name, outcome,
+    tonumber(ARGV[4]), now, ARGV[2], ran and tonumber(ARGV[9]),
+    ran and math.max(0, tonumber(ARGV[10])), ARGV[11])})
 end
 return 1

@@ -15,7 +15,11 @@
 -- KEYS[12] rate state   ZSET  (flow.lua)
 -- KEYS[13] running      ZSET  (flow.lua)
 -- KEYS[14] ready     LIST
--- KEYS[15..] the processing lists of the lease holders
+-- KEYS[15] attempts  HASH  task id -> attempts started (the history names the lost one)
+-- KEYS[16] history state HASH  (history.lua)
+-- KEYS[17] history       LIST  (history.lua)
+-- KEYS[18] history tasks ZSET  (history.lua)
+-- KEYS[19..] the processing lists of the lease holders
 -- ARGV[1] now (ms)
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
@@ -24,10 +28,12 @@
 -- and is counted as dropped_unknown, never re-entered.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- Each re-entered task's lost attempt is recorded in the history.
 -- @include wake
 -- @include chunks
 -- @include flow_records
 -- @include flow
+-- @include history
 local now = tonumber(ARGV[1])
 local count, unknown = 0, 0
 -- What is written below is read here first: a key of the wrong type fails the call
@@ -36,12 +42,14 @@ redis.call('ZSCORE', KEYS[1], '')
 redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[3])
 redis.call('HGET', KEYS[5], '')
-for key = 15, #KEYS do
+for key = 19, #KEYS do
   redis.call('LLEN', KEYS[key])
 end
 local flowing = flow_to_release(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
   KEYS[14])
 local ended, ended_leases = {}, {}
+local history = history_open(KEYS[16])
+local lost, records = {}, {}
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
@@ -55,10 +63,17 @@ for i = 2, #ARGV, 2 do
     ended[#ended + 1] = id
     ended_leases[#ended_leases + 1] = member
     if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
-      if redis.call('HEXISTS', KEYS[5], id) == 1 then
+      local envelope = redis.call('HGET', KEYS[5], id)
+      if envelope then
         redis.call('ZADD', KEYS[2], now, id)
         redis.pcall('HSETNX', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
         count = count + 1
+        if history then
+          local attempt = tonumber(redis.pcall('HGET', KEYS[15], id)) or 0
+          lost[#lost + 1] = id
+          records[#lost] = history_record(id, task_name_of(envelope), HISTORY_LOST, attempt,
+            now, string.sub(member, 1, bar - 1))
+        end
       else
         unknown = unknown + 1
       end
@@ -76,4 +91,5 @@ end
 if unknown > 0 then
   redis.pcall('HINCRBY', KEYS[4], 'dropped_unknown', unknown)
 end
+record_history(history, KEYS[16], KEYS[17], KEYS[18], lost, records)
 return count

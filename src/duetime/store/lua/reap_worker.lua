@@ -19,6 +19,10 @@
 -- KEYS[15] rate state   ZSET  (flow.lua)
 -- KEYS[16] running      ZSET  (flow.lua)
 -- KEYS[17] ready     LIST
+-- KEYS[18] attempts  HASH  task id -> attempts started (the history names the lost one)
+-- KEYS[19] history state HASH  (history.lua)
+-- KEYS[20] history       LIST  (history.lua)
+-- KEYS[21] history tasks ZSET  (history.lua)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
@@ -32,12 +36,14 @@
 -- reaped_workers counts a worker once, however many dispatchers reap it.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- Each re-entered task that held a lease lost its attempt: recorded in the history.
 -- @include chunks
 -- @include hash_values
 -- @include wake
 -- @include early
 -- @include flow_records
 -- @include flow
+-- @include history
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local beat = redis.call('ZSCORE', KEYS[1], worker)
@@ -64,9 +70,17 @@ redis.call('LLEN', KEYS[5])
 local flowing = flow_to_release(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
   KEYS[17])
 local members = {}
-for _, id in ipairs(listed) do
+local history = history_open(KEYS[19])
+local lost, records = {}, {}
+for n, id in ipairs(listed) do
   members[#members + 1] = worker .. '|' .. id
-  redis.call('ZREM', KEYS[3], worker .. '|' .. id)
+  local leased = redis.call('ZREM', KEYS[3], worker .. '|' .. id) == 1
+  if history and leased and envelopes[n] then
+    local attempt = tonumber(redis.pcall('HGET', KEYS[18], id)) or 0
+    lost[#lost + 1] = id
+    records[#lost] = history_record(id, task_name_of(envelopes[n]), HISTORY_LOST, attempt, now,
+      worker)
+  end
 end
 if flowing and #listed > 0 then
   release_and_feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
@@ -92,4 +106,5 @@ end
 if unknown > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'dropped_unknown', unknown)
 end
+record_history(history, KEYS[19], KEYS[20], KEYS[21], lost, records)
 return #ids

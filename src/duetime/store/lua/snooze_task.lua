@@ -17,18 +17,24 @@
 -- KEYS[13] rate state   ZSET  (flow.lua)
 -- KEYS[14] running      ZSET  (flow.lua)
 -- KEYS[15] ready     LIST
+-- KEYS[16] tasks     HASH  task id -> envelope (the history reads the task's name)
+-- KEYS[17] history state HASH  (history.lua)
+-- KEYS[18] history       LIST  (history.lua)
+-- KEYS[19] history tasks ZSET  (history.lua)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] task id
 -- ARGV[4] attempt
 -- ARGV[5] due again at (ms)
 -- ARGV[6] 1: the whole limit key waits too; 0: this task only
+-- ARGV[7] duration (µs the handler ran); ARGV[8] start lateness (µs)
 -- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
 -- @include fence
 -- @include wake
 -- @include chunks
 -- @include flow_records
 -- @include flow
+-- @include history
 local now, id, due_at = tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[5])
 local member = ARGV[2] .. '|' .. id
 if not holds_lease(KEYS[2], KEYS[3], member, id, ARGV[4], now) then
@@ -64,5 +70,12 @@ if flowing then
 end
 if wake and redis.call('LLEN', KEYS[5]) == 0 then
   redis.call('RPUSH', KEYS[5], 1)
+end
+local history = history_open(KEYS[17])
+if history then
+  local name = task_name_of(redis.pcall('HGET', KEYS[16], id))
+  record_history(history, KEYS[17], KEYS[18], KEYS[19], {id}, {history_record(id, name,
+    HISTORY_SNOOZED, tonumber(ARGV[4]), now, ARGV[2], math.max(0, tonumber(ARGV[7])),
+    math.max(0, tonumber(ARGV[8])))})
 end
 return 1

@@ -1,0 +1,166 @@
+"""The queue's history of finished attempts from the client's side: listing them
+(newest first, filtered by handler, outcome or task, a sharded queue's shards merged),
+and reading or changing how many each shard keeps; with the ``Queue`` and
+``AsyncQueue`` methods that run these plans."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from duetime import validation
+from duetime.client.models import FinishedAttempt, TaskRef
+from duetime.client.preparing import task_name_of
+from duetime.client.shards import QueueShards
+from duetime.errors import InvalidInputError
+from duetime.states import HistoryOutcome
+from duetime.store.history import MOST_HISTORY_SIZE, HistoryEntry
+from duetime.store.operations import QueueOperations
+from duetime.store.requests import Plan
+
+if TYPE_CHECKING:  # the queue's types, which this module's plans are part of
+    from duetime.client.search_methods import HasAsyncRunner, HasRunner
+
+#: Entries read per round trip while a listing looks for the ones it wants.
+HISTORY_CHUNK = 500
+#: The most entries a listing returns (a task's own included).
+MOST_LISTED = 10_000
+
+
+def finished_attempt(entry: HistoryEntry) -> FinishedAttempt:
+    return FinishedAttempt(
+        task_id=entry.task_id,
+        task=entry.task,
+        outcome=entry.outcome,
+        attempt=entry.attempt,
+        finished_at=entry.finished_ms / 1000,
+        worker=entry.worker,
+        duration=None if entry.duration_us is None else entry.duration_us / 1e6,
+        lateness=None if entry.lateness_us is None else entry.lateness_us / 1e6,
+        error=entry.error,
+    )
+
+
+def history_outcome(value: object) -> HistoryOutcome:
+    """An outcome as the history names it, checked."""
+    if isinstance(value, str) and value in HistoryOutcome.__members__.values():
+        return HistoryOutcome(value)
+    named = ", ".join(HistoryOutcome)
+    raise InvalidInputError(f"outcome must be one of {named}, got {value!r}")
+
+
+class HistoryPlans(QueueShards):
+    """The plans that read a queue's history and change its size."""
+
+    def history_plan(
+        self,
+        limit: int,
+        offset: int,
+        task: TaskRef | None,
+        outcome: HistoryOutcome | str | None,
+        task_id: str | None,
+    ) -> Plan[list[FinishedAttempt]]:
+        """Finished attempts, newest first: all of them, or one handler's (``task``; ""
+        is the default handler), with one outcome, or one task's (``task_id``), from
+        ``offset`` on."""
+        validation.whole_number(limit, "limit", 1, MOST_LISTED)
+        validation.whole_number(offset, "offset", 0, MOST_HISTORY_SIZE)
+        name = None if task is None else "" if task == "" else task_name_of(task)
+        wanted = None if outcome is None else history_outcome(outcome)
+
+        def keep(entry: HistoryEntry) -> bool:
+            return (name is None or entry.task == name) and (
+                wanted is None or entry.outcome == wanted
+            )
+
+        if task_id is not None:
+            validation.task_id(task_id)
+            found = yield from self._of_task(task_id, offset + limit)
+            entries = [entry for entry in found if keep(entry)]
+        else:
+            entries = []
+            for shard in self.shards:
+                entries += yield from _matching(shard, keep, offset + limit)
+            if len(self.shards) > 1:
+                entries.sort(key=lambda entry: (entry.finished_ms, entry.number), reverse=True)
+        return [finished_attempt(entry) for entry in entries[offset : offset + limit]]
+
+    def _of_task(self, task_id: str, most: int) -> Plan[list[HistoryEntry]]:
+        """A task's entries, from the first of its shards (in search order) that has any."""
+        for shard in self._search_order(self.layout.of_task(task_id)):
+            found = yield from shard.task_history(task_id, most)
+            if found:
+                return found
+        return []
+
+    def history_size_plan(self) -> Plan[int]:
+        """How many entries each shard's history keeps (0: off); as shard 0 says."""
+        size, _ = yield from self.operations.history_size()
+        return size
+
+    def set_history_plan(self, size: int | None) -> Plan[None]:
+        if size is not None:
+            validation.whole_number(size, "history size", 0, MOST_HISTORY_SIZE)
+        for shard in self.shards:
+            yield from shard.set_history_size(size)
+
+
+def _matching(
+    shard: QueueOperations, keep: Callable[[HistoryEntry], bool], count: int
+) -> Plan[list[HistoryEntry]]:
+    """The newest ``count`` entries of one shard that ``keep`` keeps, read in chunks."""
+    found: list[HistoryEntry] = []
+    below = 0
+    while len(found) < count:
+        entries, below = yield from shard.history_run(below, HISTORY_CHUNK)
+        found += [entry for entry in entries if keep(entry)]
+        if below == 0:
+            break
+    return found[:count]
+
+
+class QueueHistory:
+    """The history methods of ``Queue`` (see docs/api.md#history)."""
+
+    def history(
+        self: HasRunner,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        task: TaskRef | None = None,
+        outcome: HistoryOutcome | str | None = None,
+        task_id: str | None = None,
+    ) -> list[FinishedAttempt]:
+        """Finished attempts, newest first: of one handler (``task``), with one
+        ``outcome``, or of one task (``task_id``), as the history still keeps them."""
+        return self.runner.run(self.core.history_plan(limit, offset, task, outcome, task_id))
+
+    def history_size(self: HasRunner) -> int:
+        """How many finished attempts the history keeps (per shard; 0: none)."""
+        return self.runner.run(self.core.history_size_plan())
+
+    def set_history(self: HasRunner, size: int | None) -> None:
+        """Keep the last ``size`` finished attempts (per shard), trimming at once: 0
+        keeps none (and deletes what is kept), None restores the default (1,000)."""
+        self.runner.run(self.core.set_history_plan(size))
+
+
+class AsyncQueueHistory:
+    """The history methods of ``AsyncQueue``: those of ``Queue``, awaited."""
+
+    async def history(
+        self: HasAsyncRunner,
+        limit: int = 50,
+        offset: int = 0,
+        *,
+        task: TaskRef | None = None,
+        outcome: HistoryOutcome | str | None = None,
+        task_id: str | None = None,
+    ) -> list[FinishedAttempt]:
+        return await self.runner.run(self.core.history_plan(limit, offset, task, outcome, task_id))
+
+    async def history_size(self: HasAsyncRunner) -> int:
+        return await self.runner.run(self.core.history_size_plan())
+
+    async def set_history(self: HasAsyncRunner, size: int | None) -> None:
+        await self.runner.run(self.core.set_history_plan(size))
