@@ -16,7 +16,7 @@ from duetime.clock import ServerClock
 from duetime.errors import DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.store import AsyncRunner
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from duetime.store.operations import QueueOperations, register_queues
 from duetime.store.requests import Durability
 from duetime.store.runner import RedisSpec, mask_url

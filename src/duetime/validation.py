@@ -251,7 +251,7 @@ def whole_number(value: object, what: str, least: int, most: int) -> int:
 
 
 def shards(value: object) -> int:
-    """A queue's shard count (see ``store.keys.QueueLayout``)."""
+    """A queue's shard count (see ``store.layout.QueueLayout``)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MOST_SHARDS:
         raise ConfigurationError(
             f"shards must be an integer from 1 to {MOST_SHARDS}, got {shown(value)}"

@@ -30,7 +30,7 @@ from duetime import (
     current_task,
 )
 from duetime.errors import ConfigurationError, NotDurableError, RedisCommandError, TaskFailedError
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until, wait_until_sync
 from tests.servers import SLOTS, Cluster, command

@@ -17,7 +17,7 @@ import redis
 
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
 from duetime.store import QueueKeys, SyncRunner
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from duetime.store.operations import QueueOperations
 from tests.integration.test_dashboard import ORIGIN, csrf_of, dashboard, post
 

@@ -16,7 +16,7 @@ from duetime import App, AsyncQueue, Dispatcher, HistoryOutcome, ManualClock, Qu
 from duetime.errors import InvalidInputError
 from duetime.store import QueueKeys
 from duetime.store.history import HISTORY_TRIM_STEP
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from duetime.store.working import Outcome
 from tests.helpers import FAST, running, wait_until
 

@@ -32,7 +32,7 @@ from duetime.metrics import (
     PrometheusHooks,
 )
 from duetime.store import AsyncRunner
-from duetime.store.keys import shard_tag
+from duetime.store.layout import shard_tag
 from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until, wait_until_sync
 from tests.servers import free_port
 

@@ -14,7 +14,7 @@ import pytest
 from duetime import App, Dispatcher, Queue, Worker
 from duetime.errors import InvalidInputError, TaskNotFoundError, TaskStateError
 from duetime.states import TaskState
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from tests.helpers import FAST, running, wait_until
 
 

@@ -15,7 +15,8 @@ import redis
 
 from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
 from duetime.errors import TaskFailedError
-from duetime.store.keys import QueueKeys, QueueLayout
+from duetime.store.keys import QueueKeys
+from duetime.store.layout import QueueLayout
 from duetime.store.operations import QueueOperations
 from tests.helpers import FAST, decoded, running, scheduled_count, scheduled_score, wait_until
 

@@ -16,7 +16,7 @@ from duetime import App, Debounce, Dispatcher, ManualClock, Queue, Throttle, Uni
 from duetime.keyed import Scheduled
 from duetime.states import KeyedOutcome, TaskState
 from duetime.store import QueueKeys
-from duetime.store.keys import QueueLayout, shard_tag
+from duetime.store.layout import QueueLayout, shard_tag
 from tests.helpers import FAST, decoded, running, wait_until
 
 T0 = 1_800_000_000_000  # ms

@@ -9,7 +9,7 @@ import pytest
 
 from duetime import ManualClock, metrics, startup
 from duetime.settings import Settings
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from duetime.store.operations import QueueOperations
 from duetime.store.requests import Durability
 

@@ -15,7 +15,7 @@ from duetime.errors import TaskNotFoundError
 from duetime.hooks import HookChain, Hooks
 from duetime.settings import Settings
 from duetime.states import TaskState
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from duetime.store.operations import QueueOperations, note_queue, shard_operations
 from duetime.store.producing import StatusReply
 from duetime.store.requests import Durability, Plan

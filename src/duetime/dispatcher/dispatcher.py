@@ -36,7 +36,7 @@ from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import DaemonStartup, register
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.dispatching import Promotion
-from duetime.store.keys import QueueLayout, shard_tag
+from duetime.store.layout import QueueLayout, shard_tag
 from duetime.store.operations import QueueOperations
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor, cancel_and_wait

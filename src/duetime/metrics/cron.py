@@ -11,7 +11,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from duetime.store.keys import queue_of_shard_tag
+from duetime.store.layout import queue_of_shard_tag
 
 CRON_OUTCOMES = ("fired", "skipped", "delayed", "missed", "outside_window", "backfilled")
 
@@ -21,7 +21,7 @@ class CronTickSource(Protocol):
 
     @property
     def queue(self) -> str:
-        """The queue's name, or a shard's tag ``<queue>#<n>`` (store.keys.shard_tag)."""
+        """The queue's name, or a shard's tag ``<queue>#<n>`` (store.layout.shard_tag)."""
         ...
 
     @property

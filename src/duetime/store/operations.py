@@ -24,7 +24,7 @@ from duetime.store.dispatching import DispatcherPlans
 from duetime.store.flow_control import FlowPlans
 from duetime.store.history import HistoryPlans
 from duetime.store.keyed import KeyedPlans
-from duetime.store.keys import QUEUE_REGISTRY, QueueLayout
+from duetime.store.layout import QUEUE_REGISTRY, QueueLayout
 from duetime.store.operating import OperatorPlans
 from duetime.store.producing import ProducerPlans
 from duetime.store.replies import as_text

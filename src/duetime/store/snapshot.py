@@ -183,10 +183,9 @@ def _fill(
     """The snapshot's records (its workers aside) from the replies to ``_reads``."""
     tasks, scheduled, ready, dead, leases, _, attempts, errors, wake = replies[:9]
     cron, cron_next, cron_last, cron_held, early, stats, reaped = replies[9:16]
-    delayed_index, delayed_layout, due, flow_records, running = replies[16:21]
+    delayed_index, delayed_layout = replies[16:18]
     cron_state, cron_backfill, cron_backfill_due = replies[21:24]
-    keyed, keyed_expiry, keyed_tasks = replies[24:27]
-    history_state, history, history_tasks = replies[27:30]
+    _fill_flow_keyed_history(snap, replies)
     rest = replies[30:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
@@ -229,6 +228,13 @@ def _fill(
         key for key, ttl in zip(found.results, ttls, strict=True) if int(ttl) == -1
     ]
     snap.stray_keys = found.stray
+
+
+def _fill_flow_keyed_history(snap: Snapshot, replies: list[Any]) -> None:
+    """The flow control, keyed-call and history records from the replies to ``_reads``."""
+    due, flow_records, running = replies[18:21]
+    keyed, keyed_expiry, keyed_tasks = replies[24:27]
+    history_state, history, history_tasks = replies[27:30]
     # Members "<limit key>\0<rank>\0<id>" and "<limit key>\0<worker>|<id>".
     snap.due = [as_text(i).split("\0", 2)[-1] for i in due]
     snap.flow_records = {as_text(i) for i in flow_records}

@@ -21,7 +21,7 @@ from duetime.hooks import HookChain, LogHooks
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import DaemonStartup
 from duetime.store import AsyncRunner
-from duetime.store.keys import QueueLayout
+from duetime.store.layout import QueueLayout
 from duetime.store.operations import shard_operations
 from duetime.store.requests import Durability
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
