@@ -39,7 +39,7 @@ import redis
 from duetime import Job, Queue
 from duetime.errors import RedisUnavailableError
 from duetime.store import QueueKeys
-from tests.helpers import wait_until_sync
+from tests.helpers import decoded, wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, Verdict, compare
 from tests.reliability.proxy import FaultyProxy
 from tests.servers import Server, binary
@@ -395,9 +395,18 @@ def shut_down(
 ) -> None:
     """Graceful end: workers hand back and deregister; dispatchers, still running, reap
     every worker that was killed, and look once more at the list of every reaped or
-    stopped worker (a block later); then the dispatchers stop. Each step is bounded."""
-    fleet.stop(*[w for w in workers if w.alive()])
+    stopped worker (a block later); then the dispatchers stop. Each step is bounded.
+    A worker started late in a storm is stopped only once it has registered: a SIGTERM
+    that comes before its signal handlers (while it still imports) kills it outright."""
+    alive = [w for w in workers if w.alive()]
     keys = QueueKeys(queue)
+
+    def registered() -> bool:
+        names = decoded(client.zrange(keys.workers, 0, -1))
+        return all(any(f".{w.pid}." in name for name in names) for w in alive if w.alive())
+
+    wait_until_sync(registered, timeout=30, what="every live worker registered")
+    fleet.stop(*alive)
     wait_until_sync(
         lambda: client.zcard(keys.workers) == 0 and client.zcard(keys.reaped) == 0,
         timeout=reap_bound,
