@@ -454,6 +454,17 @@ def solo_holder(
     return None
 
 
+def start_solo_fleet(
+    fleet: Fleet, queue: Queue, url: str, client: redis.Redis, env: Mapping[str, str]
+) -> tuple[Daemon, list[Daemon]]:
+    """SOLO_LIMITS on ``queue``, a dispatcher and two workers (4 slots each), registered."""
+    queue.set_limits(SOLO_LIMITS)
+    dispatcher = fleet.start("dispatcher", queue.name, url, env)
+    workers = [start_worker(fleet, queue.name, url, env, 4) for _ in range(2)]
+    wait_for_workers(client, queue.name, 2)
+    return dispatcher, workers
+
+
 def wait_for_solo_holder(
     ledger: Ledger, workers: Sequence[Daemon], solo: set[str]
 ) -> tuple[Daemon, str]:
@@ -576,10 +587,7 @@ def test_a_worker_killed_holding_a_keys_only_slot(
     cycles, spread = pick(3, 8), pick(8.0, 25.0)
     ledger = Ledger(raw)
     with Queue(queue_name, redis_url) as queue:
-        queue.set_limits(SOLO_LIMITS)
-        dispatcher = fleet.start("dispatcher", queue_name, redis_url, env)
-        workers = [start_worker(fleet, queue_name, redis_url, env, 4) for _ in range(2)]
-        wait_for_workers(raw, queue_name, 2)
+        dispatcher, workers = start_solo_fleet(fleet, queue, redis_url, raw, env)
         begin = time.time() + 0.5
         solo_jobs = [
             Job({"work": 0.3}, at=begin, task="flow_ledger", id=f"solo-{n}",
@@ -689,10 +697,7 @@ def test_a_worker_paused_past_its_lease_overlaps_a_keys_limit_by_its_own_attempt
     cycles = pick(2, 5)
     ledger = Ledger(raw)
     with Queue(queue_name, redis_url) as queue:
-        queue.set_limits(SOLO_LIMITS)
-        dispatcher = fleet.start("dispatcher", queue_name, redis_url, env)
-        workers = [start_worker(fleet, queue_name, redis_url, env, 4) for _ in range(2)]
-        wait_for_workers(raw, queue_name, 2)
+        dispatcher, workers = start_solo_fleet(fleet, queue, redis_url, raw, env)
         begin = time.time() + 0.5
         jobs = [
             Job({"work": 0.6}, at=begin, task="flow_ledger", id=f"solo-{n}",
