@@ -34,8 +34,6 @@ import asyncio
 import json
 import platform
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -45,7 +43,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchlib import Server, bench_parser, git_revision, merge_results, percentile
+from benchlib import (
+    Server,
+    bench_parser,
+    git_revision,
+    merge_results,
+    percentile,
+    start_daemons,
+    stop_daemons,
+)
 
 import duetime
 from duetime import AsyncQueue, Debounce, Queue, Throttle, Unique
@@ -146,7 +152,7 @@ def measure_bursts(
     server.reset()
     queue_name = f"b{uuid.uuid4().hex[:8]}"
     mode = Debounce("hot", WINDOW, collect=collect, most=CALLERS * CALLS_EACH)
-    child = start_child(server, queue_name, workdir)
+    child = start_daemons(__file__, server, queue_name, workdir)
     exact = carried = in_order = early = 0
     lateness: list[float] = []
     try:
@@ -166,7 +172,7 @@ def measure_bursts(
             lateness.append(started - run_at)
         extra = wait_for_runs(server, bursts, settle=2 * WINDOW)
     finally:
-        stop_child(child)
+        stop_daemons(child)
     return {
         "bursts": bursts,
         "exact_bursts": exact,
@@ -179,31 +185,6 @@ def measure_bursts(
         "lateness_ms_p99": round(percentile(lateness, 99), 2),
         "lateness_ms_max": round(max(lateness), 2),
     }
-
-
-def start_child(server: Server, queue_name: str, workdir: Path) -> subprocess.Popen[bytes]:
-    log = (workdir / f"run-{queue_name}.log").open("wb")
-    child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--role", "run", "--url", server.url,
-         "--queue", queue_name],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    log.close()
-    deadline = time.monotonic() + 30
-    while not server.redis.zcard(f"duetime:{{{queue_name}}}:workers"):
-        if child.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the dispatcher and worker did not start; see {log.name}")
-        time.sleep(0.05)
-    return child
-
-
-def stop_child(child: subprocess.Popen[bytes]) -> None:
-    child.send_signal(signal.SIGTERM)
-    try:
-        child.wait(30)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
 
 
 def wait_for_runs(server: Server, count: int, settle: float = 0.0) -> list[Any]:

@@ -10,9 +10,12 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -181,3 +184,34 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(item) for item in value]
     return value
+
+
+def start_daemons(
+    script: str, server: Server, queue_name: str, workdir: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Run ``script --role run --url URL --queue NAME`` (a dispatcher and a worker in a
+    child process, until SIGTERM), with ``env`` added to this process's environment, and
+    wait until its worker has registered."""
+    log = (workdir / f"run-{queue_name}.log").open("wb")
+    child = subprocess.Popen(
+        [sys.executable, str(Path(script).resolve()), "--role", "run", "--url", server.url,
+         "--queue", queue_name],
+        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )  # fmt: skip
+    log.close()
+    deadline = time.monotonic() + 30
+    while not server.redis.zcard(f"duetime:{{{queue_name}}}:workers"):
+        if child.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the dispatcher and worker did not start; see {log.name}")
+        time.sleep(0.05)
+    return child
+
+
+def stop_daemons(child: subprocess.Popen[bytes]) -> None:
+    child.send_signal(signal.SIGTERM)
+    try:
+        child.wait(30)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()

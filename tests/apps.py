@@ -70,6 +70,35 @@ def ledger(data: dict[str, float]) -> None:
 
 
 @app.task
+def ledger_stoppable(data: dict[str, float]) -> None:
+    """As ``ledger``, working in steps of 10 ms with a look at ``cancelled`` before each:
+    an attempt whose task was cancelled records "stopped" and ends."""
+    _ledger("start")
+    context = duetime.current_task()
+    end = time.monotonic() + float(data.get("work", 0))
+    while time.monotonic() < end:
+        if context.cancelled:
+            _ledger("stopped")
+            context.raise_if_cancelled()
+        time.sleep(0.01)
+    _ledger("done")
+
+
+@app.task
+async def ledger_stoppable_async(data: dict[str, float]) -> None:
+    """As ``ledger``, async: a cancelled attempt records "stopped" as it is cancelled."""
+    import asyncio
+
+    _ledger("start")
+    try:
+        await asyncio.sleep(float(data.get("work", 0)))
+    except asyncio.CancelledError:
+        _ledger("stopped")
+        raise
+    _ledger("done")
+
+
+@app.task
 def hang_first_attempt(data: dict[str, object]) -> None:
     """The first attempt never returns (a thread cannot be interrupted); later ones do."""
     import threading

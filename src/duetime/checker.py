@@ -13,8 +13,9 @@ of debounce, throttle and unique keys that no sweep would drop, a history longer
 its size or an index of entries it no longer keeps (invariant 7; the history's
 entries are of tasks that are gone, by design). Also reported: garbage where duetime
 keeps numbers (attempt counters, early run-at notes, counters, held cron ticks, the
-history's size and number), keyed records that do not read, and cron definitions
-this host cannot use (poison records the dispatcher pauses).
+history's size and number), cancels asked of tasks that are not running, keyed records
+that do not read, and cron definitions this host cannot use (poison records the
+dispatcher pauses).
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ def _leaks(snapshot: Snapshot) -> list[Violation]:
         ("attempts", set(snapshot.attempts)),
         ("errors", snapshot.errors),
         ("flow record", snapshot.flow_records),
+        ("cancel", set(snapshot.cancelling)),
     )
     for name, entries in per_task:
         for task_id in sorted(entries - snapshot.tasks):
@@ -102,6 +104,12 @@ def _leaks(snapshot: Snapshot) -> list[Violation]:
     waiting = set(snapshot.ready).union(snapshot.scheduled, snapshot.due, *snapshot.active.values())
     for task_id in sorted(set(snapshot.early) - waiting):
         detail = "early run-at of a task not in ready, due, scheduled or a worker's list"
+        found.append(Violation("leak", task_id, detail))
+
+    # A cancel is asked of a running task only; the end of its attempt takes it.
+    running_ids = set().union(*snapshot.active.values())
+    for task_id in sorted((set(snapshot.cancelling) & snapshot.tasks) - running_ids):
+        detail = "cancel asked of a task that is not in a worker's list"
         found.append(Violation("leak", task_id, detail))
 
     for member in sorted(set(snapshot.running) - set(snapshot.leases)):

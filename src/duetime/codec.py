@@ -22,7 +22,10 @@ from duetime.errors import DecodeError, InvalidPayloadError
 #: Bumped when the envelope layout changes; a worker refuses envelopes newer than it knows.
 #: Version 1: [1, task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms].
 #: Version 2: the same with 2 first, and trailing limits equal to the V2 defaults left out.
-ENVELOPE_VERSION = 2
+#: Version 3: version 2 with an eighth element, expires_after_ms (above 0), written only
+#: for a task given ``expires``: every other task is still written as version 2, which
+#: workers from before version 3 read (they refuse a version 3 one with a clear error).
+ENVELOPE_VERSION = 3
 
 #: What a version 2 envelope means by an omitted max_attempts, timeout_ms or result_ttl_ms.
 #: Fixed forever for version 2, and deliberately not read from Settings: a later change of
@@ -34,6 +37,7 @@ V2_DEFAULT_RESULT_TTL_MS = 0
 _V2_DEFAULT_LIMITS = (V2_DEFAULT_MAX_ATTEMPTS, V2_DEFAULT_TIMEOUT_MS, V2_DEFAULT_RESULT_TTL_MS)
 #: Elements of a version 2 envelope: version, task, data and run-at always; then the limits.
 _V2_REQUIRED = 4
+_V3_SIZE = _V2_REQUIRED + len(_V2_DEFAULT_LIMITS) + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +50,9 @@ class Envelope:
     max_attempts: int
     timeout_ms: int
     result_ttl_ms: int  # 0: keep no result
+    #: How late after its run-at an attempt may still start; past that the task is
+    #: dropped unstarted (``expires``). 0: never.
+    expires_after_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +75,7 @@ class ResultRecord:
     started_ms: int = 0  # server clock, when the attempt started (0: unknown)
     finished_ms: int = 0
     attempt: int = 0  # the attempt that finished (0: unknown, a record from before 0.2)
+    ended: str = ""  # "cancelled" or "expired": how a task ended unfinished (not ok)
 
 
 #: What msgpack raises for a value it cannot represent natively.
@@ -146,6 +154,7 @@ def encode_envelope(envelope: Envelope) -> bytes:
         envelope.max_attempts,
         envelope.timeout_ms,
         envelope.result_ttl_ms,
+        envelope.expires_after_ms,
     )
 
 
@@ -161,10 +170,17 @@ def envelope_from_packed_data(
     max_attempts: int,
     timeout_ms: int,
     result_ttl_ms: int,
+    expires_after_ms: int = 0,
 ) -> bytes:
     """The version 2 envelope around data already packed (when validated): msgpack
     elements concatenate, so the data is encoded once. The [1:] slices drop the headers
-    of the two short lists packed around the data; 0x90 | n heads an n-element array."""
+    of the two short lists packed around the data; 0x90 | n heads an n-element array.
+    With ``expires_after_ms``, the version 3 one."""
+    if expires_after_ms:
+        front, back = envelope_parts(
+            task, max_attempts, timeout_ms, result_ttl_ms, expires_after_ms
+        )
+        return front + packed_data + _packed_number(_run_at_number(run_at_ms)) + back
     if (max_attempts, timeout_ms, result_ttl_ms) == _V2_DEFAULT_LIMITS:
         limits = []  # the usual case, a third of the time of the loop below
     else:
@@ -174,7 +190,7 @@ def envelope_from_packed_data(
             limits.pop()
     head = _ENVELOPE_HEADS.get(task)
     if head is None:
-        head = msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)[1:]
+        head = msgpack.packb([2, task], use_bin_type=True)[1:]
         if len(_ENVELOPE_HEADS) < _MOST_HEADS:
             _ENVELOPE_HEADS[task] = head
     run_at = _run_at_number(run_at_ms)
@@ -191,17 +207,23 @@ def envelope_from_packed_data(
 
 
 def envelope_parts(
-    task: str, max_attempts: int, timeout_ms: int, result_ttl_ms: int
+    task: str, max_attempts: int, timeout_ms: int, result_ttl_ms: int, expires_after_ms: int = 0
 ) -> tuple[bytes, bytes]:
-    """The version 2 envelope around some data and run-at, as the two parts a script
-    puts around them: the head (array header, version, task name) and the limits after
-    the run-at. ``head + data + run-at + limits`` is the envelope that
-    ``envelope_from_packed_data`` makes (the keyed scripts write the run-at in Lua)."""
+    """The version 2 (with ``expires_after_ms``, 3) envelope around some data and run-at,
+    as the two parts a script puts around them: the head (array header, version, task
+    name) and the limits after the run-at. ``head + data + run-at + limits`` is the
+    envelope that ``envelope_from_packed_data`` makes (the keyed scripts write the run-at
+    in Lua)."""
     limits = [max_attempts, timeout_ms, result_ttl_ms]
-    while limits and limits[-1] == _V2_DEFAULT_LIMITS[len(limits) - 1]:
-        limits.pop()
+    version = 2
+    if expires_after_ms:
+        limits.append(expires_after_ms)
+        version = 3
+    else:
+        while limits and limits[-1] == _V2_DEFAULT_LIMITS[len(limits) - 1]:
+            limits.pop()
     head = _ARRAY_HEADS[_V2_REQUIRED + len(limits)]
-    head += msgpack.packb([ENVELOPE_VERSION, task], use_bin_type=True)[1:]
+    head += msgpack.packb([version, task], use_bin_type=True)[1:]
     return head, b"".join(msgpack.packb(limit) for limit in limits)
 
 
@@ -215,6 +237,11 @@ _ARRAY_HEADS = [bytes([0x90 | size]) for size in range(16)]
 _UINT64, _FLOAT64 = b"\xcf", b"\xcb"
 _DOUBLE = struct.Struct(">d").pack
 _UINT32_END, _UINT64_END = 2**32, 2**64
+
+
+def _packed_number(number: float) -> bytes:
+    packed: bytes = msgpack.packb(number)
+    return packed
 
 
 def _run_at_number(run_at_ms: float) -> float:
@@ -254,9 +281,16 @@ def decode_envelope(blob: bytes) -> Envelope:
         )
     if version < 1:
         raise DecodeError(f"envelope version {version} is not a version duetime ever wrote")
+    expires_after_ms = 0
     if version == 1:
         if len(fields) != 7:
             raise DecodeError(f"envelope version 1 has {len(fields)} fields, expected 7")
+    elif version == 3:
+        if len(fields) != _V3_SIZE:
+            raise DecodeError(f"envelope version 3 has {len(fields)} fields, expected 8")
+        expires_after_ms = fields.pop()
+        if not _is_integer(expires_after_ms) or expires_after_ms <= 0:
+            raise DecodeError("envelope fields have the wrong types")
     elif not _V2_REQUIRED <= len(fields) <= _V2_REQUIRED + len(_V2_DEFAULT_LIMITS):
         raise DecodeError(f"envelope version 2 has {len(fields)} fields, expected 4 to 7")
     given = fields[_V2_REQUIRED:]
@@ -271,7 +305,9 @@ def decode_envelope(blob: bytes) -> Envelope:
         and all(_is_integer(number) for number in (max_attempts, timeout_ms, result_ttl_ms))
     ):
         raise DecodeError("envelope fields have the wrong types")
-    return Envelope(task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms)
+    return Envelope(
+        task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms, expires_after_ms
+    )
 
 
 def encode_error(record: ErrorRecord) -> bytes:
@@ -308,10 +344,15 @@ def encode_result(record: ResultRecord) -> bytes:
 
 def decode_result(blob: bytes) -> ResultRecord:
     """A result record: [ok, value] or [ok, value, started, finished] as older versions
-    wrote it, or [ok, value, started, finished, attempt]."""
+    wrote it, [ok, value, started, finished, attempt], or that and how a task ended
+    unfinished, "cancelled" or "expired" (written by the scripts: cancelling.lua)."""
     fields = unpack(blob)
-    if not isinstance(fields, list) or len(fields) not in (2, 4, 5):
+    if not isinstance(fields, list) or len(fields) not in (2, 4, 5, 6):
         raise DecodeError("not a result record")
-    if not all(_is_integer(number) for number in fields[2:]):
+    if not all(_is_integer(number) for number in fields[2:5]):
         raise DecodeError("result record fields have the wrong types")
-    return ResultRecord(bool(fields[0]), *fields[1:])
+    ended = fields[5] if len(fields) == 6 else ""
+    if ended not in ("", "cancelled", "expired"):
+        raise DecodeError("result record fields have the wrong types")
+    record = ResultRecord(bool(fields[0]), *fields[1:5])
+    return replace(record, ended=ended) if ended else record

@@ -69,6 +69,27 @@ class TaskFailedError(DuetimeError):
         self.error = error
 
 
+class TaskCancelledError(TaskFailedError):
+    """The task was cancelled: ``Queue.result()`` raises it for a task cancelled while it
+    waited or ran, and a handler may raise it (``current_task().raise_if_cancelled()``)
+    to stop once its task was cancelled."""
+
+    def __init__(self, task_id: str) -> None:
+        DuetimeError.__init__(self, f"task {task_id} was cancelled")
+        self.task_id = task_id
+        self.error = "cancelled"
+
+
+class TaskExpiredError(TaskFailedError):
+    """The task was dropped unstarted: it had not started ``expires`` after its run-at.
+    Raised by ``Queue.result()``; recorded as the error of such a task's attempt."""
+
+    def __init__(self, task_id: str) -> None:
+        DuetimeError.__init__(self, f"task {task_id} expired before it could start")
+        self.task_id = task_id
+        self.error = "expired"
+
+
 class UnknownHandlerError(DuetimeError, LookupError):
     """A task names a handler that the worker's app does not register."""
 

@@ -69,6 +69,7 @@ class AttemptOutcome(StrEnum):
     FENCED = "fenced"  # its lease was gone: the outcome is dropped, another attempt owns it
     INTERRUPTED = "interrupted"  # cut off by the worker's shutdown; the task is handed back
     SNOOZED = "snoozed"  # the handler raised Snooze: run again later, the attempt given back
+    CANCELLED = "cancelled"  # its task was cancelled while it ran: it ends as cancelled
 
 
 @dataclass(frozen=True, slots=True)

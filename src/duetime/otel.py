@@ -96,6 +96,10 @@ class OpenTelemetryHooks(Hooks):
         self._snoozed = meter.create_counter(
             "duetime.tasks.snoozed", "{attempt}", "Attempts whose handler asked to run later"
         )
+        self._cancelled = meter.create_counter(
+            "duetime.tasks.cancelled_running", "{attempt}",
+            "Attempts whose task was cancelled while they ran",
+        )  # fmt: skip
         self._dead_unstarted = meter.create_counter(
             "duetime.tasks.dead_unstarted", "{task}", "Tasks sent to dead without running"
         )
@@ -191,6 +195,8 @@ class OpenTelemetryHooks(Hooks):
             self._fenced.add(1, attributes)
         elif outcome == AttemptOutcome.SNOOZED:
             self._snoozed.add(1, attributes)
+        elif outcome == AttemptOutcome.CANCELLED:
+            self._cancelled.add(1, attributes)
         else:
             self._interrupted.add(1, attributes)
         held = _attempt_span.get()

@@ -87,6 +87,7 @@ _RANGES: dict[str, _Range | _Switch] = {
     "dead_ttl": _Range(False, 0, _LONGEST),
     "dead_max": _Range(True, 0, 1_000_000_000),
     "shutdown_grace": _Range(False, 0, _DAY),
+    "cancel_grace": _Range(False, 0, _DAY),
     "clock_resync_interval": _Range(False, 0, 3600),
     "maintenance_interval": _Range(False, 0, _DAY),
     "durable_replicas": _Range(True, 0, 100, least_allowed=True),
@@ -150,6 +151,11 @@ class Settings:
     dead_max: int = 10_000
     #: On SIGTERM, how long running tasks may finish before they are handed back.
     shutdown_grace: float = 30.0
+    #: After a running task's cancel reaches its worker, how long a plain function has to
+    #: see ``current_task().cancelled`` and return (an async handler is cancelled at once,
+    #: and again then) before the worker stops waiting for it and ends the task as
+    #: cancelled; its lease is not renewed past that.
+    cancel_grace: float = 10.0
     #: How often the server clock offset is re-sampled with TIME.
     clock_resync_interval: float = 5.0
     #: How often a dispatcher sweeps for orphan processing lists, trims dead tasks and

@@ -27,7 +27,8 @@ class HistoryOutcome(StrEnum):
     DEAD = "dead"  # failed with no attempt left, or could not run at all
     SNOOZED = "snoozed"  # the handler asked to run again later; the attempt was given back
     LOST = "lost"  # its lease ran out or its worker went silent; the task runs again
-    CANCELLED = "cancelled"  # the task was cancelled while it waited (or was dead)
+    CANCELLED = "cancelled"  # the task was cancelled: while it waited, was dead, or ran
+    EXPIRED = "expired"  # it had not started ``expires`` after its run-at: dropped
 
 
 class RescheduleOutcome(StrEnum):

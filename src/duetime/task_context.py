@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from duetime import validation
 from duetime.client import AsyncQueue, Queue, QueueCore
-from duetime.errors import QueueNotLentError
+from duetime.errors import QueueNotLentError, TaskCancelledError
 from duetime.worker.context import LentConnection, current_attempt
+from duetime.worker.state import Attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +32,22 @@ class TaskContext:
     max_attempts: int
     run_at: float  # epoch seconds
     worker_id: str
+    timeout: float | None = None  # seconds the attempt may run (None: no timeout)
     _lent: LentConnection | None = field(default=None, repr=False, compare=False)
+    _attempt: Attempt | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the task was cancelled while this attempt runs. A plain function that
+        works in steps checks it between them and returns (or calls
+        ``raise_if_cancelled``); the worker waits ``cancel_grace`` seconds for it. An async
+        handler is cancelled (``asyncio.CancelledError``) and need not look."""
+        return self._attempt is not None and self._attempt.cancel_asked
+
+    def raise_if_cancelled(self) -> None:
+        """Raise ``TaskCancelledError`` if the task was cancelled (see ``cancelled``)."""
+        if self.cancelled:
+            raise TaskCancelledError(self.id)
 
     @property
     def queue(self) -> Queue | AsyncQueue:
@@ -62,7 +78,9 @@ def current_task() -> TaskContext:
         max_attempts=envelope.max_attempts,
         run_at=validation.seconds_of_ms(envelope.run_at_ms),
         worker_id=shard.worker_id,
+        timeout=envelope.timeout_ms / 1000 if envelope.timeout_ms else None,
         _lent=shard.lent,
+        _attempt=attempt,
     )
     attempt.context = context
     return context

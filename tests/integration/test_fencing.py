@@ -16,7 +16,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.store import AsyncRunner, QueueKeys
 from duetime.store.operations import QueueOperations
 from duetime.store.requests import Command, Plan
-from duetime.store.working import Outcome
+from duetime.store.working import Ended, Outcome
 from duetime.worker.heartbeater import Heartbeater
 from duetime.worker.reporter import Reporter
 from tests.helpers import FAST, running, scheduled_score, wait_until, wait_until_sync
@@ -321,7 +321,7 @@ def test_a_heartbeat_that_crosses_an_ack_counts_nothing_as_fenced(
             try:
                 [claimed] = await runner.run(operations.claim("w", 10_000, 1)) or []
                 done = Outcome(claimed.task_id, claimed.attempt)
-                assert await runner.run(operations.ack("w", [done])) == [True]
+                assert await runner.run(operations.ack("w", [done])) == [Ended.APPLIED]
                 beat = await runner.run(
                     operations.heartbeat("w", 10_000, [(claimed.task_id, claimed.attempt)], 2)
                 )

@@ -270,13 +270,19 @@ def test_cancel_from_each_place_leaves_nothing(
     assert raw.llen(keys.history) == 2
 
 
-def test_cancel_refuses_a_running_task(redis_url: str, queue_name: str) -> None:
+def test_cancel_of_a_running_task_asks_and_leaves_it_to_its_worker(
+    redis_url: str, queue_name: str
+) -> None:
+    """The running task stays where it is, marked, until its attempt ends (see
+    test_cancel_running.py for every way that ends it)."""
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_now({"a": 1})
         queue.runner.run(queue.core.operations.claim("w1", 10_000, 10))
         assert queue.status(task_id).state == "running"  # type: ignore[union-attr]
-        with pytest.raises(TaskStateError, match="running"):
-            queue.cancel(task_id)
+        assert queue.cancel(task_id) is True
+        status = queue.status(task_id)
+        assert status is not None and status.state == "running"
+        assert status.cancel_asked_at is not None
 
 
 def test_reschedule_moves_waiting_tasks_and_refuses_others(

@@ -17,7 +17,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.errors import ResultTimeoutError, TaskFailedError, TaskStateError
 from duetime.store import AsyncRunner, QueueKeys, SyncRunner
 from duetime.store.operations import QueueOperations
-from duetime.store.working import Outcome
+from duetime.store.working import Ended, Outcome
 from tests.helpers import FAST, decoded, running, take_waiting, wait_until
 
 
@@ -251,7 +251,7 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
             clock.advance(1.0)  # the lease deadline is reached
             assert await runner.run(operations.reap_expired_leases(100)) == 1
             late = Outcome(task_id, claimed.attempt, 60_000, b"late")
-            assert await runner.run(operations.ack("stale", [late])) == [False]
+            assert await runner.run(operations.ack("stale", [late])) == [Ended.FENCED]
             assert not await runner.run(
                 operations.fail("stale", task_id, claimed.attempt, b"e", None)
             )
@@ -267,9 +267,9 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
             both = [(task_id, claimed.attempt), (task_id, again.attempt)]
             beat = await runner.run(operations.heartbeat("stale", 1000, both))
             assert beat.lost == [(task_id, claimed.attempt)]
-            assert await runner.run(operations.ack("stale", [late])) == [False]
+            assert await runner.run(operations.ack("stale", [late])) == [Ended.FENCED]
             fresh = Outcome(task_id, again.attempt, 60_000, b"\xc3")
-            assert await runner.run(operations.ack("stale", [fresh])) == [True]
+            assert await runner.run(operations.ack("stale", [fresh])) == [Ended.APPLIED]
         finally:
             await runner.close()
 
@@ -337,7 +337,7 @@ def test_a_claim_of_thousands_moves_leases_and_acks_every_id_in_order(
         assert raw.zcard(keys.leases) == 2_500
         for first in range(0, 2_500, 500):
             outcomes = [Outcome(c.task_id, c.attempt) for c in claimed[first : first + 500]]
-            assert runner.run(operations.ack("w", outcomes)) == [True] * 500
+            assert runner.run(operations.ack("w", outcomes)) == [Ended.APPLIED] * 500
     assert raw.llen(keys.active("w")) == 0 and raw.zcard(keys.leases) == 0
     assert raw.hlen(keys.tasks) == 100
 

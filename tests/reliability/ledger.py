@@ -19,7 +19,7 @@ from tests.apps import LEDGER
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    kind: str  # "start" or "done"
+    kind: str  # "start", "done", or "stopped" (the attempt saw its task cancelled)
     task_id: str
     attempt: int
     pid: int
@@ -55,6 +55,7 @@ class Ledger:
         self.entries: list[Entry] = []
         self.attempts: dict[tuple[str, int], list[Attempt]] = {}
         self.done: set[str] = set()
+        self.stopped: dict[str, float] = {}  # task id -> when a cancelled attempt stopped
 
     def refresh(self) -> list[Entry]:
         new = [parse(raw) for raw in self.client.lrange(self.key, len(self.entries), -1)]
@@ -66,7 +67,10 @@ class Ledger:
                     Attempt(entry.task_id, entry.attempt, entry.pid, entry.at_ms, entry.run_at_ms)
                 )
             else:
-                self.done.add(entry.task_id)
+                if entry.kind == "stopped":
+                    self.stopped.setdefault(entry.task_id, entry.at_ms)
+                else:
+                    self.done.add(entry.task_id)
                 for run in runs:
                     if run.pid == entry.pid and run.done_ms is None:
                         run.done_ms = entry.at_ms

@@ -1,9 +1,11 @@
-"""A worker kill -9 storm with debounced, throttled and unique tasks mixed in among plain
-ones, on real processes (the machinery of test_faults.py): producers keep calling a
-handful of keys while workers are killed and restarted. Verdict: every call is carried
+"""A worker kill -9 storm with debounced, throttled and unique tasks and cancelled ones
+mixed in among plain ones, on real processes (the machinery of test_faults.py):
+producers keep calling a handful of keys, and a canceller cancels tasks before and
+while they run, while workers are killed and restarted. Verdict: every call is carried
 by a task that completed (0 lost), none started before its final run-at (0 early), a
-task ran twice only where a kill explains it, the checker finds nothing, and once the
-dispatcher's sweep has run no record of a key is left behind."""
+task ran twice only where a kill explains it, a task whose cancel said yes never
+completed (its history ends with the cancel, and holds no success), the checker finds
+nothing, and once the dispatcher's sweep has run no record of a key is left behind."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import redis
 
 from duetime import Debounce, Job, Queue, Throttle, Unique
 from duetime.keyed import KeyedMode, Scheduled
+from duetime.states import HistoryOutcome
 from duetime.store import QueueKeys
 from tests.helpers import wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, compare
@@ -38,7 +41,36 @@ from tests.servers import Server
 
 #: Records of spent keys are swept at each maintenance pass: often, so that the verdict's
 #: "nothing left behind" can wait for it.
-KEYED_ENV = {**STORM_ENV, "DUETIME_MAINTENANCE_INTERVAL": "0.5"}
+KEYED_ENV = {
+    **STORM_ENV,
+    "DUETIME_MAINTENANCE_INTERVAL": "0.5",
+    "DUETIME_CANCEL_GRACE": "2",
+}
+
+
+class Canceller(threading.Thread):
+    """Cancels each task it is given at its moment (some before they start, most while
+    they run), and keeps what each cancel said and when it was called."""
+
+    def __init__(self, url: str, queue: str, moments: dict[str, float]) -> None:
+        super().__init__(name="canceller", daemon=True)
+        self.url, self.queue, self.moments = url, queue, moments
+        self.said: dict[str, tuple[bool, float]] = {}  # id -> (cancel's reply, called at)
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        try:
+            with Queue(self.queue, self.url) as queue:
+                for task_id, moment in sorted(self.moments.items(), key=lambda item: item[1]):
+                    pause_until(moment)
+                    called = time.time()
+                    self.said[task_id] = (queue.cancel(task_id), called)
+        except Exception as error:  # reported by the test, which owns the assertion
+            self.failures.append(repr(error))
+
+    def yes(self) -> dict[str, float]:
+        """The tasks whose cancel said yes, with when it was called."""
+        return {task_id: at for task_id, (said, at) in self.said.items() if said}
 
 
 class KeyedCaller(threading.Thread):
@@ -128,11 +160,25 @@ def test_worker_kill_9_storm_with_keyed_tasks(
         for i in range(count)
     ]  # fmt: skip
     kills: list[tuple[int, float]] = []
+    # Tasks to cancel: plain and async handlers that take 0.3 to 1.5 s, each cancelled
+    # from 0.2 s before its run-at to the end of its work.
+    doomed = [
+        Job({"work": round(rng.uniform(0.3, 1.5), 3)}, at=begin + duration * rng.random(),
+            task=rng.choice(["ledger_stoppable", "ledger_stoppable_async"]), id=f"c{i}")
+        for i in range(pick(40, 400))
+    ]  # fmt: skip
+    moments = {
+        str(job.id): float(job.at) + rng.uniform(-0.2, job.data["work"])  # type: ignore[arg-type]
+        for job in doomed
+    }
     with Queue(queue_name, redis_url) as queue:
-        queue.schedule_many(jobs)
+        queue.set_history(100_000)  # keeps every attempt of the storm
+        queue.schedule_many(jobs + doomed)
         caller = KeyedCaller(redis_url, queue_name, SEED)
         callers.append(caller)
         caller.start()
+        canceller = Canceller(redis_url, queue_name, moments)
+        canceller.start()
         moment = begin + rng.uniform(1.2, 2.2)
         while moment < begin + duration:
             pause_until(moment)
@@ -144,8 +190,16 @@ def test_worker_kill_9_storm_with_keyed_tasks(
             workers.append(fleet.start("worker", queue_name, redis_url, env, "-c", "10"))
             moment += rng.uniform(1.2, 2.2)
         caller.halt()
-        assert caller.failures == []
+        canceller.join(60)
+        assert caller.failures == [] and canceller.failures == []
+        cancelled = canceller.yes()
         scheduled = {str(job.id): float(job.at) for job in jobs}  # type: ignore[arg-type]
+        # A task whose cancel said no had completed already: it is owed a run like any.
+        scheduled |= {
+            str(job.id): float(job.at)  # type: ignore[arg-type]
+            for job in doomed
+            if str(job.id) not in cancelled
+        }
         keyed = caller.carried()
         assert not keyed.keys() & scheduled.keys()
         scheduled |= keyed
@@ -164,9 +218,10 @@ def test_worker_kill_9_storm_with_keyed_tasks(
 
         faults = [Fault("kill -9", at, at, frozenset({pid})) for pid, at in kills]
         dump(fleet, ledger, faults)
-        verdict = compare(ledger, scheduled, faults=faults, after=5.0)
+        verdict = compare(ledger, scheduled, maybe=cancelled, faults=faults, after=5.0)
         counters = queue.stats().counters
         problems = verdict_problems(verdict, queue, raw, fleet)
+        problems += completed_after_cancel(queue, cancelled)
     # Every call is carried by a task that completed (a dropped call by its window's
     # leading run, a unique hit by the live task).
     uncarried = {reply.id for reply in caller.replies} - ledger.done
@@ -177,6 +232,8 @@ def test_worker_kill_9_storm_with_keyed_tasks(
         plain=count,
         keyed_calls=len(caller.replies),
         keyed_tasks=len(keyed),
+        cancels=f"{len(cancelled)} of {len(doomed)} said yes",
+        stop_after_cancel_ms=stop_latency(ledger, cancelled),
         kills=len(kills),
         counters=counters,
         **verdict.summary(),
@@ -186,3 +243,30 @@ def test_worker_kill_9_storm_with_keyed_tasks(
     outcomes = {reply.outcome for reply in caller.replies}
     assert {"created", "collapsed", "dropped", "existing"} <= outcomes, outcomes
     assert counters.get("debounced", 0) > 0 and counters.get("unique_hits", 0) > 0
+
+
+def completed_after_cancel(queue: Queue, cancelled: dict[str, float]) -> list[str]:
+    """Tasks whose cancel said yes yet that completed, or are still kept, or whose history
+    does not end with the cancel."""
+    problems = []
+    for task_id in sorted(cancelled):
+        outcomes = [attempt.outcome for attempt in queue.history(100, task_id=task_id)]
+        if HistoryOutcome.SUCCEEDED in outcomes:
+            problems.append(f"{task_id} completed after its cancel said yes: {outcomes}")
+        elif not outcomes or outcomes[0] != HistoryOutcome.CANCELLED:
+            problems.append(f"{task_id}: its history does not end with the cancel: {outcomes}")
+        if queue.status(task_id) is not None:
+            problems.append(f"{task_id} is still kept after its cancel")
+    return problems
+
+
+def stop_latency(ledger: Ledger, cancelled: dict[str, float]) -> str:
+    """From the cancel's call to the handler's stop, for the tasks that were running."""
+    waits = sorted(
+        ledger.stopped[task_id] - at * 1000 for task_id, at in cancelled.items()
+        if task_id in ledger.stopped
+    )  # fmt: skip
+    if not waits:
+        return "none stopped"
+    middle, high = waits[len(waits) // 2], waits[min(len(waits) - 1, len(waits) * 99 // 100)]
+    return f"{len(waits)} stopped: p50 {middle:.0f}, p99 {high:.0f}, max {waits[-1]:.0f}"

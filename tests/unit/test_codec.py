@@ -186,3 +186,39 @@ def test_a_pack_inside_a_pack_does_not_share_the_packer() -> None:
     outer = codec.pack(["outside", Packing(a=1)])
     assert codec.unpack(outer) == ["outside", {"a": 1}]
     assert codec.unpack(inner[0]) == ["inside", 1]
+
+
+# --- envelope format version 3: expires ------------------------------------------------
+
+
+def test_an_envelope_with_expires_is_version_3_and_round_trips() -> None:
+    envelope = Envelope("send", {"n": 1}, 1_800_000_000_123, 5, 300_000, 0, 2500)
+    blob = codec.encode_envelope(envelope)
+    assert msgpack.unpackb(blob)[0] == 3 and len(msgpack.unpackb(blob)) == 8
+    assert codec.decode_envelope(blob) == envelope
+    head, limits = codec.envelope_parts("send", 5, 300_000, 0, 2500)
+    assert head + codec.pack({"n": 1}) + msgpack.packb(1_800_000_000_123) + limits == blob
+    plain = codec.encode_envelope(Envelope("send", {"n": 1}, 1_800_000_000_123, 5, 300_000, 0))
+    assert msgpack.unpackb(plain)[0] == 2  # without expires: as before
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        [3, "t", {}, 0, 5, 1, 0, 0],  # expires 0 is never written
+        [3, "t", {}, 0, 5, 1, 0, -5],
+        [3, "t", {}, 0, 5, 1, 0, "soon"],
+        [3, "t", {}, 0, 5, 1, 0],  # version 3 always has all eight
+    ],
+)
+def test_a_version_3_envelope_with_a_bad_expiry_is_refused(fields: list[object]) -> None:
+    with pytest.raises(DecodeError):
+        codec.decode_envelope(msgpack.packb(fields))
+
+
+@pytest.mark.parametrize("ended", ["cancelled", "expired"])
+def test_a_result_record_says_how_an_unfinished_task_ended(ended: str) -> None:
+    blob = msgpack.packb([False, ended, 0, 1_800_000_000_000, 2, ended])
+    assert codec.decode_result(blob) == ResultRecord(False, ended, 0, 1_800_000_000_000, 2, ended)
+    with pytest.raises(DecodeError):
+        codec.decode_result(msgpack.packb([False, ended, 0, 1, 2, "other"]))

@@ -31,7 +31,8 @@ BULK_BATCH = 500
 
 
 def search_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """--id, --task, --error and --data, shared by ``search`` and the bulk actions."""
+    """--id, --task, --error, --limit-key and --data, shared by ``search`` and the bulk
+    actions."""
     options = (
         click.option("--id", "id_prefix", metavar="PREFIX", help="Ids that start with PREFIX."),
         click.option(
@@ -42,6 +43,9 @@ def search_options(function: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--error", metavar="TEXT", help="Tasks whose last error contains TEXT (any case)."
+        ),
+        click.option(
+            "--limit-key", metavar="KEY", help="Tasks of this flow control limit key (exact)."
         ),
         click.option(
             "--data",
@@ -62,16 +66,17 @@ def criteria_of(
     error: str | None,
     data: str | None,
     state: str | None = None,
+    limit_key: str | None = None,
 ) -> TaskSearch | None:
     """The search the options ask for; None when none was given."""
-    if not (id_prefix or task_name is not None or error or data):
+    if not (id_prefix or task_name is not None or error or data or limit_key is not None):
         return None
     field, value = None, None
     if data is not None:
         field, equals, given = data.partition("=")
         value = given if equals else None
     task = "" if task_name == DEFAULT_HANDLER_SHOWN else task_name
-    return TaskSearch(id_prefix or None, task, error or None, field, value, state)
+    return TaskSearch(id_prefix or None, task, error or None, field, value, state, limit_key)
 
 
 def _status_table(found: Sequence[TaskStatus]) -> Table:
@@ -98,7 +103,7 @@ def _status_table(found: Sequence[TaskStatus]) -> Table:
 
 
 def _read(page: SearchPage) -> str:
-    what = "last errors" if page.walked == "errors" else "tasks"
+    what = {"errors": "last errors", "keys": "tasks with a limit key"}.get(page.walked, "tasks")
     return f"read {page.scanned:,} of {page.total:,} {what}"
 
 
@@ -129,6 +134,7 @@ def search(
     task_name: str | None,
     error: str | None,
     data: str | None,
+    limit_key: str | None,
     state: str | None,
     limit: int,
     budget: int,
@@ -137,7 +143,8 @@ def search(
     as_json: bool,
     redis_url: str | None,
 ) -> None:
-    """Tasks in any state by id prefix, handler, last error or a field of their data.
+    """Tasks in any state by id prefix, handler, last error, limit key or a field of
+    their data.
 
     A search reads the queue's tasks --budget at a time and prints the cursor to go on
     with; --all walks to the end.
@@ -148,9 +155,9 @@ def search(
       duetime search -q emails --error timeout --state scheduled
       duetime search -q emails --id cron:digest: --all --json
     """
-    criteria = criteria_of(id_prefix, task_name, error, data, state)
+    criteria = criteria_of(id_prefix, task_name, error, data, state, limit_key)
     if criteria is None:
-        raise click.UsageError("search by --id, --task, --error or --data")
+        raise click.UsageError("search by --id, --task, --error, --limit-key or --data")
     started = time.monotonic()
     found: list[TaskStatus] = []
     scanned = 0
@@ -183,7 +190,8 @@ def search(
 @click.group()
 def bulk() -> None:
     """Cancel, reschedule or run now many scheduled tasks: the ids named, or every
-    scheduled task a search matches. Each task is its own atomic step; tasks that
+    scheduled task a search matches (cancel --state running: every running one, whose
+    workers are asked to stop them). Each task is its own atomic step; tasks that
     started, died or finished meanwhile are skipped and counted.
 
     \b
@@ -191,6 +199,8 @@ def bulk() -> None:
       duetime bulk run-now -q emails --data customer.id=42 --dry-run
       duetime bulk reschedule -q emails --in 1h --task send_digest --yes
       duetime bulk cancel -q emails ID1 ID2 ID3
+      duetime bulk cancel -q emails --state running --task send_digest --yes
+      duetime bulk cancel -q api --state running --limit-key customer-42 --yes
     """
 
 
@@ -217,26 +227,52 @@ def bulk_action(action: str, summary: str) -> click.Command:
         task_name: str | None,
         error: str | None,
         data: str | None,
+        limit_key: str | None,
         dry_run: bool,
         yes: bool,
         as_json: bool,
         redis_url: str | None,
         at: float | None = None,
         delay: float | None = None,
+        state: str = "scheduled",
     ) -> None:
-        criteria = criteria_of(id_prefix, task_name, error, data, "scheduled")
+        criteria = criteria_of(id_prefix, task_name, error, data, state, limit_key)
         ids = validation.task_ids(list(task_ids))
         if bool(ids) == (criteria is not None):
-            raise click.UsageError("name task ids, or choose with --id, --task, --error or --data")
+            raise click.UsageError(
+                "name task ids, or choose with --id, --task, --error, --limit-key or --data"
+            )
         if action == "reschedule" and (at is None) == (delay is None):
             raise click.UsageError("give exactly one of --at or --in")
         request = BulkRequest(action, queue, ids, criteria, dry_run, yes, as_json, (at, delay))
         act_in_bulk(request, redis_url)
 
-    options: list[Callable[[Callable[..., Any]], Callable[..., Any]]] = [
+    decorated: Callable[..., Any] = command
+    for option in reversed(_bulk_options(action)):
+        decorated = option(decorated)
+    return queue_command(name, group=bulk, help_text=summary)(decorated)
+
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+
+def _bulk_options(action: str) -> list[Decorator]:
+    """The arguments and options of ``duetime bulk ACTION``."""
+    options: list[Decorator] = [
         click.argument("task_ids", nargs=-1),
         search_options,
     ]
+    if action == "cancel":
+        options.append(
+            click.option(
+                "--state",
+                type=click.Choice(["scheduled", "running"]),
+                default="scheduled",
+                show_default=True,
+                help="With a search: the state of the tasks it picks (running ones are "
+                "asked to stop, and end as cancelled).",
+            )
+        )
     if action == "reschedule":
         options += [
             click.option("--at", "at", type=TIME, metavar="TIME", help="The new run-at time."),
@@ -251,10 +287,7 @@ def bulk_action(action: str, summary: str) -> click.Command:
         click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
         click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON."),
     ]
-    decorated: Callable[..., Any] = command
-    for option in reversed(options):
-        decorated = option(decorated)
-    return queue_command(name, group=bulk, help_text=summary)(decorated)
+    return options
 
 
 def act_in_bulk(request: BulkRequest, redis_url: str | None) -> None:

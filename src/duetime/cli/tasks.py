@@ -55,6 +55,12 @@ MOST_TASKS_SCANNED = 100_000
 )
 @click.option("--result-ttl", type=DURATION, metavar="DURATION", help="Keep the result this long.")
 @click.option(
+    "--expires",
+    type=DURATION,
+    metavar="DURATION",
+    help="Drop the task, unrun, if it has not started this long after its run-at.",
+)
+@click.option(
     "--priority",
     type=int,
     default=0,
@@ -124,11 +130,16 @@ def _show_status(queue: str, task_id: str, redis_url: str | None) -> None:
 @queue_command()
 @click.argument("task_id")
 def cancel(queue: str, task_id: str, redis_url: str | None) -> None:
-    """Cancel a task that has not started (or is dead)."""
+    """Cancel a task: one waiting (or dead) is removed; a running one's worker is asked
+    to stop it, and it ends as cancelled (never completed, never retried)."""
     with open_queue(queue, redis_url) as client:
         if not client.cancel(task_id):
             raise TaskNotFoundError(f"no live task {task_id!r} in queue {queue!r}")
-    click.echo(f"cancelled {task_id}")
+        after = client.status(task_id)
+    if after is not None and after.cancel_asked_at is not None:
+        click.echo(f"cancelling {task_id}: it is running; its worker is stopping it")
+    else:
+        click.echo(f"cancelled {task_id}")
 
 
 @queue_command()

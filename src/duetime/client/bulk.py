@@ -72,12 +72,13 @@ class BulkControl(Control):
     """The plans of ``QueueCore`` that act on many waiting tasks, one atomic step each."""
 
     def cancel_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
-        """Cancel each task that has not started (scheduled or ready); a running or dead
-        one is left alone (a dead task is purged with ``purge_dead``)."""
+        """Cancel each task that has not started (scheduled or ready), and ask each running
+        one's worker to stop it (it ends as cancelled); a dead one is left alone (a dead
+        task is purged with ``purge_dead``)."""
         tally = _Tally("cancel")
         for task_id in _checked_ids(task_ids):
-            place = yield from self._cancel_waiting(task_id)
-            if place in (TaskState.SCHEDULED, TaskState.READY):
+            place = yield from self._cancel_live(task_id)
+            if place in (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING):
                 tally.done.append(task_id)
             else:
                 tally.skipped[task_id] = GONE if place is None else str(place)
@@ -104,7 +105,7 @@ class BulkControl(Control):
         now_ms = yield from self.operations.now()
         return (yield from self.reschedule_many_plan(ids, (now_ms + delay_ms) / 1000))
 
-    def _cancel_waiting(self, task_id: str) -> Plan[TaskState | None]:
+    def _cancel_live(self, task_id: str) -> Plan[TaskState | None]:
         return (yield from self._first_found(task_id, lambda shard: shard.cancel(task_id, True)))
 
     def _reschedule_one(self, task_id: str, run_at_ms: float) -> Plan[RescheduleOutcome | None]:

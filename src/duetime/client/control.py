@@ -21,13 +21,10 @@ class Control(Inspection):
     read first by some: ``run_now`` acts on a waiting task only)."""
 
     def cancel_plan(self, task_id: str) -> Plan[bool]:
+        """Remove a waiting (or dead) task; for a running one, ask its worker to stop it:
+        the end of its attempt ends it as cancelled. False when no live task has the id."""
         validation.task_id(task_id)
         place = yield from self._first_found(task_id, lambda shard: shard.cancel(task_id))
-        if place == TaskState.RUNNING:
-            raise TaskStateError(
-                f"task {task_id} is running and cannot be cancelled; "
-                "it will finish or fail on its own"
-            )
         return place is not None
 
     def reschedule_plan(self, task_id: str, at: Timestamp) -> Plan[None]:

@@ -26,6 +26,7 @@ class HandleOptions(TypedDict, total=False):
     max_attempts: int | None
     timeout: Duration | None
     result_ttl: Duration | None
+    expires: Duration | None
     priority: int
     limit_key: str | None
     cost: int

@@ -34,11 +34,13 @@ from duetime.errors import (
     DecodeError,
     InvalidInputError,
     ResultTimeoutError,
+    TaskCancelledError,
+    TaskExpiredError,
     TaskFailedError,
     TaskNotFoundError,
     TaskStateError,
 )
-from duetime.states import TaskState
+from duetime.states import HistoryOutcome, TaskState
 from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
 from duetime.store.operations import QueueOperations
 from duetime.store.requests import Plan
@@ -84,6 +86,11 @@ class Inspection(QueueShards):
                 error = codec.decode_error(reply.error).error if reply.error else ""
                 raise TaskFailedError(task_id, error or "it is in the dead-letter set")
             if reply.state == TaskState.UNKNOWN:
+                entries = yield from shard.task_history(task_id, 1)
+                if entries and entries[0].outcome == HistoryOutcome.CANCELLED:
+                    raise TaskCancelledError(task_id)
+                if entries and entries[0].outcome == HistoryOutcome.EXPIRED:
+                    raise TaskExpiredError(task_id)
                 raise self.not_found(task_id)
             if keeps_no_result(reply):
                 raise TaskStateError(
@@ -107,6 +114,10 @@ class Inspection(QueueShards):
             result = codec.decode_result(blob)
         except DecodeError as problem:
             raise CorruptStateError(f"the stored result of task {task_id}: {problem}") from None
+        if result.ended == "cancelled":
+            raise TaskCancelledError(task_id)
+        if result.ended == "expired":
+            raise TaskExpiredError(task_id)
         if not result.ok:
             raise TaskFailedError(task_id, str(result.value))
         return result.value

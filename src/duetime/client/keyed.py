@@ -14,6 +14,7 @@ from duetime import codec
 from duetime.client.ids import new_task_id
 from duetime.client.models import KeyedCallOptions, TaskOptions
 from duetime.client.prepared import (
+    EXPIRES_MS,
     FLOW,
     KEYED,
     MAX_ATTEMPTS,
@@ -83,8 +84,9 @@ class KeyedScheduling(Producing):
         now = yield from shard.now()
         run_at_ms = math.ceil(run_at_us_of(item, now) / 1000)  # whole ms, never earlier
         head, limits = codec.envelope_parts(
-            item[TASK_NAME], item[MAX_ATTEMPTS], item[TIMEOUT_MS], item[RESULT_TTL_MS]
-        )
+            item[TASK_NAME], item[MAX_ATTEMPTS], item[TIMEOUT_MS], item[RESULT_TTL_MS],
+            item[EXPIRES_MS],
+        )  # fmt: skip
         parts = (head, item[PACKED_DATA], limits, item[FLOW])
         script, extra = self._mode_arguments(mode)
         for _ in range(MAX_ID_ROUNDS):

@@ -28,6 +28,7 @@ class TaskOptions(TypedDict, total=False):
     max_attempts: int | None  # default: Settings.max_attempts
     timeout: Duration | None  # how long one attempt may run; default: Settings.task_timeout
     result_ttl: Duration | None  # keep the outcome this long for result(); default: none
+    expires: Duration | None  # not started this long after its run-at: dropped, not run
     priority: int  # among due tasks, ranks as if due this many seconds earlier; default 0
     limit_key: str | None  # the tasks of one key share its limits and take turns with others
     cost: int  # what one start spends of the rate limits; default 1
@@ -61,6 +62,7 @@ class Job:
     max_attempts: int | None = None
     timeout: Duration | None = None
     result_ttl: Duration | None = None
+    expires: Duration | None = None
     priority: int = 0
     limit_key: str | None = None
     cost: int = 1
@@ -96,6 +98,9 @@ class TaskStatus:
     #: The debounce, throttle or unique key whose current task this is, and what it
     #: holds (calls collapsed, deadline), or None.
     keyed: KeyedState | None = None
+    #: For a running task whose cancel was asked: when (epoch seconds). Its worker stops
+    #: it, and the end of its attempt ends it as cancelled.
+    cancel_asked_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

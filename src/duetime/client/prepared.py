@@ -13,13 +13,16 @@ from duetime.keyed import KeyedMode
 #: task name, packed data, max_attempts, timeout_ms, result_ttl_ms, whether duetime made
 #: the id, so it may be replaced if it collides, its flow record: "" for none, see
 #: ``duetime.flow.flow_record``; its debounce, throttle or unique mode, or None: see
-#: ``duetime.keyed``). A plain tuple, not an object: the
+#: ``duetime.keyed``; how late after its run-at it may still start, ms, 0: no limit,
+#: see ``expires``). A plain tuple, not an object: the
 #: garbage collector stops tracking a tuple of plain values, where the 200,000 objects
 #: of a large schedule_many made its full collections walk them again and again (0.6 µs
 #: a task, a tenth of the call). A NamedTuple is not an exact tuple, so it stays tracked
 #: (a schedule_many of 200,000 ran at 165,000 tasks/s against 210,000): made by
 #: ``prepared_task``, read through the positions below.
-PreparedTask = tuple[str, int | None, int, str, bytes, int, int, int, bool, str, KeyedMode | None]
+PreparedTask = tuple[
+    str, int | None, int, str, bytes, int, int, int, bool, str, KeyedMode | None, int
+]
 #: Positions in a PreparedTask.
 TASK_ID: Final = 0
 AT_US: Final = 1
@@ -32,6 +35,7 @@ RESULT_TTL_MS: Final = 7
 GENERATED: Final = 8
 FLOW: Final = 9
 KEYED: Final = 10
+EXPIRES_MS: Final = 11
 
 
 def prepared_task(
@@ -46,6 +50,7 @@ def prepared_task(
     generated: bool,
     flow: str = "",
     keyed: KeyedMode | None = None,
+    expires_ms: int = 0,
 ) -> PreparedTask:
     """A prepared task of these parts (``at_us`` None: it runs ``delay_ms`` from now)."""
     return (
@@ -60,6 +65,7 @@ def prepared_task(
         generated,
         flow,
         keyed,
+        expires_ms,
     )
 
 
@@ -75,7 +81,9 @@ def run_at_us_of(item: PreparedTask, now_ms: int) -> int:
 
 def envelope_of(item: PreparedTask, run_at_ms: float) -> bytes:
     """The envelope a prepared task is written in, to run at ``run_at_ms``."""
-    _, _, _, task_name, packed_data, max_attempts, timeout_ms, result_ttl_ms, _, _, _ = item
+    _, _, _, task_name, packed_data, max_attempts, timeout_ms, result_ttl_ms, _, _, _, expires = (
+        item
+    )
     return codec.envelope_from_packed_data(
-        task_name, packed_data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms
+        task_name, packed_data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms, expires
     )

@@ -53,6 +53,7 @@ class Preparing(QueueShards):
             job.limit_key,
             job.cost,
             keyed.checked_mode(job.debounce, job.throttle, job.unique, job.id),
+            job.expires,
         )
 
     def prepare_call(
@@ -89,6 +90,7 @@ class Preparing(QueueShards):
             options.get("limit_key"),
             options.get("cost", 1),
             keyed_mode,
+            options.get("expires"),
         )
 
     def prepare_fields(
@@ -106,6 +108,7 @@ class Preparing(QueueShards):
         limit_key: str | None = None,
         cost: int = 1,
         keyed_mode: keyed.KeyedMode | None = None,
+        expires: Duration | None = None,
     ) -> PreparedTask:
         if (at is None) == (delay is None):
             raise InvalidInputError("give exactly one of a run-at time or a delay")
@@ -135,6 +138,7 @@ class Preparing(QueueShards):
         validation.payload(data, len(packed_data), self.settings.max_payload_bytes, packed_data)
         task_name = "" if task is None else task_name_of(task)
         record = flow.checked_record(priority, limit_key, cost)
+        expires_ms = 0 if expires is None else validation.milliseconds(expires, "expires")
         return prepared_task(
             task_id,
             at_us,
@@ -147,6 +151,7 @@ class Preparing(QueueShards):
             generated,
             record,
             keyed_mode,
+            expires_ms,
         )
 
     def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[PreparedTask]:

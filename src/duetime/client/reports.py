@@ -196,6 +196,7 @@ def task_status(task_id: str, reply: StatusReply) -> TaskStatus | None:
         priority=priority,
         limit_key=limit_key,
         cost=cost,
+        cancel_asked_at=None if reply.cancel_asked_ms is None else reply.cancel_asked_ms / 1000,
     )
 
 

@@ -1,9 +1,10 @@
 """Finding tasks by what they are, whatever their state: by id prefix, handler, last
-error text and a field of their data, in a bounded walk of the queue's hash of tasks
-that a cursor continues.
+error text, limit key and a field of their data, in a bounded walk of the queue's hash
+of tasks that a cursor continues.
 
 A search walks the hash that holds every live task's envelope (or, when it looks for an
-error text, the smaller hash of last errors) with ``HSCAN``, a page of ``SCAN_PAGE``
+error text, the smaller hash of last errors; for a limit key, that of flow records) with
+``HSCAN``, a page of ``SCAN_PAGE``
 entries per round trip, and stops once it has asked the server to look at ``budget``
 entries or found ``limit`` matches. Envelopes are msgpack, so the criteria are checked
 here, on the client; only the matches cost more: where each one is, read in one round
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from duetime import codec, validation
+from duetime import codec, flow, validation
 from duetime.client.inspection import Inspection
 from duetime.client.models import LISTED_STATES, TaskStatus
 from duetime.client.reports import task_status
@@ -40,7 +41,7 @@ MOST_LIMIT = 10_000
 #: How long each criterion may be (characters).
 MOST_CRITERION = 1000
 
-_CURSOR = re.compile(r"([te])([0-9]{1,3})\.([0-9]{1,20})")
+_CURSOR = re.compile(r"([tek])([0-9]{1,3})\.([0-9]{1,20})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +53,9 @@ class TaskSearch:
     a task that failed an attempt has one). ``data_field``: a path into the task's data,
     keys and list positions joined by dots (``customer.id``, ``items.0.sku``); with
     ``data_value``, the value there, as text (a string as it is, a number, true, false
-    or null as JSON), must equal it; without, the field must exist. ``state``: only
-    tasks in this state (scheduled, ready, running or dead), checked on the matches.
+    or null as JSON), must equal it; without, the field must exist. ``limit_key``: the
+    task's flow control key, exactly. ``state``: only tasks in this state (scheduled,
+    ready, running or dead), checked on the matches.
     """
 
     id_prefix: str | None = None
@@ -62,6 +64,7 @@ class TaskSearch:
     data_field: str | None = None
     data_value: str | None = None
     state: TaskState | str | None = None
+    limit_key: str | None = None
     path: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -71,6 +74,7 @@ class TaskSearch:
             "error": self.error,
             "data_field": self.data_field,
             "data_value": self.data_value,
+            "limit_key": self.limit_key,
         }
         for name, value in given.items():
             if value is not None and (not isinstance(value, str) or len(value) > MOST_CRITERION):
@@ -92,17 +96,33 @@ class TaskSearch:
                 states = ", ".join(LISTED_STATES)
                 raise InvalidInputError(f"state must be one of {states}, got {self.state!r}")
             object.__setattr__(self, "state", TaskState(self.state))
-        if not (self.id_prefix or self.task is not None or self.error or self.data_field):
+        given_one = self.task is not None or self.limit_key is not None
+        if not (given_one or self.id_prefix or self.error or self.data_field):
             raise InvalidInputError(
-                "give at least one of id_prefix, task, error or data_field to search by "
+                "give at least one of id_prefix, task, error, data_field or limit_key to "
+                "search by "
                 "(to list the tasks of one state, use tasks(state))"
             )
 
     @property
     def walked(self) -> Walked:
         """The hash a search walks: the last errors when it looks for an error text (a
-        task without one cannot match), else every task."""
-        return "errors" if self.error else "tasks"
+        task without one cannot match), the flow records for a limit key, else every
+        task."""
+        if self.error:
+            return "errors"
+        return "keys" if self.limit_key is not None else "tasks"
+
+    def matches_record(self, walked: Walked, record: bytes) -> bool:
+        """Whether the entry a walk of errors or flow records read meets its criterion."""
+        if walked == "errors":
+            return self.matches_error(record)
+        return self.matches_key(record)
+
+    def matches_key(self, record: bytes) -> bool:
+        if self.limit_key is None:
+            return True
+        return flow.record_parts(record.decode("utf-8", "surrogateescape"))[2] == self.limit_key
 
     def matches_id(self, task_id: str) -> bool:
         return task_id.startswith(self.id_prefix or "")
@@ -188,7 +208,7 @@ class SearchCursor:
                 f"not a search cursor of this queue: {validation.shown(text)} (give the "
                 "cursor a search returned, or none to start)"
             )
-        if (found[1] == "e") != (walked == "errors"):
+        if found[1] != walked[0]:
             raise InvalidInputError(
                 "this cursor belongs to a search by another kind of criteria (with or "
                 "without an error text): start again without a cursor"
@@ -224,8 +244,7 @@ class Searching(Inspection):
         at: SearchCursor | None = SearchCursor.parse(cursor, walked, len(self.shards))
         total = 0
         for shard in self.shards:
-            tasks, errors = yield from shard.walk_sizes()
-            total += errors if walked == "errors" else tasks
+            total += yield from shard.walk_size(walked)
         found: list[TaskStatus] = []
         looked = scanned = 0
         while at is not None and looked < budget and len(found) < limit:
@@ -245,11 +264,12 @@ class Searching(Inspection):
         entries: Sequence[tuple[str, bytes]],
     ) -> Plan[list[TaskStatus]]:
         """The tasks of one page that meet every criterion, as ``status`` reads them."""
-        if criteria.walked == "errors":
+        walked = criteria.walked
+        if walked != "tasks":
             picked = [
                 task_id
                 for task_id, record in entries
-                if criteria.matches_id(task_id) and criteria.matches_error(record)
+                if criteria.matches_id(task_id) and criteria.matches_record(walked, record)
             ]
             envelopes = (yield from shard.envelopes(picked)) if picked else []
             candidates = [
@@ -270,6 +290,8 @@ class Searching(Inspection):
             # Gone since the page was read (finished, cancelled), or not in the state asked.
             if status is None or status.state not in LISTED_STATES:
                 continue
+            if criteria.limit_key is not None and status.limit_key != criteria.limit_key:
+                continue  # an error walk's match with another key
             if criteria.state is None or status.state == criteria.state:
                 found.append(status)
         return found

@@ -93,9 +93,12 @@ class Actions:
     async def cancel(self, request: Request) -> Response:
         async def cancel(queue: AsyncQueue, form: FormData) -> Notice:
             task_id = self._task_id(form)
-            if await queue.cancel(task_id):
-                return Notice(f"Cancelled task {task_id}.")
-            return Notice(f"Task {task_id} was no longer waiting: nothing cancelled.", "error")
+            if not await queue.cancel(task_id):
+                return Notice(f"Task {task_id} is gone: nothing cancelled.", "error")
+            after = await queue.status(task_id)
+            if after is not None and after.cancel_asked_at is not None:
+                return Notice(f"Task {task_id} is running: its worker was asked to stop it.")
+            return Notice(f"Cancelled task {task_id}.")
 
         return await self._act(request, f"/q/{self.site.queue(request)[0]}/tasks", cancel)
 

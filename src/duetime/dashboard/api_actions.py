@@ -18,7 +18,7 @@ from duetime.client import in_batches_async, select_matching_async
 from duetime.dashboard import views
 from duetime.dashboard.api import ApiReads, answer, json_errors
 from duetime.dashboard.inputs import dead_filter, key_limits, limit_key_field, queue_limits
-from duetime.dashboard.search_view import MATCHING_SCAN, asked, new_run_at
+from duetime.dashboard.search_view import MATCHING_SCAN, asked, matching_state, new_run_at
 from duetime.dashboard.site import Dashboard
 from duetime.errors import InvalidInputError
 from duetime.times import parse_time
@@ -69,14 +69,15 @@ class ApiActions(ApiReads):
 
     async def _bulk(self, request: Request, action: str) -> Response:
         """A bulk action on the body's ``ids``, or on every scheduled task its
-        ``search`` (the Search page's fields) matches, walked up to MATCHING_SCAN."""
+        ``search`` (the Search page's fields) matches, walked up to MATCHING_SCAN (a
+        cancel's search with ``"state": "running"``: every running match)."""
         queue = self.queue(request)[1]
         body = await self.body(request)
         run_at = self._run_at(body) if action == "reschedule" else None
         report: dict[str, Any] = {}
         if "search" in body:
-            search = body["search"]
-            wanted = asked(search if isinstance(search, dict) else {}, state="scheduled")
+            search = body["search"] if isinstance(body["search"], dict) else {}
+            wanted = asked(search, state=matching_state(action, search))
             if wanted.criteria is None:
                 raise InvalidInputError(wanted.error or 'give "search" some fields to match')
             picked = await select_matching_async(queue, wanted.criteria, most_scanned=MATCHING_SCAN)

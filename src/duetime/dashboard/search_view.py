@@ -2,7 +2,8 @@
 API: tasks found by id prefix, handler, error text and a field of their data in a
 bounded walk (``SEARCH_BUDGET`` entries a view, and a link that goes on from there);
 then run now, cancel or reschedule the scheduled ones ticked, or every scheduled task
-the search matches (after a confirmation page that counts them, bounded too).
+the search matches (after a confirmation page that counts them, bounded too); running
+ones, ticked or every running match, can be cancelled (their workers stop them).
 
 Each task is acted on in its own atomic step; the notice says what was done and what
 was skipped (already running, dead, due or gone).
@@ -36,7 +37,7 @@ SEARCH_LIMIT = 200
 #: end in seconds, not minutes (``duetime bulk`` walks any number).
 MATCHING_SCAN = 1_000_000
 #: The criteria fields of the form, and the query string.
-FIELDS = ("id", "task", "error", "field", "value", "state")
+FIELDS = ("id", "task", "error", "field", "value", "key", "state")
 ACTIONS = {"run_now": "Run now", "cancel": "Cancel", "reschedule": "Reschedule"}
 
 
@@ -57,7 +58,7 @@ def asked(params: Mapping[str, Any], state: str | None = None) -> Asked:
     """The search a query string or form asks for; ``state`` overrides its state."""
     fields = {name: str(params.get(name) or "").strip() for name in FIELDS}
     fields["value"] = str(params.get("value") or "")  # a value is matched exactly
-    if not any(fields[name] for name in ("id", "task", "error", "field", "value")):
+    if not any(fields[name] for name in ("id", "task", "error", "field", "value", "key")):
         return Asked(fields, None)
     try:
         criteria = TaskSearch(
@@ -67,6 +68,7 @@ def asked(params: Mapping[str, Any], state: str | None = None) -> Asked:
             data_field=fields["field"] or None,
             data_value=fields["value"] or None,
             state=state or fields["state"] or None,
+            limit_key=fields["key"] or None,
         )
     except InvalidInputError as error:
         return Asked(fields, None, str(error))
@@ -98,6 +100,13 @@ async def act(queue: AsyncQueue, action: str, ids: list[str], form: FormData) ->
     if action == "reschedule":
         return await queue.reschedule_many(ids, new_run_at(form_text(form, "to"), time.time()))
     raise InvalidInputError("choose run now, cancel or reschedule")
+
+
+def matching_state(action: str, params: Mapping[str, Any]) -> str:
+    """The state of the tasks an action on every match takes: scheduled ones, or running
+    ones for a cancel of a search by state running."""
+    running = action == "cancel" and params.get("state") == "running"
+    return "running" if running else "scheduled"
 
 
 def outcome_notice(outcome: BulkOutcome, link: str | None = None) -> Notice:
@@ -144,7 +153,7 @@ class SearchPages:
         action = request.query_params.get("action", "")
         if action not in ACTIONS:
             raise HTTPException(400, "The action must be run_now, cancel or reschedule.")
-        wanted = asked(request.query_params, state="scheduled")
+        wanted = asked(request.query_params, state=matching_state(action, request.query_params))
         if wanted.criteria is None:
             raise HTTPException(400, wanted.error or "Search by something first.")
         picked = await select_matching_async(queue, wanted.criteria, most_scanned=MATCHING_SCAN)
@@ -175,7 +184,7 @@ class SearchPages:
         """The action on every scheduled task the search matches (after ``confirm``)."""
         name, queue = self.site.queue(request)
         form = await verified_form(request, self.site.sessions)
-        wanted = asked(form, state="scheduled")
+        wanted = asked(form, state=matching_state(form_text(form, "action"), form))
         back = f"/q/{name}/search?{wanted.query}"
         if wanted.criteria is None:
             notice = Notice(wanted.error or "Search by something first.", "error")

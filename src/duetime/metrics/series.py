@@ -198,6 +198,11 @@ class _TaskFamilies:
             "Attempts whose handler asked to run again later (Snooze): no attempt spent",
             labels=by_task,
         )
+        self.cancelled = CounterMetricFamily(
+            "duetime_tasks_cancelled_running",
+            "Attempts whose task was cancelled while they ran: the task ended as cancelled",
+            labels=by_task,
+        )
         self.dead_unstarted = CounterMetricFamily(
             "duetime_tasks_dead_unstarted",
             "Tasks sent to dead without running: an "
@@ -225,6 +230,7 @@ class _TaskFamilies:
                 AttemptOutcome.FENCED: self.fenced,
                 AttemptOutcome.INTERRUPTED: self.interrupted,
                 AttemptOutcome.SNOOZED: self.snoozed,
+                AttemptOutcome.CANCELLED: self.cancelled,
             }[outcome]
             family.add_metric(labels, count)
 
@@ -237,6 +243,7 @@ class _TaskFamilies:
             self.fenced,
             self.interrupted,
             self.snoozed,
+            self.cancelled,
             self.dead_unstarted,
             self.lateness,
             self.duration,

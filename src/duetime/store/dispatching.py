@@ -122,7 +122,7 @@ class DispatcherPlans(QueueBase):
         for raw in members:
             member = as_text(raw)
             worker_id, _ = split_lease_member(member)
-            index = active_keys.setdefault(k.active(worker_id), 19 + len(active_keys))
+            index = active_keys.setdefault(k.active(worker_id), 21 + len(active_keys))
             args += (member, index)
         return int(
             (
@@ -139,6 +139,8 @@ class DispatcherPlans(QueueBase):
                         k.ready,
                         k.attempts,
                         *k.history_keys,
+                        k.cancelling,
+                        k.errors,
                         *active_keys,
                     ),
                     args,
@@ -173,6 +175,8 @@ class DispatcherPlans(QueueBase):
                         k.ready,
                         k.attempts,
                         *k.history_keys,
+                        k.cancelling,
+                        k.errors,
                     ),
                     (now, worker_id, stale_before_ms, look_at),
                 )

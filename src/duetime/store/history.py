@@ -32,6 +32,7 @@ OUTCOME_CODES = {
     4: HistoryOutcome.SNOOZED,
     5: HistoryOutcome.LOST,
     6: HistoryOutcome.CANCELLED,
+    7: HistoryOutcome.EXPIRED,
 }
 SUCCEEDED_CODE = 1
 _FIELDS = 9  # task id ... error text; trailing empty fields are left out

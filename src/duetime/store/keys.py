@@ -251,6 +251,12 @@ class QueueKeys:
         )
 
     @property
+    def cancelling(self) -> str:
+        """HASH task id -> when (ms) a cancel of the running task was asked: the step
+        that ends its attempt ends it as cancelled, and takes the entry (cancelling.lua)."""
+        return self._key("cancelling")
+
+    @property
     def history_state(self) -> str:
         """HASH: "size" (how many finished attempts the history keeps; absent: the
         default, 0: none) and "seq" (the number of its newest entry)."""

@@ -53,11 +53,12 @@ class StatusReply:
     result: bytes | None
     flow_record: bytes | None = None  # priority, cost and limit key, under flow control
     waiting: bool = False  # due, waiting in the due set for its turn or a limit
+    cancel_asked_ms: float | None = None  # running, and its cancel was asked then
 
 
 def status_reply(reply: list[Any]) -> StatusReply:
     """A task_status reply (not the generation: see ``_looked_up``), read."""
-    state, score, attempts, error, envelope, result, record, waiting = reply
+    state, score, attempts, error, envelope, result, record, waiting, cancel_asked = reply
     return StatusReply(
         state=TaskState(as_text(state)),
         score_ms=score_or_none(score),
@@ -67,6 +68,7 @@ def status_reply(reply: list[Any]) -> StatusReply:
         result=result,
         flow_record=record or None,
         waiting=bool(waiting),
+        cancel_asked_ms=score_or_none(cancel_asked),
     )
 
 
@@ -196,11 +198,14 @@ class ProducerPlans(QueueBase):
         stored: list[bytes | None] = yield Command(("HMGET", self.keys.tasks, *task_ids))
         return stored
 
-    def cancel(self, task_id: str, waiting_only: bool = False) -> Plan[TaskState | None]:
+    def cancel(
+        self, task_id: str, waiting_only: bool = False, running: bool = True
+    ) -> Plan[TaskState | None]:
         """Remove a task that has not started, or a dead one unless ``waiting_only``
-        (recorded in the history): the place it was taken from, RUNNING when it runs
-        (left alone), DEAD with ``waiting_only`` when it is dead (left alone), None when
-        it is not live."""
+        (recorded in the history): the place it was taken from; RUNNING when it runs
+        (with ``running``, its cancel is asked: the end of its attempt ends it as
+        cancelled; else it is left alone); DEAD with ``waiting_only`` when it is dead
+        (left alone); None when it is not live."""
         now = yield from self.now()
         k = self.keys
         fixed = (
@@ -217,13 +222,14 @@ class ProducerPlans(QueueBase):
             k.flow_records,
             k.due,
             *k.history_keys,
+            k.cancelling,
         )
         place = yield from self._looked_up(
             task_id,
             lambda generation, buckets: Eval(
                 scripts.CANCEL_TASK,
                 (*fixed, *buckets),
-                (task_id, generation, now, "1" if waiting_only else "0"),
+                (task_id, generation, now, "1" if waiting_only else "0", "1" if running else "0"),
             ),
         )
         return TaskState(as_text(place)) if place else None
@@ -288,6 +294,7 @@ class ProducerPlans(QueueBase):
             k.delayed_layout,
             k.flow_records,
             k.due,
+            k.cancelling,
         )
         return Eval(scripts.TASK_STATUS, (*fixed, *buckets), (task_id, generation))
 

@@ -15,18 +15,19 @@ from typing import Any, Literal
 from duetime.store import scripts
 from duetime.store.producing import ProducerPlans, StatusReply, status_reply
 from duetime.store.replies import as_text, pairs
-from duetime.store.requests import Batch, Command, EvalMany, Plan
+from duetime.store.requests import Command, EvalMany, Plan
 
-#: Which hash a walk reads: every live task's envelope, or the last error of each task
-#: that failed an attempt (retrying or dead).
-Walked = Literal["tasks", "errors"]
+#: Which hash a walk reads: every live task's envelope, the last error of each task that
+#: failed an attempt (retrying or dead), or the flow record of each task that has one.
+Walked = Literal["tasks", "errors", "keys"]
 
 
 class SearchPlans(ProducerPlans):
     """The plans a search is made of (``duetime.client.searching`` joins them)."""
 
     def walked_key(self, walked: Walked) -> str:
-        return self.keys.tasks if walked == "tasks" else self.keys.errors
+        k = self.keys
+        return {"tasks": k.tasks, "errors": k.errors, "keys": k.flow_records}[walked]
 
     def scan_page(
         self, walked: Walked, cursor: int, count: int
@@ -37,12 +38,9 @@ class SearchPlans(ProducerPlans):
         next_cursor, entries = reply
         return int(next_cursor), [(as_text(name), value) for name, value in pairs(entries)]
 
-    def walk_sizes(self) -> Plan[tuple[int, int]]:
-        """How many entries the hash of tasks and that of errors hold (HLEN each)."""
-        tasks, errors = yield Batch(
-            (Command(("HLEN", self.keys.tasks)), Command(("HLEN", self.keys.errors)))
-        )
-        return int(tasks), int(errors)
+    def walk_size(self, walked: Walked) -> Plan[int]:
+        """How many entries the hash a walk reads holds (HLEN)."""
+        return int((yield Command(("HLEN", self.walked_key(walked)))))
 
     def statuses(self, task_ids: Sequence[str]) -> Plan[list[StatusReply]]:
         """Where each task is (as ``status``), every task_status call in one round

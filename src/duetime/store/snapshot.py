@@ -47,6 +47,7 @@ class Snapshot:
     history_state: dict[str, bytes] = field(default_factory=dict)  # as stored
     history: list[bytes] = field(default_factory=list)  # the entries, newest first
     history_tasks: dict[str, float] = field(default_factory=dict)  # id -> newest entry
+    cancelling: dict[str, bytes] = field(default_factory=dict)  # id -> when cancel was asked
     results_without_ttl: list[str] = field(default_factory=list)
     stray_keys: list[str] = field(default_factory=list)
 
@@ -118,6 +119,7 @@ class SnapshotPlans(QueueBase):
             k.keyed_expiry,
             k.keyed_tasks,
             *k.history_keys,
+            k.cancelling,
         }
         cursor: Any = 0
         while True:
@@ -171,6 +173,7 @@ def _reads(k: QueueKeys, active_keys: list[str], found: _FoundKeys) -> tuple[Com
         Command(("HGETALL", k.history_state)),
         Command(("LRANGE", k.history, 0, -1)),
         Command(("ZRANGE", k.history_tasks, 0, -1, "WITHSCORES")),
+        Command(("HGETALL", k.cancelling)),
         *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
         *(Command(("PTTL", key)) for key in found.results),
         *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in found.buckets),
@@ -186,7 +189,7 @@ def _fill(
     delayed_index, delayed_layout = replies[16:18]
     cron_state, cron_backfill, cron_backfill_due = replies[21:24]
     _fill_flow_keyed_history(snap, replies)
-    rest = replies[30:]
+    rest = replies[31:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
     buckets = rest[len(active_keys) + len(found.results) :]
@@ -234,7 +237,7 @@ def _fill_flow_keyed_history(snap: Snapshot, replies: list[Any]) -> None:
     """The flow control, keyed-call and history records from the replies to ``_reads``."""
     due, flow_records, running = replies[18:21]
     keyed, keyed_expiry, keyed_tasks = replies[24:27]
-    history_state, history, history_tasks = replies[27:30]
+    history_state, history, history_tasks, cancelling = replies[27:31]
     # Members "<limit key>\0<rank>\0<id>" and "<limit key>\0<worker>|<id>".
     snap.due = [as_text(i).split("\0", 2)[-1] for i in due]
     snap.flow_records = {as_text(i) for i in flow_records}
@@ -245,3 +248,4 @@ def _fill_flow_keyed_history(snap: Snapshot, replies: list[Any]) -> None:
     snap.history_state = {as_text(name): value for name, value in pairs(history_state)}
     snap.history = list(history)
     snap.history_tasks = {as_text(i): float(number) for i, number in pairs(history_tasks)}
+    snap.cancelling = {as_text(i): value for i, value in pairs(cancelling)}

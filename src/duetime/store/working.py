@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Any
 
 from duetime.store import scripts
@@ -38,6 +39,16 @@ class HeartbeatReply:
     was_registered: bool
     lost: list[tuple[str, int]]  # (task id, attempt) of attempts whose lease is gone (fenced)
     held: list[str]  # every id in the worker's processing list
+    cancelling: list[str]  # ids of attempts named whose cancel was asked: stop them
+
+
+class Ended(IntEnum):
+    """What the step that ends an attempt did with it."""
+
+    FENCED = 0  # its lease was gone or superseded: the outcome was dropped and counted
+    APPLIED = 1  # as reported (acked, retried, dead or snoozed)
+    CANCELLED = 2  # its cancel was asked while it ran: it ended as cancelled instead
+    EXPIRED = 3  # it did not start by its task's expiry: the task ended as expired
 
 
 @dataclass(slots=True)  # not frozen: made per task, and a frozen __init__ costs ~1 µs
@@ -66,9 +77,21 @@ class WorkerPlans(QueueBase):
 
     def give_back(self, worker_id: str, task_id: str) -> Plan[bool]:
         """Put an id taken by BLMOVE, not yet leased, back at the head of ready."""
+        now = yield from self.now()
         k = self.keys
-        keys = (k.active(worker_id), k.ready, k.tasks, k.stats)
-        return bool((yield Eval(scripts.GIVE_BACK_TASK, keys, (task_id,))))
+        keys = (
+            k.active(worker_id),
+            k.ready,
+            k.tasks,
+            k.stats,
+            k.cancelling,
+            k.attempts,
+            k.errors,
+            k.early,
+            k.flow_records,
+            *k.history_keys,
+        )
+        return bool((yield Eval(scripts.GIVE_BACK_TASK, keys, (task_id, now, worker_id))))
 
     def claim(
         self, worker_id: str, lease_ms: int, most: int, taken: Sequence[str] = ()
@@ -122,18 +145,21 @@ class WorkerPlans(QueueBase):
         args: list[Any] = [now, now + lease_ms, worker_id, fenced_outcomes]
         for task_id, attempt in running:
             args += (task_id, attempt)
-        known, lost, held = yield Eval(
-            scripts.HEARTBEAT, (k.workers, k.leases, k.attempts, k.active(worker_id), k.stats), args
+        known, lost, held, cancelling = yield Eval(
+            scripts.HEARTBEAT,
+            (k.workers, k.leases, k.attempts, k.active(worker_id), k.stats, k.cancelling),
+            args,
         )
         return HeartbeatReply(
             bool(known),
             [(as_text(lost[i]), int(lost[i + 1])) for i in range(0, len(lost), 2)],
             [as_text(i) for i in held],
+            [as_text(i) for i in cancelling],
         )
 
     def ack(
         self, worker_id: str, outcomes: Sequence[Outcome], durability: Durability | None = None
-    ) -> Plan[list[bool]]:
+    ) -> Plan[list[Ended]]:
         now = yield from self.now()
         k = self.keys
         keys = [
@@ -148,6 +174,7 @@ class WorkerPlans(QueueBase):
             k.wake,
             k.ready,
             *k.history_keys,
+            k.cancelling,
         ]
         flat: list[Any] = []
         for outcome in outcomes:
@@ -178,7 +205,7 @@ class WorkerPlans(QueueBase):
             )
         else:
             flags = yield Eval(scripts.ACK_TASKS, keys, args)
-        return [bool(flag) for flag in flags]
+        return [Ended(flag) for flag in flags]
 
     def fail(
         self,
@@ -191,11 +218,13 @@ class WorkerPlans(QueueBase):
         result: bytes = b"",
         ran: tuple[int, int] | None = None,
         summary: str = "",
-    ) -> Plan[bool]:
+        expired: bool = False,
+    ) -> Plan[Ended]:
         """Record a failed attempt: retry ``retry_delay_ms`` from now (server clock), or
         move the task to dead when it is None. ``ran``: how long the handler ran and how
         late it started (µs), None if it never started; ``summary``: the error as the
-        history keeps it."""
+        history keeps it. ``expired``: the attempt did not start by the task's expiry,
+        and the task ends as expired."""
         now = yield from self.now()
         k = self.keys
         applied = yield Eval(
@@ -216,6 +245,7 @@ class WorkerPlans(QueueBase):
                 k.ready,
                 k.tasks,
                 *k.history_keys,
+                k.cancelling,
             ),
             (
                 now,
@@ -228,9 +258,10 @@ class WorkerPlans(QueueBase):
                 result,
                 *(ran or (-1, -1)),
                 summary,
+                "expired" if expired else "",
             ),
         )
-        return bool(applied)
+        return Ended(applied)
 
     def snooze(
         self,
@@ -240,7 +271,7 @@ class WorkerPlans(QueueBase):
         delay_ms: int,
         whole_key: bool,
         ran: tuple[int, int] = (0, 0),
-    ) -> Plan[bool]:
+    ) -> Plan[Ended]:
         """Run the task again ``delay_ms`` from now (server clock), giving its attempt
         back; with ``whole_key``, no task of its limit key starts before then either.
         ``ran``: how long the handler ran and how late it started (µs), for the history."""
@@ -258,9 +289,11 @@ class WorkerPlans(QueueBase):
             k.ready,
             k.tasks,
             *k.history_keys,
+            k.cancelling,
+            k.errors,
         )
         arguments = (now, worker_id, task_id, attempt, now + delay_ms, int(whole_key), *ran)
-        return bool((yield Eval(scripts.SNOOZE_TASK, keys, arguments)))
+        return Ended((yield Eval(scripts.SNOOZE_TASK, keys, arguments)))
 
     def release_worker(
         self, worker_id: str, look_again_in_ms: int, fenced_outcomes: int = 0
@@ -286,6 +319,9 @@ class WorkerPlans(QueueBase):
                         k.early,
                         *k.flow_keys,
                         k.wake,
+                        k.cancelling,
+                        k.errors,
+                        *k.history_keys,
                     ),
                     (worker_id, now + look_again_in_ms, fenced_outcomes, now),
                 )

@@ -19,6 +19,8 @@ from duetime.errors import (
     CorruptStateError,
     DecodeError,
     DuetimeError,
+    TaskCancelledError,
+    TaskExpiredError,
     TaskTimeoutError,
     UnknownHandlerError,
 )
@@ -80,6 +82,22 @@ def _implausible_early(shard: Shard, item: Claimed) -> str | None:
     if item.early_run_at_ms - now > FURTHEST_NOTE_MS:
         return f"its early run-at note is {item.early_run_at_ms:.0f}, far past now ({now})"
     return None
+
+
+def _expired(clock: Clock, envelope: Envelope) -> bool:
+    """Whether the task may no longer start: its ``expires`` after its run-at has passed."""
+    if not envelope.expires_after_ms:
+        return False
+    now = clock.now_ms()
+    return now is not None and now > envelope.run_at_ms + envelope.expires_after_ms
+
+
+def _ending(attempt: Attempt, outcome: AttemptOutcome) -> AttemptOutcome:
+    """How the attempt ended as hooks hear it: ``outcome`` unless it lost its lease
+    (fenced) or its task was cancelled while it ran (which then ends it as cancelled)."""
+    if attempt.fenced:
+        return AttemptOutcome.FENCED
+    return AttemptOutcome.CANCELLED if attempt.cancel_asked else outcome
 
 
 class AttemptRunner:
@@ -162,6 +180,10 @@ class AttemptRunner:
             try:
                 if (waits_for := not_before(clock, item, envelope)) is not None:
                     await wait_until(clock, waits_for)
+                if _expired(clock, envelope):
+                    expired = TaskExpiredError(attempt.task_id)
+                    await self._report_failure(attempt, envelope, expired, "", final=True)
+                    return
                 stale = time.monotonic() - attempt.leased_at >= self._renew_before_start
                 if stale and not await self._still_leased(attempt):
                     return
@@ -187,6 +209,10 @@ class AttemptRunner:
             except asyncio.CancelledError:
                 if attempt.job is not None:
                     self._threads.abandon(attempt.job)
+                if attempt.cancel_asked and not attempt.fenced:
+                    # Its task was cancelled: the fail script ends it as cancelled.
+                    await self._failed(attempt, envelope, TaskCancelledError(attempt.task_id))
+                    return
                 if not self._timeouts.timed_out(attempt):
                     cut_off = (
                         AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.INTERRUPTED
@@ -251,7 +277,7 @@ class AttemptRunner:
         attempt.finished = True
         state = self._state
         state.release_slot()
-        self._after(attempt, AttemptOutcome.FENCED if attempt.fenced else AttemptOutcome.SUCCEEDED)
+        self._after(attempt, _ending(attempt, AttemptOutcome.SUCCEEDED))
         if attempt.fenced:
             state.drop(attempt)
             return
@@ -283,11 +309,7 @@ class AttemptRunner:
             self._state.counters.timed_out += 1
         final = attempt.attempt >= envelope.max_attempts
         trace = "".join(traceback.format_exception(failure))
-        outcome = (
-            AttemptOutcome.FENCED
-            if attempt.fenced
-            else (AttemptOutcome.DEAD if final else AttemptOutcome.RETRY)
-        )
+        outcome = _ending(attempt, AttemptOutcome.DEAD if final else AttemptOutcome.RETRY)
         self._after(attempt, outcome, failure, trace)
         if self._tally is not None:
             self._tally.flush()  # failures are few: counted at once

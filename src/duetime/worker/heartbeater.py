@@ -1,6 +1,6 @@
 """The heartbeat of a worker: it proves the worker alive, renews the leases of its
-attempts, learns which were fenced, and finds ids in its lists that it does not hold
-(whose BLMOVE reply was lost)."""
+attempts, learns which were fenced and which tasks were cancelled, and finds ids in its
+lists that it does not hold (whose BLMOVE reply was lost)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import time
 
 from duetime.backoff import Outage
 from duetime.errors import DuetimeError
+from duetime.worker.cancels import past_grace, stop_cancelled
 from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, log_dropped
+from duetime.worker.timeouts import TimeoutTimer
 
 log = logging.getLogger("duetime.worker")
 
@@ -20,9 +22,10 @@ class Heartbeater:
     """Beats every ``heartbeat_interval`` in each shard, from the start until the worker
     closes (it goes on while running attempts drain)."""
 
-    def __init__(self, setup: WorkerSetup, state: WorkerState) -> None:
+    def __init__(self, setup: WorkerSetup, state: WorkerState, timeouts: TimeoutTimer) -> None:
         self._setup = setup
         self._state = state
+        self._timeouts = timeouts
         self._runner = setup.runner
         self._worker_id = setup.worker_id
         self._settings = setup.settings
@@ -48,11 +51,20 @@ class Heartbeater:
                 self._setup.tally.flush()
             now = time.monotonic()
             # A finished attempt keeps its lease until its outcome is acked: a slow ack
-            # (a busy server, a stop) must not let the task run again elsewhere.
+            # (a busy server, a stop) must not let the task run again elsewhere. One past
+            # its timeout, or past its cancel's grace, is left to lose it.
+            grace = self._settings.cancel_grace
             running = [
                 a
                 for a in state.held.values()
-                if not a.fenced and (a.finished or not a.timeout or now - a.started < a.timeout + 1)
+                if not a.fenced
+                and (
+                    a.finished
+                    or (
+                        (not a.timeout or now - a.started < a.timeout + 1)
+                        and not past_grace(a, now, grace)
+                    )
+                )
             ]
             await asyncio.gather(
                 *(
@@ -103,6 +115,10 @@ class Heartbeater:
                 attempt.runner.cancel()
         if fenced:
             log_dropped(fenced, "running attempt")
+        for task_id in reply.cancelling:
+            attempt = held.get((shard.index, task_id))
+            if attempt is not None:
+                stop_cancelled(attempt, self._timeouts, self._settings.cancel_grace)
         shard.untracked = [i for i in reply.held if (shard.index, i) not in held]
         if shard.untracked:
             self._state.slot_freed.set()  # let the claimer pick them up now

@@ -12,10 +12,15 @@ from typing import Any
 from duetime import codec
 from duetime.backoff import Backoff, retry_delay
 from duetime.codec import Envelope, ErrorRecord, ResultRecord
-from duetime.errors import NotDurableError, RedisCommandError, RedisUnavailableError
+from duetime.errors import (
+    NotDurableError,
+    RedisCommandError,
+    RedisUnavailableError,
+    TaskExpiredError,
+)
 from duetime.hooks import AttemptInfo, DeadTaskInfo
 from duetime.store.requests import Durability
-from duetime.store.working import Outcome
+from duetime.store.working import Ended, Outcome
 from duetime.worker.context import Snooze
 from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, log_dropped
 
@@ -111,7 +116,9 @@ class Reporter:
         dropped: list[Outcome] = []
         for outcome, acked in zip(outcomes, flags, strict=True):
             state.forget(shard, outcome.task_id, outcome.attempt)
-            if acked:
+            if acked == Ended.CANCELLED:
+                counters.cancelled += 1
+            elif acked:
                 counters.succeeded += 1
             else:
                 counters.fenced += 1
@@ -162,6 +169,7 @@ class Reporter:
                     result,
                     attempt.ran_micros(),
                     _summary(text),
+                    isinstance(error, TaskExpiredError),
                 )
             )
             self._count_failure(attempt, envelope, text, applied, final, retry_delay_ms)
@@ -194,7 +202,9 @@ class Reporter:
                     attempt.ran_micros() or (0, 0),
                 )
             )
-            if applied:
+            if applied == Ended.CANCELLED:
+                state.counters.cancelled += 1
+            elif applied:
                 state.counters.snoozed += 1
             else:
                 state.counters.fenced += 1
@@ -206,7 +216,7 @@ class Reporter:
         attempt: Attempt,
         envelope: Envelope | None,
         text: str,
-        applied: bool,
+        applied: Ended,
         final: bool,
         retry_delay_ms: int | None,
     ) -> None:
@@ -214,6 +224,10 @@ class Reporter:
         counters = self._state.counters
         if not applied:
             counters.fenced += 1
+        elif applied == Ended.CANCELLED:
+            counters.cancelled += 1
+        elif applied == Ended.EXPIRED:
+            counters.expired += 1
         elif final:
             counters.dead += 1
             task = envelope.task if envelope else None

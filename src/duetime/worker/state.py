@@ -61,6 +61,8 @@ class Attempt:
     fenced = False
     timed_out = False  # cancelled by the timeout timer
     finished = False  # handler returned; outcome being reported
+    cancel_asked = False  # the task was cancelled while this attempt ran (see cancels.py)
+    cancel_heard = 0.0  # monotonic time the worker heard of that cancel
     ran = False  # the handler was started
     runner: asyncio.Task[None] | None = None
     envelope: Envelope | None = None
@@ -119,6 +121,8 @@ class WorkerCounters:
     timed_out: int = 0
     dropped: int = 0  # ids found without an envelope
     snoozed: int = 0  # attempts whose handler asked to run again later (Snooze)
+    cancelled: int = 0  # attempts whose task was cancelled while they ran
+    expired: int = 0  # tasks dropped unstarted: they had not started by their expiry
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,7 +193,7 @@ class Worker:
             for shard in self.shards
         ]
         heartbeater = asyncio.create_task(
-            keep("heartbeater", Heartbeater(setup, state).loop), name="heartbeater"
+            keep("heartbeater", Heartbeater(setup, state, self._timeouts).loop), name="heartbeater"
         )
         acker = asyncio.create_task(keep("acker", reporter.loop), name="acker")
         stopping = asyncio.create_task(state.stop.wait())

@@ -19,14 +19,17 @@
 -- KEYS[17] history state HASH  (history.lua)
 -- KEYS[18] history       LIST  (history.lua)
 -- KEYS[19] history tasks ZSET  (history.lua)
--- KEYS[20..] result keys, one per task whose result TTL is > 0, in the order of the sextets
+-- KEYS[20] cancelling HASH  task id -> when its cancel was asked (cancelling.lua): such a
+--          task ends as cancelled, not completed (its result, if kept, says so)
+-- KEYS[21..] result keys, one per task whose result TTL is > 0, in the order of the sextets
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] msgpack array, flat sextets: task id, attempt, result TTL (ms, 0 = keep none),
 --         result blob, start lateness (µs, how long after its run-at the attempt started),
 --         the attempt's record for the history (history.lua, packed by the worker)
 -- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
--- superseded: the outcome is dropped and counted).
+-- superseded: the outcome is dropped and counted), 2 = ended as cancelled (its cancel
+-- was asked while it ran).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 --
@@ -40,6 +43,7 @@
 -- @include flow_records
 -- @include flow
 -- @include history
+-- @include cancelling
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -48,7 +52,7 @@ local done, done_members = {}, {}
 local finished = {} -- ids acked earlier in this batch: a second outcome finds no lease
 local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
-local result_index = 20
+local result_index = 21
 local sextets = cmsgpack.unpack(ARGV[3])
 if #sextets == 0 then
   return out
@@ -74,9 +78,6 @@ for n = 1, #ids do
     done[#done + 1] = id
     done_members[#done_members + 1] = member
     acked = acked + 1
-    local late = math.max(0, tonumber(sextets[i + 4]) or 0)
-    late_sum = late_sum + late
-    late_max = math.max(late_max, late)
     out[#out + 1] = 1
   else
     fenced = fenced + 1
@@ -96,6 +97,15 @@ if #done > 0 then
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
+local asked = cancels_asked(KEYS[20], done)
+local cancelled = split_cancelled(done, asked, true)
+for n = 1, #ids do
+  if out[n] == 1 and not asked[ids[n]] then -- how late the completed ones started
+    local late = math.max(0, tonumber(sextets[6 * n - 1]) or 0)
+    late_sum = late_sum + late
+    late_max = math.max(late_max, late)
+  end
+end
 local history = #done > 0 and history_open(KEYS[17])
 local flowing = #done > 0 and flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
   KEYS[13], KEYS[14], KEYS[16])
@@ -106,7 +116,13 @@ for n = 1, #ids do
   if out[n] == 1 then
     redis.call('LREM', KEYS[1], 1, ids[n])
     local key = results[n]
-    if key then
+    if asked[ids[n]] then
+      out[n] = 2
+      if key then
+        keep_result(KEYS[key], ended_result(now, sextets[6 * n - 4], 'cancelled'),
+          sextets[6 * n - 3])
+      end
+    elseif key then
       keep_result(KEYS[key], sextets[6 * n - 2], sextets[6 * n - 3])
     end
   end
@@ -121,9 +137,18 @@ if flowing then
   release_and_feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],
     KEYS[2], KEYS[15], KEYS[16], done, done_members, true, now)
 end
-if acked > 0 then
-  redis.pcall('HINCRBY', KEYS[6], 'completed', acked)
-  redis.pcall('HINCRBY', KEYS[7], minute .. 'completed', acked)
+if #cancelled > 0 then
+  in_chunks(cancelled, function(first, last)
+    redis.call('HDEL', KEYS[20], unpack(cancelled, first, last))
+  end)
+  redis.pcall('HINCRBY', KEYS[6], 'cancelled', #cancelled)
+end
+local completed = acked - #cancelled
+if completed > 0 then
+  redis.pcall('HINCRBY', KEYS[6], 'completed', completed)
+  redis.pcall('HINCRBY', KEYS[7], minute .. 'completed', completed)
+end
+if completed > 0 then
   redis.pcall('HINCRBY', KEYS[7], minute .. 'late_sum_us', late_sum)
   if type(known) ~= 'table' and (not tonumber(known) or late_max > tonumber(known)) then
     redis.pcall('HSET', KEYS[7], minute .. 'late_max_us', late_max)
@@ -135,7 +160,11 @@ end
 if history then
   local records = {}
   for n = 1, #ids do
-    if out[n] == 1 then
+    if out[n] == 2 then
+      local record = cmsgpack.unpack(sextets[6 * n])
+      record[3] = HISTORY_CANCELLED
+      records[#records + 1] = cmsgpack.pack(record)
+    elseif out[n] == 1 then
       records[#records + 1] = sextets[6 * n]
     end
   end

@@ -14,14 +14,18 @@
 -- KEYS[13] history state HASH  (history.lua)
 -- KEYS[14] history       LIST  (history.lua)
 -- KEYS[15] history tasks ZSET  (history.lua)
--- KEYS[16..] the task's delayed bucket in each generation, 0 to ARGV[2]
+-- KEYS[16] cancelling HASH  task id -> when its cancel was asked (cancelling.lua)
+-- KEYS[17..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
 -- ARGV[2] the current generation of delayed buckets, as the caller knows it
 -- ARGV[3] now (ms): when the history records the cancel
 -- ARGV[4] '1': only a waiting task (scheduled or ready); a dead one is left alone
 --         (absent or '0': a dead one is removed too)
+-- ARGV[5] '1': a running task's cancel is asked (its id is marked in KEYS[16], and the
+--         step that ends its attempt ends it as cancelled); '0': it is left alone
 -- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
--- is running (left alone), 'dead' with ARGV[4] '1' when it is dead (left alone), false
+-- is running (marked with ARGV[5] '1', else left alone), 'dead' with ARGV[4] '1' when it
+-- is dead (left alone), false
 -- when no live task has this id, or the current generation (an integer) when ARGV[2] is
 -- not it: call again with its buckets.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
@@ -49,9 +53,10 @@ redis.call('HGET', KEYS[5], '')
 redis.call('HGET', KEYS[6], '')
 redis.call('HGET', KEYS[8], '')
 redis.call('HGET', KEYS[11], '')
+redis.call('HGET', KEYS[16], '')
 local due = due_member_of(KEYS[11], KEYS[12], id)
 local place
-if remove_delayed(id, 16, KEYS[9], KEYS[10]) then
+if remove_delayed(id, 17, KEYS[9], KEYS[10]) then
   place = 'scheduled'
   forget_layout_if_empty(KEYS[9], KEYS[10])
 elseif redis.call('ZREM', KEYS[2], id) == 1 then
@@ -66,8 +71,12 @@ elseif due then
   redis.call('ZREM', KEYS[12], due)
   place = 'ready'
 else
+  if ARGV[5] == '1' then
+    redis.call('HSET', KEYS[16], id, ARGV[3])
+  end
   return 'running'
 end
+redis.call('HDEL', KEYS[16], id) -- a mark left by a cancel of an attempt since ended
 local attempts = tonumber(redis.call('HGET', KEYS[5], id)) or 0
 redis.pcall('HDEL', KEYS[8], id) -- a note of a ready, retried or re-entered task
 redis.call('HDEL', KEYS[1], id)

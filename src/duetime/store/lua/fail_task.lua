@@ -24,6 +24,7 @@
 -- KEYS[21] history state HASH  (history.lua)
 -- KEYS[22] history       LIST  (history.lua)
 -- KEYS[23] history tasks ZSET  (history.lua)
+-- KEYS[24] cancelling HASH  task id -> when its cancel was asked (cancelling.lua)
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] task id
@@ -33,7 +34,11 @@
 -- ARGV[7] result TTL (ms, 0 = keep none); ARGV[8] result blob (stored only on death)
 -- ARGV[9] duration (µs the handler ran), ARGV[10] start lateness (µs): -1 when the
 --         handler did not start; ARGV[11] the error text the history keeps (short)
--- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
+-- ARGV[12] 'expired': the attempt did not start by its task's expiry; the task ends as
+--          expired (counted, recorded, never retried). Absent or '': a failure
+-- Returns: 1 applied, 0 fenced (lease expired or attempt superseded), 2 the task ended as
+-- cancelled instead (its cancel was asked while it ran: no retry, not dead), 3 it ended
+-- as expired (ARGV[12]).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include fence
@@ -43,6 +48,7 @@
 -- @include flow_records
 -- @include flow
 -- @include history
+-- @include cancelling
 local now = tonumber(ARGV[1])
 local id = ARGV[3]
 local member = ARGV[2] .. '|' .. id
@@ -57,6 +63,20 @@ end
 local retry_at = tonumber(ARGV[6])
 local head, wake
 redis.call('HGET', KEYS[4], '')
+local ran = tonumber(ARGV[9]) >= 0
+local how = cancels_asked(KEYS[24], {id})[id] and 'cancelled' or ARGV[12] == 'expired' and
+  'expired'
+if how then
+  end_unfinished(KEYS[24], KEYS[1], KEYS[2], KEYS[20], KEYS[3], KEYS[4], KEYS[11], KEYS[8],
+    KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[18], KEYS[7], KEYS[19],
+    KEYS[21], KEYS[22], KEYS[23], id, member, ARGV[2], ARGV[4], now, ran and tonumber(ARGV[9]),
+    ran and tonumber(ARGV[10]), ARGV[11], how)
+  local ttl = tonumber(ARGV[7])
+  if ttl > 0 then
+    keep_result(KEYS[9], ended_result(now, ARGV[4], how), ttl)
+  end
+  return how == 'expired' and 3 or 2
+end
 if retry_at < 0 then
   redis.call('ZSCORE', KEYS[6], '')
 else
@@ -93,7 +113,6 @@ if flowing then
 end
 local history = history_open(KEYS[21])
 if history then
-  local ran = tonumber(ARGV[9]) >= 0
   local name = task_name_of(redis.pcall('HGET', KEYS[20], id))
   local outcome = retry_at < 0 and HISTORY_DEAD or HISTORY_RETRIED
   record_history(history, KEYS[21], KEYS[22], KEYS[23], {id}, {history_record(id, name, outcome,

@@ -4,13 +4,14 @@
 -- KEYS[3] attempts   HASH  task id -> attempts started
 -- KEYS[4] active     LIST  the worker's processing list
 -- KEYS[5] stats      HASH
+-- KEYS[6] cancelling HASH  task id -> when its cancel was asked (cancelling.lua)
 -- ARGV[1] now (ms)
 -- ARGV[2] new lease deadline (ms)
 -- ARGV[3] worker id
 -- ARGV[4] outcomes the worker dropped itself since its last heartbeat (fenced), counted
 -- ARGV[5..] pairs: task id, attempt
 -- Returns: {1 if the worker was still registered else 0, {lost task id, attempt, ...},
--- {ids in the processing list}}. A lost attempt's lease had expired or it was superseded
+-- {ids in the processing list}, {ids named whose cancel was asked}}. A lost attempt's lease had expired or it was superseded
 -- by a newer attempt (or it just finished and was acked), so that attempt (the id and the
 -- number: never a newer attempt of the same task) is fenced: the worker drops an outcome
 -- it still holds and counts it with a later heartbeat. The list lets the worker find ids
@@ -18,6 +19,8 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include fence
+-- @include chunks
+-- @include cancelling
 local now = tonumber(ARGV[1])
 local worker = ARGV[3]
 local known = redis.call('ZSCORE', KEYS[1], worker) and 1 or 0
@@ -40,4 +43,9 @@ redis.call('ZADD', KEYS[1], now, worker)
 if tonumber(ARGV[4]) > 0 then
   redis.pcall('HINCRBY', KEYS[5], 'fenced', ARGV[4])
 end
-return {known, lost, held}
+local named = {}
+for i = 5, #ARGV, 2 do
+  named[#named + 1] = ARGV[i]
+end
+local asked = cancels_asked(KEYS[6], named)
+return {known, lost, held, split_cancelled(named, asked, true)}

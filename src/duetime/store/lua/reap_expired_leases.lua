@@ -19,7 +19,10 @@
 -- KEYS[16] history state HASH  (history.lua)
 -- KEYS[17] history       LIST  (history.lua)
 -- KEYS[18] history tasks ZSET  (history.lua)
--- KEYS[19..] the processing lists of the lease holders
+-- KEYS[19] cancelling HASH  task id -> when its cancel was asked (cancelling.lua): such a
+--          task ends as cancelled rather than re-entering
+-- KEYS[20] errors    HASH  task id -> last error record
+-- KEYS[21..] the processing lists of the lease holders
 -- ARGV[1] now (ms)
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
@@ -28,12 +31,14 @@
 -- and is counted as dropped_unknown, never re-entered.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- Each re-entered task's lost attempt is recorded in the history.
+-- Each re-entered task's lost attempt is recorded in the history (a cancelled one's end).
+-- Ended as cancelled tasks are counted as cancelled, not in the number returned.
 -- @include wake
 -- @include chunks
 -- @include flow_records
 -- @include flow
 -- @include history
+-- @include cancelling
 local now = tonumber(ARGV[1])
 local count, unknown = 0, 0
 -- What is written below is read here first: a key of the wrong type fails the call
@@ -42,7 +47,7 @@ redis.call('ZSCORE', KEYS[1], '')
 redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[3])
 redis.call('HGET', KEYS[5], '')
-for key = 19, #KEYS do
+for key = 21, #KEYS do
   redis.call('LLEN', KEYS[key])
 end
 local flowing = flow_to_release(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
@@ -50,6 +55,19 @@ local flowing = flow_to_release(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], K
 local ended, ended_leases = {}, {}
 local history = history_open(KEYS[16])
 local lost, records = {}, {}
+local candidates = {}
+for i = 2, #ARGV, 2 do
+  local bar = string.find(ARGV[i], '|', 1, true)
+  if bar then
+    candidates[#candidates + 1] = string.sub(ARGV[i], bar + 1)
+  end
+end
+local asked = cancels_asked(KEYS[19], candidates)
+local cancelled, cancelled_leases = {}, {}
+if next(asked) then
+  redis.call('HGET', KEYS[15], '')
+  redis.call('HGET', KEYS[20], '')
+end
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
@@ -60,11 +78,24 @@ for i = 2, #ARGV, 2 do
   -- A member without "|" was not written by duetime: dropped above, nothing to re-enter.
   if bar and deadline and tonumber(deadline) <= now then
     local id = string.sub(member, bar + 1)
-    ended[#ended + 1] = id
-    ended_leases[#ended_leases + 1] = member
-    if redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0 then
-      local envelope = redis.call('HGET', KEYS[5], id)
-      if envelope then
+    local removed = redis.call('LREM', KEYS[tonumber(ARGV[i + 1])], 1, id) > 0
+    local envelope = removed and redis.call('HGET', KEYS[5], id)
+    if envelope and asked[id] then
+      cancelled[#cancelled + 1] = id
+      cancelled_leases[#cancelled_leases + 1] = member
+    else
+      ended[#ended + 1] = id
+      ended_leases[#ended_leases + 1] = member
+    end
+    if removed then
+      if envelope and asked[id] then
+        if history then
+          local attempt = tonumber(redis.pcall('HGET', KEYS[15], id)) or 0
+          lost[#lost + 1] = id
+          records[#lost] = history_record(id, task_name_of(envelope), HISTORY_CANCELLED,
+            attempt, now, string.sub(member, 1, bar - 1))
+        end
+      elseif envelope then
         redis.call('ZADD', KEYS[2], now, id)
         redis.pcall('HSETNX', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
         count = count + 1
@@ -80,7 +111,11 @@ for i = 2, #ARGV, 2 do
     end
   end
 end
-if flowing and #ended > 0 then
+if flowing and #cancelled > 0 then
+  release(KEYS[8], KEYS[13], KEYS[9], KEYS[10], KEYS[11], cancelled, cancelled_leases, true)
+end
+forget_cancelled(KEYS[19], KEYS[5], KEYS[15], KEYS[20], KEYS[6], KEYS[4], cancelled)
+if flowing and #ended + #cancelled > 0 then
   release_and_feed(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
     KEYS[1], KEYS[3], KEYS[14], ended, ended_leases, false, now)
 end

@@ -23,6 +23,9 @@
 -- KEYS[19] history state HASH  (history.lua)
 -- KEYS[20] history       LIST  (history.lua)
 -- KEYS[21] history tasks ZSET  (history.lua)
+-- KEYS[22] cancelling HASH  task id -> when its cancel was asked (cancelling.lua): such a
+--          task ends as cancelled rather than re-entering
+-- KEYS[23] errors    HASH  task id -> last error record
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
@@ -36,7 +39,8 @@
 -- reaped_workers counts a worker once, however many dispatchers reap it.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- Each re-entered task that held a lease lost its attempt: recorded in the history.
+-- Each re-entered task that held a lease lost its attempt: recorded in the history (a
+-- cancelled one's end too; those are counted as cancelled, not in the number returned).
 -- @include chunks
 -- @include hash_values
 -- @include wake
@@ -44,6 +48,7 @@
 -- @include flow_records
 -- @include flow
 -- @include history
+-- @include cancelling
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local beat = redis.call('ZSCORE', KEYS[1], worker)
@@ -61,6 +66,13 @@ for n, id in ipairs(listed) do
     unknown = unknown + 1
   end
 end
+local asked = cancels_asked(KEYS[22], ids)
+local cancelled = split_cancelled(ids, asked, true)
+ids = split_cancelled(ids, asked, false)
+if #cancelled > 0 then
+  redis.call('HGET', KEYS[18], '')
+  redis.call('HGET', KEYS[23], '')
+end
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('ZSCORE', KEYS[3], '')
@@ -69,22 +81,32 @@ redis.call('ZSCORE', KEYS[7], '')
 redis.call('LLEN', KEYS[5])
 local flowing = flow_to_release(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
   KEYS[17])
-local members = {}
+local kept, kept_members, ended_members = {}, {}, {}
 local history = history_open(KEYS[19])
 local lost, records = {}, {}
 for n, id in ipairs(listed) do
-  members[#members + 1] = worker .. '|' .. id
-  local leased = redis.call('ZREM', KEYS[3], worker .. '|' .. id) == 1
-  if history and leased and envelopes[n] then
+  local member = worker .. '|' .. id
+  local leased = redis.call('ZREM', KEYS[3], member) == 1
+  local cancelling = envelopes[n] and asked[id]
+  if cancelling then
+    ended_members[#ended_members + 1] = member
+  else
+    kept[#kept + 1], kept_members[#kept_members + 1] = id, member
+  end
+  if history and envelopes[n] and (leased or cancelling) then
     local attempt = tonumber(redis.pcall('HGET', KEYS[18], id)) or 0
     lost[#lost + 1] = id
-    records[#lost] = history_record(id, task_name_of(envelopes[n]), HISTORY_LOST, attempt, now,
-      worker)
+    records[#lost] = history_record(id, task_name_of(envelopes[n]),
+      cancelling and HISTORY_CANCELLED or HISTORY_LOST, attempt, now, worker)
   end
 end
+if flowing and #cancelled > 0 then
+  release(KEYS[11], KEYS[16], KEYS[12], KEYS[13], KEYS[14], cancelled, ended_members, true)
+end
+forget_cancelled(KEYS[22], KEYS[8], KEYS[18], KEYS[23], KEYS[9], KEYS[6], cancelled)
 if flowing and #listed > 0 then
   release_and_feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
-    KEYS[3], KEYS[5], KEYS[17], listed, members, false, now)
+    KEYS[3], KEYS[5], KEYS[17], kept, kept_members, false, now)
 end
 for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[4], now, id)

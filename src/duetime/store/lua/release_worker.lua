@@ -19,12 +19,18 @@
 -- KEYS[15] rate state   ZSET  (flow.lua)
 -- KEYS[16] running      ZSET  (flow.lua)
 -- KEYS[17] wake      LIST
+-- KEYS[18] cancelling HASH  task id -> when its cancel was asked (cancelling.lua): such a
+--          task ends as cancelled rather than going back
+-- KEYS[19] errors    HASH
+-- KEYS[20] history state HASH  (history.lua)
+-- KEYS[21] history       LIST  (history.lua)
+-- KEYS[22] history tasks ZSET  (history.lua)
 -- ARGV[1] worker id
 -- ARGV[2] when to look at the list once more (ms): a BLMOVE the stop cut off on the
 --         client side may still be pending on the server and land an id there
 -- ARGV[3] outcomes the worker dropped itself (fenced) and has not yet counted
 -- ARGV[4] now (ms)
--- Returns: number of tasks handed back. An id without an envelope is not a task (written
+-- Returns: number of tasks handed back (those ended as cancelled are counted as such). An id without an envelope is not a task (written
 -- by hand or by another program): it is dropped with its lease and attempt count, and
 -- counted as dropped_unknown, never handed back.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
@@ -34,6 +40,8 @@
 -- @include early
 -- @include flow_records
 -- @include flow
+-- @include history
+-- @include cancelling
 local worker = ARGV[1]
 local now = tonumber(ARGV[4])
 local ids = redis.call('LRANGE', KEYS[2], 0, -1)
@@ -47,9 +55,27 @@ redis.call('HGET', KEYS[4], '')
 redis.call('LLEN', KEYS[5])
 local flowing = flow_to_release(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
   KEYS[17])
-local members = {}
+local known = {}
+for i, id in ipairs(ids) do
+  if envelopes[i] then
+    known[#known + 1] = id
+  end
+end
+local asked = cancels_asked(KEYS[18], known)
+local cancelled = split_cancelled(known, asked, true)
+if #cancelled > 0 then
+  redis.call('HGET', KEYS[19], '')
+end
+local members, kept, kept_members, ended_members, records = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   members[i] = worker .. '|' .. id
+  if envelopes[i] and asked[id] then
+    ended_members[#ended_members + 1] = members[i]
+    records[#ended_members] = history_record(id, task_name_of(envelopes[i]), HISTORY_CANCELLED,
+      tonumber(redis.call('HGET', KEYS[4], id)) or 0, now, worker)
+  else
+    kept[#kept + 1], kept_members[#kept_members + 1] = id, members[i]
+  end
 end
 local handed, unknown = 0, 0
 -- Walk backwards so LPUSH keeps their order at the head of ready.
@@ -59,7 +85,7 @@ for i = #ids, 1, -1 do
   if not envelopes[i] then
     redis.call('HDEL', KEYS[4], id)
     unknown = unknown + 1
-  else
+  elseif not asked[id] then -- (one whose cancel was asked ends as cancelled below)
     if leased then
       -- Read, not HINCRBY: an attempt counter that is not a number must not fail the
       -- hand-back half way (the next claim reports it).
@@ -76,9 +102,15 @@ for i = #ids, 1, -1 do
   end
 end
 redis.call('DEL', KEYS[2])
+if flowing and #cancelled > 0 then
+  release(KEYS[11], KEYS[16], KEYS[12], KEYS[13], KEYS[14], cancelled, ended_members, true)
+end
+forget_cancelled(KEYS[18], KEYS[8], KEYS[4], KEYS[19], KEYS[9], KEYS[6], cancelled)
+record_history(#cancelled > 0 and history_open(KEYS[20]), KEYS[20], KEYS[21], KEYS[22],
+  cancelled, records)
 if flowing and #ids > 0 then
   release_and_feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
-    KEYS[3], KEYS[17], KEYS[5], ids, members, false, now)
+    KEYS[3], KEYS[17], KEYS[5], kept, kept_members, false, now)
 end
 redis.call('ZREM', KEYS[1], worker)
 redis.call('ZADD', KEYS[7], ARGV[2], worker)

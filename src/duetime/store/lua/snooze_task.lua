@@ -21,6 +21,8 @@
 -- KEYS[17] history state HASH  (history.lua)
 -- KEYS[18] history       LIST  (history.lua)
 -- KEYS[19] history tasks ZSET  (history.lua)
+-- KEYS[20] cancelling HASH  task id -> when its cancel was asked (cancelling.lua)
+-- KEYS[21] errors    HASH  task id -> last error record
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] task id
@@ -28,13 +30,15 @@
 -- ARGV[5] due again at (ms)
 -- ARGV[6] 1: the whole limit key waits too; 0: this task only
 -- ARGV[7] duration (µs the handler ran); ARGV[8] start lateness (µs)
--- Returns: 1 applied, 0 fenced (lease expired or attempt superseded).
+-- Returns: 1 applied, 0 fenced (lease expired or attempt superseded), 2 the task ended as
+-- cancelled instead (its cancel was asked while it ran).
 -- @include fence
 -- @include wake
 -- @include chunks
 -- @include flow_records
 -- @include flow
 -- @include history
+-- @include cancelling
 local now, id, due_at = tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[5])
 local member = ARGV[2] .. '|' .. id
 if not holds_lease(KEYS[2], KEYS[3], member, id, ARGV[4], now) then
@@ -43,6 +47,13 @@ if not holds_lease(KEYS[2], KEYS[3], member, id, ARGV[4], now) then
 end
 -- Every key written below is read first: a key of the wrong type fails the call with
 -- nothing written (a script that fails half way keeps the writes it made).
+if cancels_asked(KEYS[20], {id})[id] then
+  end_unfinished(KEYS[20], KEYS[1], KEYS[2], KEYS[16], KEYS[3], KEYS[21], KEYS[7], KEYS[6],
+    KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[5], KEYS[15],
+    KEYS[17], KEYS[18], KEYS[19], id, member, ARGV[2], ARGV[4], now, tonumber(ARGV[7]),
+    tonumber(ARGV[8]), false, 'cancelled')
+  return 2
+end
 local wake = must_wake(KEYS[5], comes_before(due_at,
   redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')))
 local flowing = flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],

@@ -20,7 +20,7 @@
 local HISTORY_DEFAULT_SIZE = 1000
 local HISTORY_TRIM_STEP = 64
 local HISTORY_SUCCEEDED, HISTORY_RETRIED, HISTORY_DEAD = 1, 2, 3
-local HISTORY_SNOOZED, HISTORY_LOST, HISTORY_CANCELLED = 4, 5, 6
+local HISTORY_SNOOZED, HISTORY_LOST, HISTORY_CANCELLED, HISTORY_EXPIRED = 4, 5, 6, 7
 
 -- The task name at the head of an envelope (msgpack [version, name, ...]), read from its
 -- first bytes rather than decoded: the data after it may be large. False for anything
@@ -30,7 +30,7 @@ local function task_name_of(envelope)
     return false
   end
   local array, version, kind = string.byte(envelope, 1, 3)
-  if not kind or array < 0x94 or array > 0x9f or (version ~= 1 and version ~= 2) then
+  if not kind or array < 0x94 or array > 0x9f or version < 1 or version > 3 then
     return false
   end
   if kind >= 0xa0 and kind <= 0xbf then

@@ -1,0 +1,37 @@
+"""Stopping an attempt whose task was cancelled while it ran. The heartbeat tells the
+worker (store/lua/include/cancelling.lua marks the task on the server); this module
+asks the handler to stop and bounds how long the worker waits for it."""
+
+from __future__ import annotations
+
+import time
+
+from duetime.worker.state import Attempt
+from duetime.worker.timeouts import TimeoutTimer
+
+
+def stop_cancelled(attempt: Attempt, timeouts: TimeoutTimer, grace: float) -> None:
+    """The task of ``attempt`` was cancelled. An async handler (or an attempt whose handler
+    has not started: it is waiting for its run-at) is cancelled at once; a plain function
+    cannot be interrupted, so it sees ``current_task().cancelled`` and has ``grace``
+    seconds to return. At the end of the grace the attempt is cancelled (again, for an
+    async handler that swallowed the first): the worker stops waiting for it, and the
+    step that reports it ends the task as cancelled."""
+    if attempt.cancel_asked or attempt.finished or attempt.fenced:
+        return
+    attempt.cancel_asked = True
+    attempt.cancel_heard = now = time.monotonic()
+    deadline = now + grace
+    if not attempt.deadline or deadline < attempt.deadline:
+        attempt.deadline = deadline
+        if timeouts.handle is None or deadline < timeouts.at:
+            timeouts.arm(deadline)
+    if attempt.job is None and attempt.runner is not None:
+        attempt.runner.cancel()
+
+
+def past_grace(attempt: Attempt, now: float, grace: float) -> bool:
+    """Whether a cancelled attempt outlived its grace (and a second past it): its lease
+    is then no longer renewed, so the task ends (as cancelled) even if the handler never
+    returns and the worker cannot report it."""
+    return attempt.cancel_asked and now - attempt.cancel_heard > grace + 1
