@@ -8,8 +8,9 @@ Run from the project root:
 
 A dispatcher and a worker (concurrency 100) run in a child process. For each handler
 kind and heartbeat interval (the default 1 s, and 0.25 s), 100 tasks (``--quick``: 20)
-are scheduled and left to start; then each is cancelled, one call after another with a
-random gap of up to 20 ms, so the calls fall at every phase of the worker's heartbeat.
+are scheduled and left to start; then each is cancelled, one call after another with
+random gaps that spread the calls over about five heartbeats, so they fall at every
+phase of the worker's heartbeat.
 Each handler stamps when it stopped. Reported: the stop latency (p50, p99, max), how
 long a ``cancel()`` call took, and whether every task ended as cancelled (none
 completed). The worker hears of a cancel with its next heartbeat, so the stop latency
@@ -127,7 +128,7 @@ def measure(
             called: dict[str, float] = {}
             calls: list[float] = []
             for task_id in ids:
-                time.sleep(rng.uniform(0, 0.02))
+                time.sleep(rng.uniform(0, 10 * heartbeat / count))  # over ~5 heartbeats
                 called[task_id] = time.time() * 1000
                 began = time.perf_counter()
                 assert queue.cancel(task_id)

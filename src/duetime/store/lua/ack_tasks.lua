@@ -78,6 +78,9 @@ for n = 1, #ids do
     done[#done + 1] = id
     done_members[#done_members + 1] = member
     acked = acked + 1
+    local late = math.max(0, tonumber(sextets[i + 4]) or 0)
+    late_sum = late_sum + late
+    late_max = math.max(late_max, late)
     out[#out + 1] = 1
   else
     fenced = fenced + 1
@@ -98,12 +101,15 @@ if #done > 0 then
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
 local asked = cancels_asked(KEYS[20], done)
-local cancelled = split_cancelled(done, asked, true)
-for n = 1, #ids do
-  if out[n] == 1 and not asked[ids[n]] then -- how late the completed ones started
-    local late = math.max(0, tonumber(sextets[6 * n - 1]) or 0)
-    late_sum = late_sum + late
-    late_max = math.max(late_max, late)
+local cancelled = next(asked) and split_cancelled(done, asked, true) or {}
+if #cancelled > 0 then -- rare: the lateness figures are of the completed ones only
+  late_sum, late_max = 0, 0
+  for n = 1, #ids do
+    if out[n] == 1 and not asked[ids[n]] then
+      local late = math.max(0, tonumber(sextets[6 * n - 1]) or 0)
+      late_sum = late_sum + late
+      late_max = math.max(late_max, late)
+    end
   end
 end
 local history = #done > 0 and history_open(KEYS[17])
