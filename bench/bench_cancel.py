@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import platform
 import random
-import signal
 import tempfile
 import time
 import uuid
@@ -40,6 +39,7 @@ from benchlib import (
     git_revision,
     merge_results,
     percentile,
+    run_daemons,
     start_daemons,
     stop_daemons,
 )
@@ -80,19 +80,7 @@ def run_role(url: str, queue: str) -> None:
             time.sleep(0.005)
         stamp("stopped")
 
-    async def main() -> None:
-        settings = duetime.Settings.from_env()
-        dispatcher = duetime.Dispatcher(queue, url, settings=settings)
-        worker = duetime.Worker(app, queue, url, concurrency=CONCURRENCY, settings=settings)
-        tasks = [asyncio.create_task(dispatcher.run()), asyncio.create_task(worker.run())]
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await stop.wait()
-        dispatcher.stop()
-        worker.stop()
-        await asyncio.gather(*tasks)
-
-    asyncio.run(main())
+    run_daemons(app, queue, url, CONCURRENCY, duetime.Settings.from_env())
 
 
 def stamped(server: Server, kind: str) -> dict[str, float]:

@@ -33,7 +33,6 @@ import argparse
 import asyncio
 import json
 import platform
-import signal
 import tempfile
 import threading
 import time
@@ -49,6 +48,7 @@ from benchlib import (
     git_revision,
     merge_results,
     percentile,
+    run_daemons,
     start_daemons,
     stop_daemons,
 )
@@ -82,18 +82,7 @@ def run_role(url: str, queue: str) -> None:
         entry = [context.id, data, context.run_at * 1000, started]
         stamps.rpush(RUNS_KEY, json.dumps(entry))
 
-    async def main() -> None:
-        dispatcher = duetime.Dispatcher(queue, url)
-        worker = duetime.Worker(app, queue, url, concurrency=20)
-        tasks = [asyncio.create_task(dispatcher.run()), asyncio.create_task(worker.run())]
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await stop.wait()
-        dispatcher.stop()
-        worker.stop()
-        await asyncio.gather(*tasks)
-
-    asyncio.run(main())
+    run_daemons(app, queue, url, 20, None)
 
 
 # --- exactness -------------------------------------------------------------------------

@@ -215,3 +215,25 @@ def stop_daemons(child: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         child.kill()
         child.wait()
+
+
+def run_daemons(app: Any, queue: str, url: str, concurrency: int, settings: Any = None) -> None:
+    """The child of ``start_daemons``: a dispatcher and a worker of ``app`` on ``queue``
+    until SIGTERM. duetime is imported here: the peers' venvs import this module without it."""
+    import asyncio
+
+    import duetime
+
+    async def main() -> None:
+        given = settings or duetime.Settings()
+        dispatcher = duetime.Dispatcher(queue, url, settings=given)
+        worker = duetime.Worker(app, queue, url, concurrency=concurrency, settings=given)
+        tasks = [asyncio.create_task(dispatcher.run()), asyncio.create_task(worker.run())]
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        dispatcher.stop()
+        worker.stop()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())

@@ -194,6 +194,14 @@ def run_worker_until(
     return worker
 
 
+def none_completed(queue_name: str, redis_url: str, cancelled: int) -> None:
+    """The queue counted ``cancelled`` cancels, no completion, and its invariants hold."""
+    with Queue(queue_name, redis_url) as queue:
+        assert queue.stats().counters.get("cancelled") == cancelled
+        assert queue.stats().counters.get("completed") is None
+        assert queue.check() == []
+
+
 def test_an_async_handler_is_cancelled_and_its_task_ends_as_cancelled(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
@@ -222,10 +230,7 @@ def test_an_async_handler_is_cancelled_and_its_task_ends_as_cancelled(
         assert await client.status(task_id) is None
 
     run_worker_until(queue_name, redis_url, app, scenario)
-    with Queue(queue_name, redis_url) as queue:
-        assert queue.stats().counters.get("cancelled") == 1
-        assert queue.stats().counters.get("completed") is None
-        assert queue.check() == []
+    none_completed(queue_name, redis_url, cancelled=1)
 
 
 def test_a_plain_function_sees_the_flag_and_one_that_ignores_it_is_let_go_after_the_grace(
@@ -267,10 +272,7 @@ def test_a_plain_function_sees_the_flag_and_one_that_ignores_it_is_let_go_after_
         release.set()
 
     run_worker_until(queue_name, redis_url, app, scenario, cancel_grace=0.5)
-    with Queue(queue_name, redis_url) as queue:
-        assert queue.stats().counters.get("cancelled") == 2
-        assert queue.stats().counters.get("completed") is None
-        assert queue.check() == []
+    none_completed(queue_name, redis_url, cancelled=2)
 
 
 def test_cancel_many_asks_running_tasks_to_stop_too(
