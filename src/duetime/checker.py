@@ -24,7 +24,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from duetime import cron, keyed
+from duetime import cron_definitions, keyed
 from duetime.errors import DuetimeError
 from duetime.store.history import DEFAULT_HISTORY_SIZE, HISTORY_TRIM_STEP, read_entry
 from duetime.store.keys import MAX_GENERATION, bucket_name, lease_member, split_lease_member
@@ -238,7 +238,7 @@ def _garbage(snapshot: Snapshot) -> list[Violation]:
             found.append(Violation("garbage", name, f"held cron tick {_shown(value)}"))
     for name, blob in sorted(snapshot.cron.items()):
         try:
-            cron.decode_job(blob)
+            cron_definitions.decode_job(blob)
         except DuetimeError as problem:
             found.append(Violation("poison cron", name, f"definition unusable here: {problem}"))
     return found

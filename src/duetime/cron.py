@@ -22,7 +22,7 @@ from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo
 
 from duetime import codec, cron_options, flow, ticks, validation
-from duetime.errors import DecodeError, InvalidInputError, InvalidNameError
+from duetime.errors import InvalidInputError, InvalidNameError
 
 MissedPolicy = Literal["skip", "once", "all"]
 OverlapPolicy = Literal["allow", "skip", "delay"]
@@ -160,7 +160,7 @@ class CronJob:
         ]
 
     def tick_id(self, tick_ms: int) -> str:
-        return f"cron:{self.name}:{tick_ms}"
+        return tick_id(self.name, tick_ms)
 
 
 @lru_cache(maxsize=4096)
@@ -264,112 +264,20 @@ def define(
 
 def task_of(job: CronJob, run_at_ms: float) -> codec.Envelope:
     """The task a run of ``job`` at ``run_at_ms`` is: the job's handler, data, attempts and
-    timeout, its outcome kept ``RESULT_TTL_MS``. The one conversion of a cron job into a
-    task: a tick's task (``tick_task``) and a run triggered now (the client's
-    ``trigger_cron``)."""
+    timeout, its outcome kept ``RESULT_TTL_MS``. A run triggered now (the client's
+    ``trigger_cron``); a tick's task is ``CronTemplate.tick_task``'s, the same task."""
     return codec.Envelope(
         job.task, job.data, run_at_ms, job.max_attempts, job.timeout_ms, RESULT_TTL_MS
     )
 
 
-def task_envelope(job: CronJob, run_at_ms: float) -> bytes:
-    """The envelope of the task of ``job`` that runs at ``run_at_ms`` (``task_of``)."""
-    return codec.encode_envelope(task_of(job, run_at_ms))
-
-
-def tick_task(
-    job: CronJob, tick_ms: int, run_at_ms: int | None = None
-) -> tuple[str, int, bytes, str]:
-    """The task of one tick, as ``fire_cron`` takes it: its deterministic id (one task
-    however many dispatchers fire the tick), its run-at (the tick, plus its jitter, or
-    when a backfill runs it), its envelope and its flow record ("" for none)."""
-    due = tick_ms if run_at_ms is None else run_at_ms
-    return job.tick_id(tick_ms), due, task_envelope(job, due), job.flow_record
+def tick_id(name: str, tick_ms: int) -> str:
+    """A tick's task id: deterministic, so that however many dispatchers fire the tick,
+    one task exists."""
+    return f"cron:{name}:{tick_ms}"
 
 
 def tick_of_task(task_id: str) -> int | None:
     """The tick (ms) in a tick task's id, or None for another id."""
     prefix, _, tick = task_id.rpartition(":")
     return int(tick) if prefix.startswith("cron:") and tick.isdigit() else None
-
-
-# --- stored definitions --------------------------------------------------------------
-
-#: The newest definition format this version writes and reads (2: with flow control;
-#: 3: with schedule options).
-DEFINITION_VERSION = 3
-#: Fields of each definition format.
-_DEFINITION_FIELDS = {1: 10, 2: 13, 3: 20}
-
-
-def encode_job(job: CronJob) -> bytes:
-    """A definition as stored: format 1; 2 when its ticks have flow control; 3 when it
-    has schedule options (so that a job without them stays readable by older hosts)."""
-    fields = [1, job.name, job.expression, job.data, job.timezone, job.task, job.missed,
-              job.overlap, job.max_attempts, job.timeout_ms]  # fmt: skip
-    if job.flow_record or job.has_schedule_options:
-        fields[0] = 2
-        fields += [job.priority, job.limit_key, job.cost]
-    if job.has_schedule_options:
-        fields[0] = 3
-        fields += [job.every_ms, job.catch_up_ms, job.jitter_ms, job.start_ms, job.end_ms,
-                   job.max_runs, job.pause_after_failures]  # fmt: skip
-    return codec.pack(fields)
-
-
-def decode_job(blob: bytes) -> CronJob:
-    """Read a stored definition and check that this host can fire it: a definition that
-    is corrupt, written by a newer duetime, or whose cron expression is read in a time
-    zone missing from this host's tz database raises DecodeError saying which (a poison
-    record: the dispatcher pauses that job, and the checker and ``cron list`` report it).
-    An interval job (``every``) does not depend on its zone."""
-    fields = codec.unpack(blob)
-    if not isinstance(fields, list) or not fields or not isinstance(fields[0], int):
-        raise DecodeError("not a duetime cron job definition")
-    if fields[0] > DEFINITION_VERSION:
-        raise DecodeError(
-            f"written by a newer duetime (definition format {fields[0]}, this one reads "
-            f"{DEFINITION_VERSION}); upgrade duetime on this host"
-        )
-    if len(fields) != _DEFINITION_FIELDS.get(fields[0]):
-        raise DecodeError(f"not a version-{fields[0]} cron job definition")
-    name, expression, _, timezone, task, missed, overlap, *counts = fields[1:10]
-    if len(fields) > 10:
-        try:
-            flow.checked_record(*fields[10:13])
-        except InvalidInputError as error:
-            raise DecodeError(f"cron job definition's flow control: {error}") from None
-    every = _stored_options(fields[13:])
-    texts = (name, expression, timezone, task, missed, overlap)
-    if not all(isinstance(text, str) for text in texts) or not all(
-        isinstance(number, int) and not isinstance(number, bool) and number > 0 for number in counts
-    ):
-        raise DecodeError("cron job definition fields have the wrong types")
-    if missed not in MISSED_POLICIES or overlap not in OVERLAP_POLICIES:
-        raise DecodeError(f"unknown policy missed={missed!r} overlap={overlap!r}")
-    if every:
-        return CronJob(*fields[1:])
-    if not cron_options.valid_expression(expression):
-        raise DecodeError(f"invalid cron expression {expression!r}")
-    if not cron_options.known_zone(timezone):
-        raise DecodeError(
-            f"time zone {timezone!r} is not in this host's tz database "
-            "(install or update the tzdata package)"
-        )
-    return CronJob(*fields[1:])
-
-
-def _stored_options(options: list[Any]) -> int:
-    """Check a format-3 definition's schedule options; returns its interval (0: none)."""
-    if not options:
-        return 0
-    every, catch_up, jitter, start, end, max_runs, pause_after = options
-    whole = (every, jitter)
-    optional = (catch_up, start, end, max_runs, pause_after)
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in whole) or not all(
-        n is None or (isinstance(n, int) and not isinstance(n, bool) and n >= 0) for n in optional
-    ):
-        raise DecodeError("cron job definition's schedule options have the wrong types")
-    if every and every < cron_options.SHORTEST_INTERVAL_MS:
-        raise DecodeError(f"cron job definition's interval is too short ({every} ms)")
-    return int(every)

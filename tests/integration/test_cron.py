@@ -12,7 +12,17 @@ import pytest
 import redis
 
 import duetime
-from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker, codec, cron
+from duetime import (
+    App,
+    Dispatcher,
+    ManualClock,
+    Queue,
+    Settings,
+    Worker,
+    codec,
+    cron,
+    cron_definitions,
+)
 from duetime.dispatcher import QueueDispatcher
 from duetime.errors import InvalidInputError, TaskNotFoundError
 from duetime.store import AsyncRunner, QueueKeys
@@ -202,8 +212,8 @@ def test_a_triggered_run_is_the_task_a_tick_would_be(redis_url: str, queue_name:
         keys = QueueKeys(queue_name)
         with redis.Redis.from_url(redis_url) as raw:
             stored = codec.decode_envelope(raw.hget(keys.tasks, task_id))
-            job = cron.decode_job(raw.hget(keys.cron, "sweep"))
-        tick = codec.decode_envelope(cron.tick_task(job, 1_000)[2])
+            name, data, template = cron_definitions.decode_parts(raw.hget(keys.cron, "sweep"))
+        tick = codec.decode_envelope(template.tick_task(name, codec.pack(data), 1_000, 1_000)[2])
         assert stored.task == tick.task == ""
         assert (stored.data, stored.max_attempts, stored.timeout_ms, stored.result_ttl_ms) == (
             tick.data,

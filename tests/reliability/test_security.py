@@ -188,7 +188,7 @@ ROLE_SCRIPTS: dict[str, set[str]] = {
     "worker": {"claim_tasks", "heartbeat", "ack_tasks", "fail_task", "release_worker",
                "give_back_task", "snooze_task"},
     "dispatcher": {"promote_due", "reap_expired_leases", "reap_worker", "purge_dead",
-                   "fire_cron", "set_cron_next", "fire_backfill", "sweep_keyed"},
+                   "due_cron", "fire_cron", "set_cron_next", "fire_backfill", "sweep_keyed"},
 }  # fmt: skip
 ROLE_SCRIPTS["operator"] = ROLE_SCRIPTS["producer"] | {"requeue_dead", "purge_dead", "set_limits",
                                                        "set_history"}  # fmt: skip

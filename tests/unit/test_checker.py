@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from duetime import codec, cron
+from duetime import codec, cron, cron_definitions
 from duetime.checker import check_invariants
 from duetime.store.snapshot import Snapshot
 
 
 def job_blob(name: str, timezone: str = "UTC") -> bytes:
     job = cron.define(name, "* * * * *", {"n": 1}, timezone=timezone)
-    return cron.encode_job(job)
+    return cron_definitions.encode_job(job)
 
 
 def snapshot(**fields: object) -> Snapshot:

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from freezegun import freeze_time
 
-from duetime import codec, cron, cron_firing
+from duetime import codec, cron, cron_definitions, cron_firing
 from duetime.errors import DecodeError, InvalidInputError, InvalidNameError, InvalidPayloadError
 
 
@@ -161,32 +161,68 @@ def test_bad_declarations_are_refused(
         )  # fmt: skip
 
 
+def tick_task(job: cron.CronJob, tick_ms: int, run_at_ms: int) -> tuple[str, int, bytes, str]:
+    """A tick's task as a dispatcher makes it: from the stored definition."""
+    name, data, template = cron_definitions.decode_parts(cron_definitions.encode_job(job))
+    return template.tick_task(name, codec.pack(data), tick_ms, run_at_ms)
+
+
 def test_definitions_round_trip_and_tick_ids() -> None:
     job = cron.define("report", "0 9 * * 1-5", {"k": [1, b"x"]}, timezone="Europe/Paris",
                       task="send", missed="once", overlap="skip")  # fmt: skip
-    assert cron.decode_job(cron.encode_job(job)) == job
+    assert cron_definitions.decode_job(cron_definitions.encode_job(job)) == job
     assert job.tick_id(1_800_000_000_000) == "cron:report:1800000000000"
 
 
-def test_a_tick_becomes_a_task_with_the_jobs_handler_data_and_limits() -> None:
+@pytest.mark.parametrize("run_at_ms", [1_800_000_000_000, 1_800_000_012_345, 7])
+def test_a_tick_becomes_a_task_with_the_jobs_handler_data_and_limits(run_at_ms: int) -> None:
     job = cron.define(
         "report", "* * * * *", {"k": [1, "x"]}, task="send", max_attempts=7, timeout=12.5
     )
-    task_id, run_at_ms, envelope, record = cron.tick_task(job, 1_800_000_000_000)
+    task_id, run_at, envelope, record = tick_task(job, 1_800_000_000_000, run_at_ms)
     assert record == ""  # no flow control: the definition stays in format 1
-    assert codec.unpack(cron.encode_job(job))[0] == 1
-    assert (task_id, run_at_ms) == ("cron:report:1800000000000", 1_800_000_000_000)
-    assert envelope == cron.task_envelope(job, 1_800_000_000_000)
+    assert codec.unpack(cron_definitions.encode_job(job))[0] == 1
+    assert (task_id, run_at) == ("cron:report:1800000000000", run_at_ms)
+    # Byte for byte the task a triggered run is (cron.task_of), which workers decode.
+    assert envelope == codec.encode_envelope(cron.task_of(job, run_at_ms))
     assert codec.decode_envelope(envelope) == codec.Envelope(
-        "send", {"k": [1, "x"]}, 1_800_000_000_000, 7, 12_500, cron.RESULT_TTL_MS
+        "send", {"k": [1, "x"]}, run_at_ms, 7, 12_500, cron.RESULT_TTL_MS
     )
 
 
 def test_a_job_with_flow_control_is_stored_in_format_2_and_read_back() -> None:
     job = cron.define("report", "* * * * *", {}, priority=-4, limit_key="acme", cost=2)
-    assert codec.unpack(cron.encode_job(job))[0] == 2
-    assert cron.decode_job(cron.encode_job(job)) == job
-    assert cron.tick_task(job, 1_800_000_000_000)[3] == "-4|2||acme"
+    assert codec.unpack(cron_definitions.encode_job(job))[0] == 2
+    assert cron_definitions.decode_job(cron_definitions.encode_job(job)) == job
+    assert tick_task(job, 1_800_000_000_000, 1_800_000_000_000)[3] == "-4|2||acme"
     garbled = codec.pack([2, "r", "* * * * *", {}, "UTC", "", "skip", "allow", 5, 9, 0, "", 1])
     with pytest.raises(DecodeError, match="flow control"):
-        cron.decode_job(garbled)
+        cron_definitions.decode_job(garbled)
+
+
+def test_jobs_declared_alike_share_one_checked_template() -> None:
+    first, second = (cron.define(f"user-{n}", "*/5 * * * *", {"user": n}) for n in (1, 2))
+    parts = [cron_definitions.decode_parts(cron_definitions.encode_job(j)) for j in (first, second)]
+    assert [(name, data) for name, data, _ in parts] == [
+        ("user-1", {"user": 1}),
+        ("user-2", {"user": 2}),
+    ]
+    assert parts[0][2] is parts[1][2]
+    other = cron.define("user-3", "*/5 * * * *", {"user": 3}, timezone="Europe/Paris")
+    assert cron_definitions.decode_parts(cron_definitions.encode_job(other))[2] is not parts[0][2]
+
+
+@pytest.mark.parametrize(
+    ("position", "garbage"), [(8, True), (8, 5.0), (2, ["* * * * *"]), (4, {"zone": 1}), (1, 7)]
+)
+def test_a_garbled_definition_is_refused_even_beside_a_sound_twin(
+    position: int, garbage: object
+) -> None:
+    # The sound twin is decoded first: its cached template must not answer for a field
+    # that is only equal to its own (True == 1 == 1.0 in Python) or not hashable.
+    sound = [1, "r", "* * * * *", {}, "UTC", "", "skip", "allow", 5, 9]
+    cron_definitions.decode_job(codec.pack(sound))
+    garbled = list(sound)
+    garbled[position] = garbage
+    with pytest.raises(DecodeError, match="wrong types"):
+        cron_definitions.decode_job(codec.pack(garbled))

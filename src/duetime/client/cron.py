@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from duetime import codec, cron, validation
+from duetime import codec, cron, cron_definitions, validation
 from duetime.client.backfill import backfill_info
 from duetime.client.ids import new_task_id
 from duetime.client.models import CronInfo, CronRun, TaskRef
@@ -86,7 +86,7 @@ class CronPlans(Producing):
             mine = [i for i, h in enumerate(homes) if h == home]
             for start in range(0, len(mine), DECLARE_BATCH):
                 batch = [
-                    (jobs[i].name, cron.encode_job(jobs[i]), firsts[i])
+                    (jobs[i].name, cron_definitions.encode_job(jobs[i]), firsts[i])
                     for i in mine[start : start + DECLARE_BATCH]
                 ]
                 codes = yield from self.shards[home].declare_cron(batch)
@@ -135,7 +135,7 @@ class CronPlans(Producing):
                 if blob is None:
                     continue
                 now = yield from shard.now()
-                next_tick = cron.decode_job(blob).first_run_after(now)
+                next_tick = cron_definitions.decode_job(blob).first_run_after(now)
                 state = table.states.get(name)
                 if next_tick is None or (state is not None and state.ended):
                     raise InvalidInputError(
@@ -190,7 +190,7 @@ class CronPlans(Producing):
         ended = state is not None and state.ended and name not in table.next_ticks
         paused = name not in table.next_ticks and not ended
         try:
-            job = cron.decode_job(table.definitions[name])
+            job = cron_definitions.decode_job(table.definitions[name])
         except DecodeError as problem:
             # A poison record (a dispatcher pauses it): shown, not a failed listing.
             return CronInfo(name, "", "", "", None, "", "", paused, [], None, str(problem))

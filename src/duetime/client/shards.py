@@ -10,7 +10,8 @@ from typing import TypeVar
 
 from duetime import validation
 from duetime.clock import Clock
-from duetime.cron import CronJob, decode_job
+from duetime.cron import CronJob
+from duetime.cron_definitions import decode_job
 from duetime.errors import TaskNotFoundError
 from duetime.hooks import HookChain, Hooks
 from duetime.settings import Settings

@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from duetime import cron
+from duetime import codec, cron_definitions
+from duetime.dispatcher.tally import TickTally
 from duetime.errors import DecodeError
 from duetime.store import AsyncRunner
 from duetime.store.cron_jobs import DueBackfill
@@ -33,14 +34,13 @@ class BackfillFirer:
         queue: str,
         runner: AsyncRunner,
         operations: QueueOperations,
-        counts: dict[tuple[str, str], int],
+        tally: TickTally,
     ) -> None:
         self.queue = queue
         self.runner = runner
         self.operations = operations
-        #: (cron job, "backfilled") -> backfill ticks this process enqueued, for metrics
-        #: (the cron firer's tally).
-        self.counts = counts
+        #: The cron firer's, for metrics: backfill ticks this process enqueued.
+        self.tally = tally
 
     async def fire_due(self, now: int) -> bool:
         """Fire every backfill due at ``now``; True when a full batch was (more may be)."""
@@ -58,8 +58,7 @@ class BackfillFirer:
             outcomes = await self.runner.run(self.operations.fire_backfill(rows))
             for row, outcome in zip(rows, outcomes, strict=True):
                 if isinstance(outcome, int):
-                    key = (row[0], "backfilled")
-                    self.counts[key] = self.counts.get(key, 0) + outcome
+                    self.tally.add(row[0], "backfilled", outcome)
         return len(due) == BACKFILL_BATCH
 
     @staticmethod
@@ -70,18 +69,18 @@ class BackfillFirer:
             raise DecodeError("its cron job is gone")
         if entry.backfill is None or entry.backfill.next_tick_ms is None:
             raise DecodeError("its record is missing, done, or not one duetime wrote")
-        job = cron.decode_job(entry.definition)
+        name, data, template = cron_definitions.decode_parts(entry.definition)
         backfill, tick = entry.backfill, entry.backfill.next_tick_ms
         try:
-            following = job.next_tick(tick)
+            following = template.job.next_tick(tick)  # ticks do not depend on the name
         except (ValueError, OverflowError, KeyError) as error:  # croniter on odd input
             raise DecodeError(f"its ticks cannot be computed ({error})") from error
         if following is None or following > backfill.to_ms:
             following = -1
         # A backfill's run is due when it fires: its tick is in its id.
-        task_id, run_at, envelope, record = cron.tick_task(job, tick, now)
+        task_id, run_at, envelope, record = template.tick_task(name, codec.pack(data), tick, now)
         return [
-            job.name, str(entry.due_ms), str(tick), str(following),
-            str(now + backfill.spacing_ms), job.overlap, str(now + BACKFILL_RECHECK_MS),
+            name, str(entry.due_ms), str(tick), str(following),
+            str(now + backfill.spacing_ms), template.job.overlap, str(now + BACKFILL_RECHECK_MS),
             task_id, str(run_at), envelope, record,
         ]  # fmt: skip

@@ -9,13 +9,16 @@ while the dispatcher sleeps, so that at the tick the only round trip is the firi
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
-from duetime import cron, cron_firing
+from duetime import codec, cron, cron_definitions, cron_firing
 from duetime.clock import Clock
+from duetime.cron_definitions import CronTemplate
 from duetime.dispatcher.backfill import BackfillFirer
+from duetime.dispatcher.tally import TickTally
 from duetime.errors import DecodeError
 from duetime.states import CronFireOutcome
 from duetime.store import AsyncRunner
@@ -24,15 +27,17 @@ from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
 
-#: Most cron jobs fired per pass, in one script call.
+#: Most cron jobs fired in one script call.
 CRON_BATCH = 500
+#: Most due cron jobs a pass reads (and fires, a batch at a time).
+CRON_READ = 4 * CRON_BATCH
 #: With overlap="delay", how often a held tick looks again whether the previous run ended.
 CRON_OVERLAP_RECHECK_MS = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class CronFiring:
-    """One job's part of a fire_cron call, worked out for a given moment."""
+class CronFiring(NamedTuple):
+    """One job's part of a fire_cron call, worked out for a given moment (a tuple: a
+    pass makes one per due job)."""
 
     name: str
     expected_next_ms: int
@@ -70,23 +75,24 @@ class CronFirer:
         self.operations = operations
         self.clock = clock
         self._prepared: tuple[int, list[CronFiring]] | None = None
-        #: (cron job, outcome) -> ticks, for metrics: fired, skipped, delayed (counted when
-        #: first held), missed. Only this process's firings; read, never reset.
-        self.ticks_counted: dict[tuple[str, str], int] = {}
-        self.backfills = BackfillFirer(queue, runner, operations, self.ticks_counted)
+        #: For metrics: the ticks fired, skipped, delayed (counted when first held),
+        #: missed, outside the catch-up window, backfilled.
+        self.tally = TickTally()
+        self.backfills = BackfillFirer(queue, runner, operations, self.tally)
 
     async def fire_due(self, now: int) -> bool:
-        """Fire every job (and backfill) due at ``now``; True when a full batch was (more
-        may be due)."""
-        firings = await self._plan(now)
-        await self._fire(firings, now)
+        """Fire every job (and backfill) due at ``now``; True when as many were due as a
+        pass reads (more may be)."""
+        due = await self.runner.run(self.operations.due_cron(now, CRON_READ))
+        await self._fire_in_batches(due, now)
         more_backfills = await self.backfills.fire_due(now)
-        return len(firings) == CRON_BATCH or more_backfills
+        return len(due) == CRON_READ or more_backfills
 
     async def prepare(self, tick_ms: int) -> None:
         """Read the jobs and work out their ticks while asleep, so that at the tick the
         only round trip is the (compare-and-set) firing itself."""
-        self._prepared = (tick_ms, await self._plan(tick_ms))
+        due = await self.runner.run(self.operations.due_cron(tick_ms, CRON_BATCH))
+        self._prepared = (tick_ms, await self._firings(due, tick_ms))
 
     async def fire_prepared(self) -> None:
         """Fire what was prepared while asleep, if its tick has come and no later tick
@@ -99,13 +105,32 @@ class CronFirer:
         firings = [f for f in prepared[1] if f.following_ms is None or now < f.following_ms]
         await self._fire(firings, now)
 
-    async def _plan(self, at_ms: int) -> list[CronFiring]:
-        """The firings of every cron job due at ``at_ms`` (its ticks, per its policy)."""
-        due = await self.runner.run(self.operations.due_cron(at_ms, CRON_BATCH))
+    async def _fire_in_batches(self, due: list[DueCron], now: int) -> None:
+        """Fire ``due`` a batch (one script call) at a time, each batch worked out while
+        the one before runs on the server."""
+        in_flight: asyncio.Future[None] | None = None
+        try:
+            for start in range(0, len(due), CRON_BATCH):
+                firings = await self._firings(due[start : start + CRON_BATCH], now)
+                if in_flight is not None:
+                    await in_flight
+                in_flight = asyncio.ensure_future(self._fire(firings, now))
+                await asyncio.sleep(0)  # it is sent; the next batch is worked out meanwhile
+            if in_flight is not None:
+                await in_flight
+        finally:
+            if in_flight is not None and not in_flight.done():
+                # Left by a failure meanwhile, which is what the caller hears of.
+                with contextlib.suppress(Exception):
+                    await in_flight
+
+    async def _firings(self, due: list[DueCron], at_ms: int) -> list[CronFiring]:
+        """The firings of the cron jobs ``due`` at ``at_ms`` (their ticks, per policy)."""
         firings = []
+        plans: dict[tuple[CronTemplate, int], cron_firing.TickPlan] = {}
         for entry in due:
             try:
-                firings.append(self._firing(entry, at_ms))
+                firings.append(self._firing(entry, at_ms, plans))
             except DecodeError as problem:
                 # A poison record: paused (so it is logged once, not at every pass), and
                 # reported by `inspect --check` and `cron list`; the rest go on.
@@ -120,26 +145,36 @@ class CronFirer:
         return firings
 
     @staticmethod
-    def _firing(entry: DueCron, at_ms: int) -> CronFiring:
-        """The firing of one due job; DecodeError when its stored record is unusable."""
+    def _firing(
+        entry: DueCron, at_ms: int, plans: dict[tuple[CronTemplate, int], cron_firing.TickPlan]
+    ) -> CronFiring:
+        """The firing of one due job; DecodeError when its stored record is unusable. The
+        jobs of a template due alike share their plan (``plans``), unless jittered: a
+        jittered tick's offset depends on the job's name."""
         if entry.definition is None:
             raise DecodeError("its definition is missing")
         if entry.problem is not None:
             raise DecodeError(entry.problem)
-        job = cron.decode_job(entry.definition)
+        name, data, template = cron_definitions.decode_parts(entry.definition)
+        job = template.named(name, data) if template.job.jitter_ms else template.job
         held = entry.held_tick_ms
         try:
             first = held if held is not None else job.tick_of(entry.next_tick_ms)
-            plan = cron_firing.plan(job, first, at_ms)
+            plan = None if job.jitter_ms else plans.get((template, first))
+            if plan is None:
+                plan = cron_firing.plan(job, first, at_ms)
+                if not job.jitter_ms:
+                    plans[template, first] = plan
         except (ValueError, OverflowError, KeyError) as error:  # croniter on odd input
             raise DecodeError(f"its ticks cannot be computed ({error})") from error
+        packed_data = codec.pack(data)
         return CronFiring(
-            name=job.name,
+            name=name,
             expected_next_ms=entry.next_tick_ms,
             following_ms=plan.following_ms,
             overlap=job.overlap,
             hold_tick_ms=plan.ticks[0][0] if plan.ticks else first,
-            ticks=[cron.tick_task(job, tick, run_at) for tick, run_at in plan.ticks],
+            ticks=[template.tick_task(name, packed_data, *tick) for tick in plan.ticks],
             missed=plan.missed,
             outside_window=plan.outside_window,
             held_before=held is not None,
@@ -171,21 +206,19 @@ class CronFirer:
             self._count(firing, outcome)
 
     def _count(self, firing: CronFiring, outcome: CronFireOutcome | int) -> None:
-        """Tally a firing in ``ticks_counted``. A stale one was another dispatcher's; a
-        held tick looked at again (its job's next score is then the recheck time) is not
-        new."""
-        counts = self.ticks_counted
+        """Tally a firing. A stale one was another dispatcher's; a held tick looked at
+        again (its job's next score is then the recheck time) is not new."""
         if outcome == CronFireOutcome.DELAYED:
             if not firing.held_before:
-                counts[firing.name, "delayed"] = counts.get((firing.name, "delayed"), 0) + 1
+                self.tally.add(firing.name, "delayed")
             return
         if outcome in (CronFireOutcome.STALE, CronFireOutcome.PAUSED):
             return
         if firing.outside_window:
-            key = (firing.name, "outside_window")
-            counts[key] = counts.get(key, 0) + firing.outside_window
+            self.tally.add(firing.name, "outside_window", firing.outside_window)
         if isinstance(outcome, int):
-            counts[firing.name, "fired"] = counts.get((firing.name, "fired"), 0) + outcome
+            self.tally.add(firing.name, "fired", outcome)
         else:  # skipped
-            counts[firing.name, "skipped"] = counts.get((firing.name, "skipped"), 0) + 1
-        counts[firing.name, "missed"] = counts.get((firing.name, "missed"), 0) + firing.missed
+            self.tally.add(firing.name, "skipped")
+        if firing.missed:
+            self.tally.add(firing.name, "missed", firing.missed)

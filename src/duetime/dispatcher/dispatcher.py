@@ -75,8 +75,8 @@ class QueueDispatcher:
     @property
     def cron_ticks(self) -> dict[tuple[str, str], int]:
         """The cron ticks this dispatcher handled, by (job, outcome), for metrics (see
-        ``CronFirer.ticks_counted``)."""
-        return self.cron.ticks_counted
+        ``TickTally``)."""
+        return self.cron.tally.counts
 
     async def step(self) -> int | None:
         """Promote, reap and maintain once; returns the server time (ms) at which work

@@ -13,6 +13,10 @@ from duetime.store.base import QueueBase
 from duetime.store.replies import as_text, count_or_none, pairs
 from duetime.store.requests import Batch, Command, Eval, Plan, packed_arguments
 
+#: Most due jobs one due_cron call reads (its script passes their names to HMGET in one
+#: call: Lua's unpack takes about 8,000 values).
+MOST_DUE_CRON = 5000
+
 
 @dataclass(frozen=True, slots=True)
 class CronState:
@@ -113,26 +117,25 @@ class CronPlans(QueueBase):
         )
 
     def due_cron(self, now_ms: int, limit: int) -> Plan[list[DueCron]]:
-        """Cron jobs whose next tick has come: name, the score read, definition, held tick."""
+        """Cron jobs whose next tick has come (at most ``limit``, within
+        ``MOST_DUE_CRON``): name, the score read, definition, held tick."""
         k = self.keys
-        flat = yield Command(
-            ("ZRANGE", k.cron_next, "-inf", now_ms, "BYSCORE", "WITHSCORES", "LIMIT", 0, limit)
-        )
-        if not flat:
-            return []
-        names = [as_text(flat[i]) for i in range(0, len(flat), 2)]
-        definitions, held = yield Batch(
-            (Command(("HMGET", k.cron, *names)), Command(("HMGET", k.cron_held, *names)))
+        keys = (k.cron_next, k.cron, k.cron_held)
+        flat, definitions, held = yield Eval(
+            scripts.DUE_CRON, keys, (now_ms, min(limit, MOST_DUE_CRON))
         )
         due = []
-        for i, name in enumerate(names):
+        for i in range(len(definitions)):
             held_tick = count_or_none(held[i])
             problem = None
             if held[i] is not None and held_tick is None:
                 problem = f"its held tick is not a number: {as_text(held[i])[:40]!r}"
             due.append(
-                DueCron(name, int(float(flat[2 * i + 1])), definitions[i], held_tick, problem)
-            )
+                DueCron(
+                    as_text(flat[2 * i]), int(float(flat[2 * i + 1])), definitions[i], held_tick,
+                    problem,
+                )
+            )  # fmt: skip
         return due
 
     def start_backfill(

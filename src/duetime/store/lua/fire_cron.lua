@@ -75,22 +75,38 @@ local function stop(name)
   redis.call('HDEL', KEYS[3], name)
 end
 
+-- Writes of every job alike are gathered and made once a call, a command for many jobs
+-- (a call fires up to hundreds): the next scores, the last tick ids, the held ticks let
+-- go, the ticks pushed to ready, in the jobs' order.
+local next_scores, last_ids, unheld, pushed = {}, {}, {}, {}
+local function in_chunks(values, write)
+  for first = 1, #values, 1000 do  -- an even count: pairs stay whole
+    write(unpack(values, first, math.min(first + 999, #values)))
+  end
+end
+
 local function advance(name, following)
   if tonumber(following) >= 0 then
-    redis.call('ZADD', KEYS[1], following, name)
-    redis.call('HDEL', KEYS[3], name)
+    next_scores[#next_scores + 1] = following
+    next_scores[#next_scores + 1] = name
+    unheld[#unheld + 1] = name
     return false
   end
   stop(name)
   return true
 end
 
+local seen = {}
+local under_flow = redis.call('EXISTS', KEYS[7]) == 1
+
 local function fire(job)
   local name, max_runs, pause_after = job[1], tonumber(job[8]), tonumber(job[9])
   local score = redis.call('ZSCORE', KEYS[1], name)
-  if not score or tonumber(score) ~= tonumber(job[2]) then
+  -- A job named twice in one call is fired once: its score is written at the end.
+  if not score or tonumber(score) ~= tonumber(job[2]) or seen[name] then
     return 'stale'
   end
+  seen[name] = true
   local keeps = max_runs > 0 or pause_after > 0
   local state = keeps and read_state(name) or {runs = 0, failures = 0, ended = false, judge = ''}
   if pause_after > 0 then
@@ -123,7 +139,9 @@ local function fire(job)
     end
   end
   local count = 0
-  local flowing = flow_mode(KEYS[7], KEYS[8], #job >= 10 and job[13] ~= '')
+  local recorded = #job >= 10 and job[13] ~= ''
+  local flowing = under_flow or (recorded and flow_mode(KEYS[7], KEYS[8], true))
+  local last
   for i = 10, #job, 4 do
     if max_runs > 0 and state.runs >= max_runs then
       break
@@ -131,10 +149,11 @@ local function fire(job)
     if redis.call('HSETNX', KEYS[4], job[i], job[i + 2]) == 1 then
       if flowing then
         enter_flow(KEYS[7], KEYS[8], job[i], job[i + 3], job[i + 1])
+        under_flow = under_flow or recorded
         redis.call('ZADD', KEYS[9], job[i + 1], job[i])
         woken = true
       else
-        redis.call('RPUSH', KEYS[5], job[i])
+        pushed[#pushed + 1] = job[i]
       end
       count = count + 1
       state.runs = state.runs + 1
@@ -142,7 +161,11 @@ local function fire(job)
         state.judge = job[i]
       end
     end
-    redis.call('HSET', KEYS[2], name, job[i])
+    last = job[i]
+  end
+  if last then
+    last_ids[#last_ids + 1] = name
+    last_ids[#last_ids + 1] = last
   end
   if max_runs > 0 and state.runs >= max_runs then
     stop(name)
@@ -161,6 +184,10 @@ local outcomes = {}
 for index, job in ipairs(cmsgpack.unpack(ARGV[1])) do
   outcomes[index] = fire(job)
 end
+in_chunks(pushed, function(...) redis.call('RPUSH', KEYS[5], ...) end)
+in_chunks(last_ids, function(...) redis.call('HSET', KEYS[2], ...) end)
+in_chunks(next_scores, function(...) redis.call('ZADD', KEYS[1], ...) end)
+in_chunks(unheld, function(...) redis.call('HDEL', KEYS[3], ...) end)
 if woken and redis.call('LLEN', KEYS[10]) == 0 then
   redis.call('RPUSH', KEYS[10], 1)
 end
