@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import FloatRect, Locator
 
 from tests.conftest import IN_CI
 
@@ -43,3 +45,13 @@ def publish(shots: Path) -> None:
         DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         for shot in sorted(shots.glob("*.png")):
             shutil.copy(shot, DOCS_SCREENSHOTS / shot.name)
+
+
+def settled_box(locator: Locator) -> FloatRect:
+    """The element's box. The pages refresh themselves (every second in these tests),
+    and while a refresh swaps the element out it has no box for a moment: look again."""
+    deadline = time.monotonic() + 5
+    while (box := locator.bounding_box()) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert box is not None, f"{locator} has no box"
+    return box

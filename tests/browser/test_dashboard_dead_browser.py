@@ -14,7 +14,7 @@ from playwright.sync_api import expect, sync_playwright
 from duetime import Job, Queue, codec
 from duetime.codec import ErrorRecord
 from duetime.store import QueueKeys
-from tests.browser.conftest import CHROMIUM_ARGS
+from tests.browser.conftest import CHROMIUM_ARGS, settled_box
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving
 
 LONG_ID = "invoice-" + "x" * 190  # 198 characters, near the 200 an id may have
@@ -63,7 +63,7 @@ def test_the_dead_pages_actions_stay_in_view_with_long_ids_and_errors(
                     for action in ("requeue-one", "delete-one"):
                         button = rows.nth(n).locator(f'[data-action="{action}"]')
                         expect(button).to_be_in_viewport()
-                        box = button.bounding_box()
+                        box = settled_box(button)
                         assert box is not None and box["x"] + box["width"] <= width, (width, box)
                 link = page.locator(f'a.id[title="{LONG_ID}"]')
                 expect(link).to_have_text(LONG_ID)

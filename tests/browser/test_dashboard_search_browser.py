@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from duetime import Job, Queue, TaskSearch
 from duetime.states import TaskState
-from tests.browser.conftest import CHROMIUM_ARGS, publish
+from tests.browser.conftest import CHROMIUM_ARGS, publish, settled_box
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
 from tests.helpers import FAST
 
@@ -74,7 +74,7 @@ def test_search_bulk_actions_and_the_viewer_role_in_a_browser(
             for action in ("run-now-selected", "reschedule-selected", "cancel-selected"):
                 button = page.locator(f'[data-action="{action}"]')
                 expect(button).to_be_in_viewport()
-                box = button.bounding_box()
+                box = settled_box(button)
                 assert box is not None and box["x"] + box["width"] <= WIDTH, (action, box)
             shoot(page, shots, "search", full_page=False)
 
