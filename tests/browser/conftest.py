@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import FloatRect, Locator
+from playwright.sync_api import Browser, FloatRect, Locator, Page
 
 from tests.conftest import IN_CI
 
@@ -55,3 +55,17 @@ def settled_box(locator: Locator) -> FloatRect:
         time.sleep(0.02)
     assert box is not None, f"{locator} has no box"
     return box
+
+
+def signed_in_page(browser: Browser, base: str, token: str) -> Page:
+    """A page at 1280 x 900 in Berlin's zone, signed in with ``token``, that accepts the
+    dashboard's confirmation dialogs."""
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 900}, timezone_id="Europe/Berlin"
+    )
+    page = context.new_page()
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{base}/login")
+    page.fill("input[name=token]", token)
+    page.click("button[type=submit]")
+    return page

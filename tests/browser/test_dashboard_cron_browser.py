@@ -21,7 +21,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from duetime import Queue
 from duetime.store import QueueKeys
-from tests.browser.conftest import CHROMIUM_ARGS, publish
+from tests.browser.conftest import CHROMIUM_ARGS, publish, signed_in_page
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
 
 DAY = 86400.0
@@ -57,14 +57,7 @@ def test_the_cron_page_shows_schedule_options_and_triggers_a_run(
         fill_cron(queue, raw)
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(
-                viewport={"width": 1280, "height": 900}, timezone_id="Europe/Berlin"
-            )
-            page = context.new_page()
-            page.on("dialog", lambda dialog: dialog.accept())
-            page.goto(f"{base}/login")
-            page.fill("input[name=token]", TOKEN)
-            page.click("button[type=submit]")
+            page = signed_in_page(browser, base, TOKEN)
             page.goto(f"{base}/q/{QUEUE}/cron")
             look(page)
             trigger(page, queue)

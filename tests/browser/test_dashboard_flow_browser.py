@@ -18,7 +18,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
 from duetime.store import QueueKeys, SyncRunner
 from duetime.store.operations import QueueOperations
-from tests.browser.conftest import CHROMIUM_ARGS, publish
+from tests.browser.conftest import CHROMIUM_ARGS, publish, signed_in_page
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
 
 LONG_KEY = "customer-" + "-".join(f"region{n}" for n in range(20))  # 168 bytes
@@ -60,14 +60,7 @@ def test_flow_control_in_a_real_browser(redis_url: str, chromium: str, shots: Pa
     ):
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(
-                viewport={"width": 1280, "height": 900}, timezone_id="Europe/Berlin"
-            )
-            page = context.new_page()
-            page.on("dialog", lambda dialog: dialog.accept())
-            page.goto(f"{base}/login")
-            page.fill("input[name=token]", TOKEN)
-            page.click("button[type=submit]")
+            page = signed_in_page(browser, base, TOKEN)
             expect(page.locator(f"#queue-{QUEUE} [data-flow-line]")).to_contain_text(
                 "6 due waiting, 11 running"
             )
