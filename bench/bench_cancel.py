@@ -7,14 +7,16 @@ Run from the project root:
     .venv/bin/python bench/bench_cancel.py [--quick] [--server redis|valkey]
 
 A dispatcher and a worker (concurrency 100) run in a child process. For each handler
-kind and heartbeat interval (the default 1 s, and 0.25 s), 100 tasks (``--quick``: 20)
-are scheduled and left to start; then each is cancelled, one call after another with
+kind and each way the worker hears of cancels, 100 tasks (``--quick``: 20) are
+scheduled and left to start; then each is cancelled, one call after another with
 random gaps that spread the calls over about five heartbeats, so they fall at every
-phase of the worker's heartbeat.
+phase of the worker's heartbeat. The ways: listening on the queue's cancel channel
+(the default, with the default 1 s heartbeat), and the heartbeat only
+(``listen_for_cancels=False``) at 1 s and at 0.25 s, whose stop latency is bounded by
+the heartbeat interval plus a round trip.
 Each handler stamps when it stopped. Reported: the stop latency (p50, p99, max), how
 long a ``cancel()`` call took, and whether every task ended as cancelled (none
-completed). The worker hears of a cancel with its next heartbeat, so the stop latency
-is bounded by the heartbeat interval plus a round trip.
+completed).
 
 The script starts its own throwaway server (through ``benchlib``), prints a markdown
 table, and merges its figures into ``bench/results/cancel.json``. The exit status is 0
@@ -50,11 +52,13 @@ from duetime import Queue
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "cancel.json"
 STAMPS = "bench:cancel:stamps"  # "started|stopped <id> <epoch ms>": outside any queue's keys
 CONCURRENCY = 100
-HEARTBEATS = (1.0, 0.25)
+#: How the worker hears of cancels: (name, heartbeat interval, listening on the channel).
+VARIANTS = (("listening, heartbeat 1 s", 1.0, True), ("heartbeat 1 s only", 1.0, False),
+            ("heartbeat 0.25 s only", 0.25, False))  # fmt: skip
 
 
 def run_role(url: str, queue: str) -> None:
-    """Dispatcher and worker in one process, until SIGTERM; heartbeat from the env."""
+    """Dispatcher and worker in one process, until SIGTERM; settings from the env."""
     import redis
 
     stamps = redis.Redis.from_url(url)
@@ -102,11 +106,15 @@ def wait_for(server: Server, kind: str, count: int) -> dict[str, float]:
 
 
 def measure(
-    server: Server, workdir: Path, handler: str, heartbeat: float, count: int
+    server: Server, workdir: Path, handler: str, variant: tuple[str, float, bool], count: int
 ) -> dict[str, Any]:
     server.reset()
     queue_name = f"c{uuid.uuid4().hex[:8]}"
-    env = {"DUETIME_HEARTBEAT_INTERVAL": str(heartbeat)}
+    _, heartbeat, listening = variant
+    env = {
+        "DUETIME_HEARTBEAT_INTERVAL": str(heartbeat),
+        "DUETIME_LISTEN_FOR_CANCELS": "1" if listening else "0",
+    }
     child = start_daemons(__file__, server, queue_name, workdir, env)
     rng = random.Random(7)
     try:
@@ -179,10 +187,10 @@ def main() -> None:
                 "revision": git_revision(Path(__file__).resolve().parent),
                 "quick": options.quick,
             }
-            for heartbeat in HEARTBEATS:
+            for variant in VARIANTS:
                 for handler in ("hold_async", "hold_sync"):
-                    name = f"{handler.removeprefix('hold_')}, heartbeat {heartbeat:g} s"
-                    figures = measure(server, Path(scratch), handler, heartbeat, count)
+                    name = f"{handler.removeprefix('hold_')}, {variant[0]}"
+                    figures = measure(server, Path(scratch), handler, variant, count)
                     results["latency"][name] = figures
                     print(f"  {name}: {figures}", flush=True)
         finally:

@@ -88,6 +88,7 @@ _RANGES: dict[str, _Range | _Switch] = {
     "dead_max": _Range(True, 0, 1_000_000_000),
     "shutdown_grace": _Range(False, 0, _DAY),
     "cancel_grace": _Range(False, 0, _DAY),
+    "listen_for_cancels": _Switch(),
     "clock_resync_interval": _Range(False, 0, 3600),
     "maintenance_interval": _Range(False, 0, _DAY),
     "durable_replicas": _Range(True, 0, 100, least_allowed=True),
@@ -156,6 +157,11 @@ class Settings:
     #: and again then) before the worker stops waiting for it and ends the task as
     #: cancelled; its lease is not renewed past that.
     cancel_grace: float = 10.0
+    #: A worker listens on its queues' cancel channels (pub/sub), so that a cancel of a
+    #: running task reaches it at once rather than at its next heartbeat (which stays the
+    #: reliable path). False: heartbeats only (a proxy without pub/sub, an ACL without
+    #: channels); one connection less per worker.
+    listen_for_cancels: bool = True
     #: How often the server clock offset is re-sampled with TIME.
     clock_resync_interval: float = 5.0
     #: How often a dispatcher sweeps for orphan processing lists, trims dead tasks and

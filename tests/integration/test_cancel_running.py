@@ -184,7 +184,8 @@ def run_worker_until(
     **settings: Any,
 ) -> Worker:
     worker = Worker(app, queue_name, redis_url, settings=FAST.replace(**settings))
-    dispatcher = Dispatcher(queue_name, redis_url, settings=FAST)
+    # The dispatcher judges the worker alive by the worker's heartbeat settings.
+    dispatcher = Dispatcher(queue_name, redis_url, settings=worker.settings)
 
     async def main() -> None:
         async with AsyncQueue(queue_name, redis_url) as client, running(dispatcher, worker):

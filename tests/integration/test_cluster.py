@@ -308,6 +308,47 @@ def test_main_scenarios_on_three_masters(clean_cluster: Cluster) -> None:
             queue.close()
 
 
+def test_running_tasks_on_every_master_hear_their_cancels_before_any_heartbeat(
+    clean_cluster: Cluster,
+) -> None:
+    """The sharded queue's cancel channels are published on three masters; the worker's
+    one subscription hears them all (a cluster forwards what is published everywhere),
+    so each running task stops long before a heartbeat (30 s apart) could tell it."""
+    url = clean_cluster.url
+    settings = FAST.replace(heartbeat_interval=30.0, lease_duration=90.0, worker_ttl=90.0)
+    started: set[str] = set()
+    stopped: set[str] = set()
+    app = App()
+
+    @app.default
+    async def waits(data: Any) -> None:
+        started.add(current_task().id)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopped.add(current_task().id)
+            raise
+
+    worker = Worker(app, SHARDED.queue, url, shards=SHARDED.count, settings=settings)
+    dispatcher = Dispatcher(SHARDED.queue, url, shards=SHARDED.count, settings=settings)
+
+    async def scenario() -> None:
+        async with (
+            AsyncQueue(SHARDED.queue, url, shards=SHARDED.count) as queue,
+            running(dispatcher, worker),
+        ):
+            ids = [await queue.schedule_now({"n": n}) for n in range(9)]
+            await wait_until(lambda: started == set(ids), what="all nine running")
+            assert {SHARDED.of_task(task_id) for task_id in ids} == {0, 1, 2}
+            for task_id in ids:
+                assert await queue.cancel(task_id)
+            await wait_until(lambda: stopped == set(ids), timeout=10, what="all nine stopped")
+            await wait_until(lambda: worker.counters.cancelled == 9, what="all nine ended")
+            assert await queue.check() == []
+
+    run(scenario())
+
+
 def test_a_redis_py_cluster_client_and_the_asyncio_queue(clean_cluster: Cluster) -> None:
     first = clean_cluster.nodes[0]
     sync_client = redis.cluster.RedisCluster(host="127.0.0.1", port=first.port)

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 import redis.sentinel
 
-from duetime import App, AsyncQueue, Dispatcher, Queue, Worker
+from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
 from duetime.errors import NotDurableError, RedisUnavailableError
+from duetime.store import QueueKeys
 from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until, wait_until_sync
 from tests.servers import SERVICE, Sentinels, command
@@ -91,6 +92,51 @@ def test_tasks_keep_flowing_when_the_master_is_killed(sentinels: Sentinels) -> N
         assert sentinels.master_port() == sentinels.replica.port
         assert queue.check() == []
         assert all(queue.status(task_id) is None for task_id in before)
+
+
+def test_the_cancel_listener_follows_the_new_master(sentinels: Sentinels) -> None:
+    """After the master is killed, the worker's cancel listener subscribes on the new
+    one, and a running task's cancel stops it long before a heartbeat (30 s apart)
+    could have told the worker."""
+    settings = FAST.replace(heartbeat_interval=30.0, lease_duration=90.0, worker_ttl=90.0)
+    channel = QueueKeys("orders").cancel_channel
+    started: list[str] = []
+    stopped: list[str] = []
+
+    async def waits(data: Any) -> None:
+        started.append(current_task().id)
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            stopped.append(current_task().id)
+            raise
+
+    def listeners(port: int) -> int:
+        with redis.Redis(port=port) as client:
+            [(_, count)] = client.pubsub_numsub(channel)
+            return int(count)
+
+    async def scenario() -> None:
+        worker = Worker(App(default=waits), "orders", sentinels.url, settings=settings)
+        async with (
+            AsyncQueue("orders", sentinels.url) as queue,
+            running(Dispatcher("orders", sentinels.url, settings=settings), worker),
+        ):
+            old_port = sentinels.master_port()
+            await wait_until(lambda: listeners(old_port) == 1, what="the listener")
+            assert sentinels.master is not None and sentinels.master.process is not None
+            os.kill(sentinels.master.process.pid, signal.SIGKILL)
+            await wait_until(lambda: sentinels.master_port() != old_port, timeout=30)
+            new_port = sentinels.master_port()
+            await wait_until(lambda: listeners(new_port) == 1, timeout=30, what="it on the new")
+            deadline = time.monotonic() + 30
+            task_id = await asyncio.to_thread(schedule_through_a_failover, producer, {}, deadline)
+            await wait_until(lambda: task_id in started, timeout=30, what="it to start")
+            assert await queue.cancel(task_id)
+            await wait_until(lambda: stopped == [task_id], timeout=10, what="it to stop")
+
+    with Queue("orders", sentinels.url, settings=FAST) as producer:
+        run(scenario())
 
 
 def test_a_sentinel_managed_client_is_accepted(sentinels: Sentinels) -> None:

@@ -207,7 +207,7 @@ ROLE_DIRECT: dict[str, set[str]] = {
         "exists",
         "lindex",
     },
-    "worker": {"time", "blmove", "exists"},
+    "worker": {"time", "blmove", "exists", "subscribe"},
     "dispatcher": {
         "time",
         "blpop",
@@ -302,7 +302,9 @@ def test_the_documented_acl_lines_grant_exactly_what_the_code_sends() -> None:
         expected = set().union(*(scripts[s] for s in ROLE_SCRIPTS[role])) | ROLE_DIRECT[role]
         assert granted(tokens) == expected | ALWAYS, role
         assert tokens[3:5] == ["reset", "on"], "start from a clean slate"
-        assert [t for t in tokens if t.startswith(("~", "%", "&"))] == ["~duetime:*"]
+        # Channels: the cancels of running tasks (published by cancel_task, heard by workers).
+        channels = ["&duetime:*"] if role in ("producer", "worker", "operator") else []
+        assert [t for t in tokens if t.startswith(("~", "%", "&"))] == ["~duetime:*", *channels]
         assert "-@all" in tokens and "resetchannels" in tokens
         assert not any(t.startswith("+@") or t in ("allkeys", "allcommands") for t in tokens)
 
@@ -435,6 +437,11 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
                 what="two cron ticks",
             )
             producer.remove_cron("every-second")
+            # A running task's cancel: published on the queue's channel, heard by the worker.
+            cancelled_running = producer.schedule_now({}, task="slow")
+            await wait_until(lambda: cancelled_running in started, what="a slow task to start")
+            assert producer.cancel(cancelled_running)
+            await wait_until(lambda: worker.counters.cancelled == 1, what="it to stop")
             slow.append(producer.schedule_now({}, task="slow"))
             await wait_until(lambda: slow[0] in started, what="the slow task to start")
         finally:
@@ -982,3 +989,45 @@ def test_password_is_masked_in_a_daemon_process_output(closed_port: int, tmp_pat
                 process.wait(10)
             output.close()
     assert not shown, "\n".join(shown)
+
+
+def test_lines_from_before_cancel_channels_still_cancel_running_tasks(
+    acl_users: AclUsers,
+    raw: redis.Redis,
+    queue_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A producer and a worker whose users lack the channels (lines older than the
+    cancel signals): the publish is refused inside the cancel, which still marks the
+    running task; the worker says once that it hears cancels at the heartbeat only, and
+    does so: the task ends cancelled."""
+    for role in ("producer", "worker"):
+        execute(raw, "ACL", "SETUSER", f"duetime-{role}", "resetchannels", "-publish", "-subscribe")
+    started: list[str] = []
+    app = App()
+
+    @app.default
+    async def waits(data: Any) -> None:
+        started.append(duetime.current_task().id)
+        await asyncio.sleep(30)
+
+    async def scenario() -> None:
+        worker = Worker(app, queue_name, acl_users.url("worker"), settings=FAST)
+        task = asyncio.create_task(worker.run())
+        try:
+            with Queue(queue_name, acl_users.url("producer"), settings=FAST) as producer:
+                task_id = producer.schedule_now({})
+                await wait_until(lambda: task_id in started, what="the task to start")
+                assert producer.cancel(task_id)
+                await wait_until(lambda: worker.counters.cancelled == 1, what="the heartbeat")
+                assert producer.status(task_id) is None
+        finally:
+            worker.stop()
+            await asyncio.wait([task], timeout=20)
+
+    with caplog.at_level(logging.WARNING, logger="duetime"):
+        asyncio.run(scenario())
+    heard = [r.getMessage() for r in caplog.records if "heartbeat only" in r.getMessage()]
+    assert len(heard) == 1 and "+subscribe &duetime:*" in heard[0]
+    refused = {d.split()[-1] for d in acl_denials(raw)} - TOLERATED_DENIALS
+    assert refused == {"publish", "subscribe"}

@@ -257,6 +257,12 @@ class QueueKeys:
         return self._key("cancelling")
 
     @property
+    def cancel_channel(self) -> str:
+        """The pub/sub channel (not a key) on which a cancel of a running task publishes
+        its id, for the worker that holds it (cancel_task.lua, store/cancel_signals.py)."""
+        return self._key("cancels")
+
+    @property
     def history_state(self) -> str:
         """HASH: "size" (how many finished attempts the history keeps; absent: the
         default, 0: none) and "seq" (the number of its newest entry)."""

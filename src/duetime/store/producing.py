@@ -229,7 +229,7 @@ class ProducerPlans(QueueBase):
             lambda generation, buckets: Eval(
                 scripts.CANCEL_TASK,
                 (*fixed, *buckets),
-                (task_id, generation, now, "1" if waiting_only else "0", "1" if running else "0"),
+                (task_id, generation, now, _flag(waiting_only), _flag(running), k.cancel_channel),
             ),
         )
         return TaskState(as_text(place)) if place else None
@@ -339,3 +339,7 @@ def store_tasks(
         refused[group] += [written[group] + p for p in groups[group][0].refused(reply)]
         written[group] += int(reply[1])
     return refused
+
+
+def _flag(on: bool) -> str:
+    return "1" if on else "0"

@@ -1,12 +1,15 @@
-"""Stopping an attempt whose task was cancelled while it ran. The heartbeat tells the
-worker (store/lua/include/cancelling.lua marks the task on the server); this module
-asks the handler to stop and bounds how long the worker waits for it."""
+"""Stopping an attempt whose task was cancelled while it ran. The worker hears of it
+from its queues' cancel channels at once (store/cancel_signals.py), and from the
+heartbeat in any case (store/lua/include/cancelling.lua marks the task on the server);
+this module asks the handler to stop and bounds how long the worker waits for it."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
-from duetime.worker.state import Attempt
+from duetime.store.cancel_signals import CancelListener
+from duetime.worker.state import Attempt, WorkerSetup, WorkerState
 from duetime.worker.timeouts import TimeoutTimer
 
 
@@ -35,3 +38,20 @@ def past_grace(attempt: Attempt, now: float, grace: float) -> bool:
     is then no longer renewed, so the task ends (as cancelled) even if the handler never
     returns and the worker cannot report it."""
     return attempt.cancel_asked and now - attempt.cancel_heard > grace + 1
+
+
+def cancel_listening(
+    setup: WorkerSetup, state: WorkerState, timeouts: TimeoutTimer
+) -> Callable[[], Awaitable[None]]:
+    """The worker's part that stops an attempt as soon as its task's cancel is published
+    (until the worker closes), as a loop for the supervisor."""
+    shards = {shard.operations.keys.cancel_channel: shard for shard in setup.shards}
+    listener = CancelListener(setup.runner, list(shards), f"worker {setup.worker_id}")
+
+    def heard(channel: str, task_id: str) -> None:
+        shard = shards.get(channel)
+        attempt = None if shard is None else state.held.get((shard.index, task_id))
+        if attempt is not None:
+            stop_cancelled(attempt, timeouts, setup.settings.cancel_grace)
+
+    return lambda: listener.listen(heard, state.closing)

@@ -27,6 +27,7 @@ from duetime.store.requests import Durability
 from duetime.store.runner import BLOCK_MARGIN, RedisSpec
 from duetime.supervisor import Supervisor, cancel_and_wait
 from duetime.worker.attempt import AttemptRunner
+from duetime.worker.cancels import cancel_listening
 from duetime.worker.claimer import Claimer
 from duetime.worker.context import LentConnection
 from duetime.worker.heartbeater import Heartbeater
@@ -61,16 +62,16 @@ class Worker:
     one claimer per shard blocks on that shard's ready list, and all share the slots.
 
     Its parts share one ``WorkerState``: the claimers (``Claimer``), the attempts they
-    start (``AttemptRunner``), the acker (``Reporter``) and the heartbeater
-    (``Heartbeater``). The shutdown, after ``stop()`` or when a part kept failing, goes
-    in this order:
+    start (``AttemptRunner``), the acker (``Reporter``), the heartbeater
+    (``Heartbeater``) and the cancel listener (``cancels.cancel_listening``). The
+    shutdown, after ``stop()`` or when a part kept failing, goes in this order:
 
     1. the claimers end: nothing more is claimed;
     2. running attempts finish within ``shutdown_grace`` (not at all after
        ``stop(now=True)``); the rest are cancelled, their ids left in the worker's list;
     3. closing: the acker sends what is pending and ends (given the time of a lease, or
        ``HURRY`` after ``stop(now=True)``); the heartbeater, which kept renewing the
-       leases through the drain, ends;
+       leases through the drain, ends, then the cancel listener;
     4. the outcomes still pending are sent;
     5. every shard's unfinished tasks are handed back to ready, and the worker
        deregistered;
@@ -196,6 +197,7 @@ class Worker:
             keep("heartbeater", Heartbeater(setup, state, self._timeouts).loop), name="heartbeater"
         )
         acker = asyncio.create_task(keep("acker", reporter.loop), name="acker")
+        listener = self._cancel_listener(setup)
         stopping = asyncio.create_task(state.stop.wait())
         failing = asyncio.create_task(self.supervisor.failed.wait())
         await asyncio.wait((stopping, failing), return_when=asyncio.FIRST_COMPLETED)
@@ -212,6 +214,8 @@ class Worker:
         await asyncio.wait([acker], timeout=self._reporting_time())
         await self._end(acker)
         await self._end(heartbeater)
+        if listener is not None:
+            await self._end(listener)
         await reporter.flush()
         await self._hand_back()
 
@@ -274,6 +278,14 @@ class Worker:
                 self.worker_id, self._look_again_ms, shard.fences_unreported
             )
         )
+
+    def _cancel_listener(self, setup: WorkerSetup) -> asyncio.Task[None] | None:
+        """The part that hears cancels of running tasks as they are asked, if on."""
+        if not self.settings.listen_for_cancels:
+            return None
+        listening = cancel_listening(setup, self._state, self._timeouts)
+        keep = self.supervisor.keep_running
+        return asyncio.create_task(keep("cancel listener", listening), name="cancel listener")
 
     async def _end(self, task: asyncio.Task[None]) -> None:
         """Stop a loop (each loop also ends on its own at its next check of the stop

@@ -23,6 +23,8 @@
 --         (absent or '0': a dead one is removed too)
 -- ARGV[5] '1': a running task's cancel is asked (its id is marked in KEYS[16], and the
 --         step that ends its attempt ends it as cancelled); '0': it is left alone
+-- ARGV[6] the queue's cancel channel (a channel, not a key): a running task's id marked
+--         is published there, so that its worker stops it at once
 -- Returns: the place it was removed from ('scheduled', 'ready', 'dead'), 'running' when it
 -- is running (marked with ARGV[5] '1', else left alone), 'dead' with ARGV[4] '1' when it
 -- is dead (left alone), false
@@ -73,6 +75,10 @@ elseif due then
 else
   if ARGV[5] == '1' then
     redis.call('HSET', KEYS[16], id, ARGV[3])
+    -- The worker holding it hears of it at once when it listens, else at its next
+    -- heartbeat (which reads the mark). pcall: a client not granted the channel (ACL)
+    -- still cancels.
+    redis.pcall('PUBLISH', ARGV[6], id)
   end
   return 'running'
 end
