@@ -25,6 +25,10 @@ FAST = Settings(
     lease_duration=1.0,
     shutdown_grace=2.0,
 )
+#: Heartbeats 30 s apart (as ``Settings`` fields): within a test's waits, what a worker
+#: hears did not come by its heartbeat.
+SLOW_HEARTBEAT: dict[str, float] = {"heartbeat_interval": 30.0, "lease_duration": 90.0,
+                                    "worker_ttl": 90.0}  # fmt: skip
 
 
 def as_bytes(reply: object) -> bytes:
@@ -181,3 +185,9 @@ def take_waiting(raw: redis.Redis, keys: QueueKeys, task_id: str) -> None:
                 raw.delete(keys.delayed_layout)
             return
     raise AssertionError(f"task {task_id} is not waiting")
+
+
+def subscribers(clients: Iterable[redis.Redis], channel: str) -> int:
+    """How many connections listen on ``channel`` on these servers (each node of a
+    cluster counts its own)."""
+    return sum(int(count) for client in clients for _, count in client.pubsub_numsub(channel))

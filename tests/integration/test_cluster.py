@@ -32,7 +32,7 @@ from duetime import (
 from duetime.errors import ConfigurationError, NotDurableError, RedisCommandError, TaskFailedError
 from duetime.store.layout import QueueLayout
 from tests.conftest import require_binary
-from tests.helpers import FAST, running, wait_until, wait_until_sync
+from tests.helpers import FAST, SLOW_HEARTBEAT, running, subscribers, wait_until, wait_until_sync
 from tests.servers import SLOTS, Cluster, command
 
 #: Queue names whose hash tags fall on masters 0, 1 and 2 of a 3-master test cluster.
@@ -315,7 +315,7 @@ def test_running_tasks_on_every_master_hear_their_cancels_before_any_heartbeat(
     one subscription hears them all (a cluster forwards what is published everywhere),
     so each running task stops long before a heartbeat (30 s apart) could tell it."""
     url = clean_cluster.url
-    settings = FAST.replace(heartbeat_interval=30.0, lease_duration=90.0, worker_ttl=90.0)
+    settings = FAST.replace(**SLOW_HEARTBEAT)
     started: set[str] = set()
     stopped: set[str] = set()
     app = App()
@@ -340,13 +340,21 @@ def test_running_tasks_on_every_master_hear_their_cancels_before_any_heartbeat(
             ids = [await queue.schedule_now({"n": n}) for n in range(9)]
             await wait_until(lambda: started == set(ids), what="all nine running")
             assert {SHARDED.of_task(task_id) for task_id in ids} == {0, 1, 2}
+            # It subscribes beside its claimers: a cancel before is heard at a heartbeat.
+            await wait_until(lambda: subscribers(nodes, channel) == 1, what="it to listen")
             for task_id in ids:
                 assert await queue.cancel(task_id)
             await wait_until(lambda: stopped == set(ids), timeout=10, what="all nine stopped")
             await wait_until(lambda: worker.counters.cancelled == 9, what="all nine ended")
             assert await queue.check() == []
 
-    run(scenario())
+    nodes = [node.client() for node in clean_cluster.nodes]
+    channel = SHARDED.shards[0].cancel_channel  # one of them: all are subscribed at once
+    try:
+        run(scenario())
+    finally:
+        for client in nodes:
+            client.close()
 
 
 def test_a_redis_py_cluster_client_and_the_asyncio_queue(clean_cluster: Cluster) -> None:

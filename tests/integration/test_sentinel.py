@@ -22,7 +22,7 @@ from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
 from duetime.errors import NotDurableError, RedisUnavailableError
 from duetime.store import QueueKeys
 from tests.conftest import require_binary
-from tests.helpers import FAST, running, wait_until, wait_until_sync
+from tests.helpers import FAST, SLOW_HEARTBEAT, running, subscribers, wait_until, wait_until_sync
 from tests.servers import SERVICE, Sentinels, command
 
 
@@ -98,7 +98,7 @@ def test_the_cancel_listener_follows_the_new_master(sentinels: Sentinels) -> Non
     """After the master is killed, the worker's cancel listener subscribes on the new
     one, and a running task's cancel stops it long before a heartbeat (30 s apart)
     could have told the worker."""
-    settings = FAST.replace(heartbeat_interval=30.0, lease_duration=90.0, worker_ttl=90.0)
+    settings = FAST.replace(**SLOW_HEARTBEAT)
     channel = QueueKeys("orders").cancel_channel
     started: list[str] = []
     stopped: list[str] = []
@@ -113,8 +113,7 @@ def test_the_cancel_listener_follows_the_new_master(sentinels: Sentinels) -> Non
 
     def listeners(port: int) -> int:
         with redis.Redis(port=port) as client:
-            [(_, count)] = client.pubsub_numsub(channel)
-            return int(count)
+            return subscribers([client], channel)
 
     async def scenario() -> None:
         worker = Worker(App(default=waits), "orders", sentinels.url, settings=settings)

@@ -3,8 +3,9 @@ the id of a running task it marks on its queue's channel (``QueueKeys.cancel_cha
 and a worker listens on its queues' channels to stop such an attempt at once.
 
 The heartbeat, which reads the marks themselves, stays the reliable path: a signal
-missed (sent while the listener reconnects, before the attempt was registered, or on
-the other side of a failover) is heard at the next heartbeat. On a cluster a message
+missed (sent before the listener subscribed at the worker's start or while it
+reconnects, before the attempt was registered, or on the other side of a failover) is
+heard at the next heartbeat. On a cluster a message
 published on one node reaches subscribers on every node, and after a Sentinel failover
 a demoted master still gets what is published on the new one (it replicates it).
 """
