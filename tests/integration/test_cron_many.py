@@ -6,6 +6,7 @@ alone, and the metrics tally stays bounded in jobs."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import cast
 
@@ -101,3 +102,28 @@ def test_a_job_named_twice_in_one_call_fires_once(
     assert codec.decode_envelope(cast(bytes, raw.hget(keys.tasks, f"cron:report:{T0}"))).data == {
         "n": 1
     }
+
+
+def test_calls_on_one_job_read_that_job_only(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """Among thousands of jobs, info, pause, resume, trigger and backfill of one read its
+    records alone (no HGETALL, no whole-set ZRANGE: on a million jobs those are
+    hundreds of MB), and the info is what list_cron says of it."""
+    with Queue(queue_name, redis_url) as queue:
+        queue.add_crons(
+            [queue.cron_job(f"user-{n}", "0 9 * * *", {"user": n}) for n in range(3000)]
+        )
+        listed = next(job for job in queue.list_cron() if job.name == "user-7")
+        raw.config_resetstat()  # the test's own server
+        assert queue.cron_info("user-7") == listed
+        assert queue.cron_info("nobody") is None
+        assert queue.pause_cron("user-7") and queue.resume_cron("user-7")
+        assert queue.trigger_cron("user-7")
+        now = time.time()
+        assert queue.backfill_cron("user-7", now - 3 * 86400, now - 86400).ticks >= 2
+        calls = cast(dict[str, dict[str, int]], raw.info("commandstats"))
+        assert "cmdstat_hgetall" not in calls and "cmdstat_hkeys" not in calls
+        ranges = calls.get("cmdstat_zrange", {}).get("calls", 0)
+        assert ranges == 0, calls
+        assert queue.cron_info("user-7") is not None

@@ -198,6 +198,7 @@ ROLE_DIRECT: dict[str, set[str]] = {
         "time",
         "hsetnx",
         "hget",
+        "zscore",
         "blmove",
         "zcard",
         "llen",

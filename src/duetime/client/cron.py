@@ -130,7 +130,7 @@ class CronPlans(Producing):
         for shard in self._search_order(self.layout.of_cron(name)):
             next_tick = None
             if not paused:
-                table = yield from shard.cron_table()
+                table = yield from shard.cron_entry(name)
                 blob = table.definitions.get(name)
                 if blob is None:
                     continue
@@ -184,6 +184,15 @@ class CronPlans(Producing):
             for name in table.definitions:
                 jobs.append((yield from self._cron_info(name, table, now, upcoming)))
         return sorted(jobs, key=lambda job: job.name)
+
+    def cron_info_plan(self, name: str, upcoming: int) -> Plan[CronInfo | None]:
+        """One job as ``list_cron`` shows it, read alone; None when there is no such job."""
+        for shard in self._search_order(self.layout.of_cron(name)):
+            table = yield from shard.cron_entry(name)
+            if name in table.definitions:
+                now = yield from shard.now()
+                return (yield from self._cron_info(name, table, now, upcoming))
+        return None
 
     def _cron_info(self, name: str, table: CronTable, now: int, upcoming: int) -> Plan[CronInfo]:
         state = table.states.get(name)

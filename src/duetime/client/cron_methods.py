@@ -49,6 +49,10 @@ class CronMethods:
     def list_cron(self: HasRunner, upcoming: int = 3) -> list[CronInfo]:
         return self.runner.run(self.core.list_cron_plan(upcoming))
 
+    def cron_info(self: HasRunner, name: str, upcoming: int = 3) -> CronInfo | None:
+        """One job as ``list_cron`` shows it (read alone); None when there is none."""
+        return self.runner.run(self.core.cron_info_plan(name, upcoming))
+
     def pause_cron(self: HasRunner, name: str) -> bool:
         """Stop firing the job; False when it was paused already."""
         return self.runner.run(self.core.pause_cron_plan(name, paused=True))
@@ -95,6 +99,9 @@ class AsyncCronMethods:
 
     async def list_cron(self: HasAsyncRunner, upcoming: int = 3) -> list[CronInfo]:
         return await self.runner.run(self.core.list_cron_plan(upcoming))
+
+    async def cron_info(self: HasAsyncRunner, name: str, upcoming: int = 3) -> CronInfo | None:
+        return await self.runner.run(self.core.cron_info_plan(name, upcoming))
 
     async def pause_cron(self: HasAsyncRunner, name: str) -> bool:
         return await self.runner.run(self.core.pause_cron_plan(name, paused=True))

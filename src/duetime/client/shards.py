@@ -83,7 +83,7 @@ class QueueShards:
         """The shard that holds the cron job ``name``, and its definition; raises
         TaskNotFoundError when none does."""
         for shard in self._search_order(self.layout.of_cron(name)):
-            table = yield from shard.cron_table()
+            table = yield from shard.cron_entry(name)
             blob = table.definitions.get(name)
             if blob is not None:
                 return shard, decode_job(blob)

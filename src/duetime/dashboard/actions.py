@@ -166,7 +166,7 @@ class Actions:
 
         async def trigger(queue: AsyncQueue, form: FormData) -> Notice:
             name = form_text(form, "name")
-            job = await views.cron_job(queue, name)
+            job = await queue.cron_info(name, upcoming=1)
             if job is None:
                 return Notice(f"No cron job {name!r} in {queue.name}.", "error")
             if job.problem is not None:

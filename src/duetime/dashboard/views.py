@@ -20,7 +20,6 @@ from markupsafe import Markup
 
 from duetime import (
     AsyncQueue,
-    CronInfo,
     DeadTask,
     MinuteFigures,
     QueueStats,
@@ -377,13 +376,3 @@ async def act_on_dead(queue: AsyncQueue, action: str, ids: Sequence[str] | None)
     if ids is None:
         return await step(None)
     return await in_batches_async(ids, step)
-
-
-# --- cron --------------------------------------------------------------------------------
-
-
-async def cron_job(queue: AsyncQueue, name: str) -> CronInfo | None:
-    for job in await queue.list_cron(upcoming=1):
-        if job.name == name:
-            return job
-    return None

@@ -96,7 +96,7 @@ class CronPlans(QueueBase):
         """Every cron job's definition, next tick, last tick task id, held tick, state
         and backfill."""
         k = self.keys
-        definitions, next_ticks, last, held, states, backfills = yield Batch(
+        replies = yield Batch(
             (
                 Command(("HGETALL", k.cron)),
                 Command(("ZRANGE", k.cron_next, 0, -1, "WITHSCORES")),
@@ -106,15 +106,23 @@ class CronPlans(QueueBase):
                 Command(("HGETALL", k.cron_backfill)),
             )
         )
-        return CronTable(
-            {as_text(n): blob for n, blob in pairs(definitions)},
-            {as_text(n): int(float(s)) for n, s in pairs(next_ticks)},
-            {as_text(n): as_text(i) for n, i in pairs(last)},
-            # A held tick that is not a number is garbage; the job shows as not held.
-            {as_text(n): t for n, raw in pairs(held) if (t := count_or_none(raw)) is not None},
-            {as_text(n): s for n, raw in pairs(states) if (s := _state(raw)) is not None},
-            {as_text(n): b for n, raw in pairs(backfills) if (b := _backfill(raw)) is not None},
+        return _table(*(pairs(reply) for reply in replies))
+
+    def cron_entry(self, name: str) -> Plan[CronTable]:
+        """The table of one cron job (empty when there is none): what ``cron_table``
+        holds of it, read without reading every job (a queue may hold millions)."""
+        k = self.keys
+        replies = yield Batch(
+            (
+                Command(("HGET", k.cron, name)),
+                Command(("ZSCORE", k.cron_next, name)),
+                Command(("HGET", k.cron_last, name)),
+                Command(("HGET", k.cron_held, name)),
+                Command(("HGET", k.cron_state, name)),
+                Command(("HGET", k.cron_backfill, name)),
+            )
         )
+        return _table(*([] if reply is None else [(name, reply)] for reply in replies))
 
     def due_cron(self, now_ms: int, limit: int) -> Plan[list[DueCron]]:
         """Cron jobs whose next tick has come (at most ``limit``, within
@@ -211,6 +219,20 @@ class CronPlans(QueueBase):
 def _start_backfill_reply(reply: Any) -> tuple[int, CronBackfill | None]:
     code, record = reply
     return int(code), _backfill(record) if record else None
+
+
+def _table(*columns: list[tuple[Any, Any]]) -> CronTable:
+    """A CronTable from (name, value) pairs of each record, in ``CronTable``'s order."""
+    definitions, next_ticks, last, held, states, backfills = columns
+    return CronTable(
+        {as_text(n): blob for n, blob in definitions},
+        {as_text(n): int(float(s)) for n, s in next_ticks},
+        {as_text(n): as_text(i) for n, i in last},
+        # A held tick that is not a number is garbage; the job shows as not held.
+        {as_text(n): t for n, raw in held if (t := count_or_none(raw)) is not None},
+        {as_text(n): s for n, raw in states if (s := _state(raw)) is not None},
+        {as_text(n): b for n, raw in backfills if (b := _backfill(raw)) is not None},
+    )
 
 
 def _state(raw: bytes) -> CronState | None:
