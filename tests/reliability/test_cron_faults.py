@@ -26,8 +26,8 @@ from tests.reliability.test_faults import (
     pick,
     report,
     shut_down,
+    start_fleet,
     verdict_problems,
-    wait_for_workers,
 )
 from tests.servers import Server
 
@@ -46,9 +46,9 @@ def test_dispatcher_kill_9_during_a_backfill_fires_each_tick_once(
     rng = random.Random(SEED)
     env = {**CALM_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
     ticks, rate = pick(120, 600), pick(30.0, 20.0)  # 4 s, then 30 s of firing
-    dispatchers = [fleet.start("dispatcher", queue_name, redis_url, env) for _ in range(3)]
-    workers = [fleet.start("worker", queue_name, redis_url, env, "-c", "20") for _ in range(2)]
-    wait_for_workers(raw, queue_name, 2)
+    dispatcher, workers = start_fleet(fleet, raw, queue_name, redis_url, env, 2, "20")
+    more = [fleet.start("dispatcher", queue_name, redis_url, env) for _ in range(2)]
+    dispatchers = [dispatcher, *more]  # three race to fire the backfill
     ledger = Ledger(raw)
     if time.time() % 60 > 58:  # declared and paused well within one minute: no own tick
         time.sleep(60 - time.time() % 60 + 0.1)
