@@ -101,6 +101,9 @@ class TaskStatus:
     #: For a running task whose cancel was asked: when (epoch seconds). Its worker stops
     #: it, and the end of its attempt ends it as cancelled.
     cancel_asked_at: float | None = None
+    #: How many times a handler snoozed the task (``Snooze``); its limit is
+    #: ``Settings.max_snoozes`` or its handler's ``max_snoozes``.
+    snoozes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +197,12 @@ class FinishedAttempt:
     duration: float | None = None
     lateness: float | None = None
     error: str | None = None  # the first line of the error (retried, dead)
+    #: How many endings the entry stands for: a task that snoozes again, with nothing
+    #: else of it ending between, takes one entry, and ``count`` says how many snoozes;
+    #: ``last_at`` is when the latest was (None when ``count`` is 1). The entry keeps
+    #: the first snooze's place, time, attempt, worker and duration.
+    count: int = 1
+    last_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -197,6 +197,7 @@ def task_status(task_id: str, reply: StatusReply) -> TaskStatus | None:
         limit_key=limit_key,
         cost=cost,
         cancel_asked_at=None if reply.cancel_asked_ms is None else reply.cancel_asked_ms / 1000,
+        snoozes=envelope.snoozes if envelope else 0,
     )
 
 
