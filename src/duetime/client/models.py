@@ -107,6 +107,21 @@ class TaskStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class GoneWorker:
+    """A worker a dispatcher took for dead (silent past ``worker_ttl``) and reaped, as the
+    queue's record of its last 50 reaped workers keeps it. Times are epoch seconds by the
+    server clock: ``last_heartbeat`` (None: it was not registered, only its list was
+    left), ``reaped_at``; ``taken_back`` tasks were re-entered, ``task_ids`` the first 20
+    of them (per shard)."""
+
+    id: str
+    last_heartbeat: float | None
+    reaped_at: float
+    taken_back: int
+    task_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStats:
     queue: str
     scheduled: int
@@ -129,6 +144,9 @@ class QueueStats:
     flow_control: bool = False
     waiting: int = 0
     throttled: int = 0
+    #: The workers reaped last (at most 50 a shard), newest first: what their absence
+    #: from ``workers`` means (see ``GoneWorker``).
+    gone_workers: list[GoneWorker] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
