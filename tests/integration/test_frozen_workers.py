@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from click.testing import CliRunner
 from starlette.exceptions import StarletteDeprecationWarning
 
 with warnings.catch_warnings():  # as in test_dashboard.py: the TestClient's httpx warning
@@ -25,6 +26,7 @@ with warnings.catch_warnings():  # as in test_dashboard.py: the TestClient's htt
     from starlette.testclient import TestClient
 
 from duetime import Dispatcher, ManualClock, Queue, Settings, WorkerState
+from duetime.cli import main
 from duetime.dashboard import create_app
 from duetime.states import worker_state
 from duetime.store import QueueKeys
@@ -119,6 +121,9 @@ def test_a_frozen_worker_is_late_then_silent_then_gone_at_the_default_settings(
         [gone] = queue.stats().gone_workers
         assert gone.id == worker_id and gone.taken_back == 2 and set(gone.task_ids) == ids
         assert gone.last_heartbeat is not None and gone.last_heartbeat < gone.reaped_at
+        inspected = CliRunner().invoke(main, ["inspect", "-q", queue_name, "--redis", redis_url])
+        assert f"{worker_id} (gone: taken for dead" in inspected.stdout
+        assert "2 task(s) taken back" in inspected.stdout
 
 
 def test_the_thresholds_come_before_the_reap() -> None:
