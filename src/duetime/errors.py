@@ -99,8 +99,8 @@ class SnoozeLimitError(DuetimeError):
         super().__init__(
             f"task {task_id} snoozed {snoozes} times, its limit ({where} = {limit}); a "
             "handler that snoozes on every run loops for ever: fix the handler (it can "
-            "read current_task().snoozes) or raise the limit, then requeue the task (it "
-            "keeps its count)"
+            "read current_task().snoozes) or raise the limit, then requeue the task (a "
+            "requeue counts its snoozes afresh)"
         )
         self.task_id = task_id
         self.snoozes = snoozes

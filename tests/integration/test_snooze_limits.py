@@ -19,7 +19,7 @@ from duetime.codec import Envelope, decode_envelope, encode_envelope
 from duetime.errors import InvalidOptionError
 from duetime.store import QueueKeys
 from duetime.store.working import Outcome
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import FAST, as_bytes, running, wait_until
 from tests.integration.test_dashboard import dashboard
 from tests.integration.test_dashboard_history import rows
 
@@ -235,3 +235,27 @@ def test_the_finished_page_and_the_cli_show_a_run_of_snoozes_as_one_row(
         assert "<dt>Snoozes</dt><dd>12</dd>" in task_page
     listed = CliRunner().invoke(main, ["tasks", "-q", queue_name, "--state", "finished"])
     assert listed.exit_code == 0 and "snoozed \u00d712" in listed.stdout
+
+
+def test_a_requeue_counts_snoozes_afresh(redis_url: str, queue_name: str, raw: redis.Redis) -> None:
+    """A task that died at its snooze limit and is requeued may snooze again as many
+    times (as it may run as many attempts): its envelope is as before it snoozed."""
+    clock = ManualClock(NOW_MS)
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        ops, run = queue.core.operations, queue.runner.run
+        task_id = queue.schedule_now({"x": 1}, expires=3600)  # a version 3 envelope
+        first = _stored(raw, keys, task_id)
+        for _ in range(3):
+            run(ops.promote_due(10))
+            [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
+            assert run(ops.snooze("w1", task_id, item.attempt, 0, False))
+        assert _stored(raw, keys, task_id).snoozes == 3
+        run(ops.promote_due(10))
+        [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
+        assert run(ops.fail("w1", task_id, item.attempt, b"e", None, summary="E"))
+        assert queue.stats().dead == 1
+        assert queue.requeue_dead([task_id]) == 1
+        assert _stored(raw, keys, task_id) == first
+        assert as_bytes(raw.hget(keys.tasks, task_id))[:2] == b"\x98\x03"  # version 3 again
+        assert queue.check() == []

@@ -185,7 +185,7 @@ class OperatorPlans(QueueBase):
     def requeue_dead(self, task_ids: Sequence[str]) -> Plan[int]:
         now = yield from self.now()
         k = self.keys
-        keys = (k.dead, k.attempts, k.errors, k.ready, k.stats, k.early)
+        keys = (k.dead, k.attempts, k.errors, k.ready, k.stats, k.early, k.tasks)
         return int((yield Eval(scripts.REQUEUE_DEAD, keys, (now, *task_ids))))
 
     def purge_dead(

@@ -41,6 +41,7 @@
 -- @include flow
 -- @include history
 -- @include snoozes
+-- @include snooze_history
 -- @include cancelling
 local now, id, due_at = tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[5])
 local member = ARGV[2] .. '|' .. id

@@ -13,8 +13,8 @@
 -- msgpack array whose trailing empty elements are left out: task id, task name (false:
 -- the envelope could not be read), outcome (the HISTORY_* codes), attempt, finished at
 -- (ms), worker, duration (µs), lateness (µs), error text; and for a run of snoozes of one
--- task coalesced into one entry (snoozes.lua: record_snooze), how many it stands for and when the
--- latest was (ms). The ack's records are packed by the worker (store/history.py:
+-- task coalesced into one entry (snooze_history.lua: record_snooze), how many it stands
+-- for and when the latest was (ms). The ack's records are packed by the worker (store/history.py:
 -- packed_record), the others by history_record here.
 -- The history never fails the step that ends an attempt: its keys are read, and first
 -- written, with pcall; one that is damaged (a wrong type, a size or number that is not

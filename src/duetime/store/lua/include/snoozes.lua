@@ -2,8 +2,7 @@
 -- data, run-at, limits...]), read and rewritten from the envelope's first bytes: the
 -- user data after it is never decoded. An envelope of version 1 to 3 has no count (0);
 -- counting its first snooze makes it version 4 (one more array element, the count after
--- the task name), as codec.with_snoozes does. And record_snooze, the history entry of a
--- snooze, which coalesces a run of them (it uses history.lua, included before this).
+-- the task name), as codec.with_snoozes does.
 
 -- envelope_snoozes(envelope): {snoozes, the head before the count, the rest after it},
 -- or false for anything that does not start as duetime writes an envelope.
@@ -63,41 +62,16 @@ local function snoozed_envelope(envelope)
   return head .. cmsgpack.pack(found[1] + 1) .. found[3]
 end
 
--- record_snooze(opened, state_key, log_key, index_key, id, record, now): record the snooze
--- ``record`` (history_record) of task ``id``. When the task's newest entry in the history
--- is a snooze too (it snoozed again, and nothing else of it ended meanwhile), that entry
--- counts one more and notes ``now`` as the latest, in its place: a task that snoozes again
--- and again takes one entry, and pushes no other ending out of the history. Otherwise
--- (or when the entry cannot be rewritten: LSET refused by an older ACL) a new entry.
-local function record_snooze(opened, state_key, log_key, index_key, id, record, now)
-  if not opened then
-    return
+-- unsnoozed_envelope(envelope): the envelope with no snooze counted (version 4 back to
+-- the version 2 or 3 it was: 8 elements are a version 3), or false when it counts none
+-- or is not an envelope duetime wrote.
+local function unsnoozed_envelope(envelope)
+  local found = envelope_snoozes(envelope)
+  if not found or found[1] == 0 then
+    return false
   end
-  local size, last = opened[1], opened[2]
-  local number = tonumber(redis.pcall('ZSCORE', index_key, id))
-  if number and last - number >= 0 and last - number < size then
-    local index = last - number
-    local found = redis.pcall('LRANGE', log_key, index, index)
-    local entry = type(found) == 'table' and found[1]
-    local bar = type(entry) == 'string' and string.find(entry, '|', 1, true)
-    local read, fields = false, nil
-    if bar then
-      read, fields = pcall(cmsgpack.unpack, string.sub(entry, bar + 1))
-    end
-    if read and type(fields) == 'table' and fields[1] == id and fields[3] == HISTORY_SNOOZED then
-      for field = 1, 9 do
-        if fields[field] == nil then
-          fields[field] = false -- an array, not a map: no holes
-        end
-      end
-      fields[10] = (tonumber(fields[10]) or 1) + 1
-      fields[11] = now
-      local written = redis.pcall('LSET', log_key, index,
-        string.sub(entry, 1, bar) .. cmsgpack.pack(fields))
-      if type(written) ~= 'table' or not written.err then
-        return
-      end
-    end
-  end
-  record_history(opened, state_key, log_key, index_key, {id}, {record})
+  local head = found[2]
+  local array = string.byte(head, 1) - 1
+  head = string.char(array, array == 0x98 and 3 or 2) .. string.sub(head, 3)
+  return head .. found[3]
 end
