@@ -177,10 +177,8 @@ class AttemptRunner:
                 return
             attempt.envelope = envelope
             attempt.timeout = envelope.timeout_ms / 1000
-            if handler.max_snoozes is not None:
-                attempt.max_snoozes = handler.max_snoozes
-            else:
-                attempt.max_snoozes = self._settings.max_snoozes
+            own = handler.max_snoozes
+            attempt.max_snoozes = self._settings.max_snoozes if own is None else own
             clock = attempt.shard.operations.clock
             try:
                 if (waits_for := not_before(clock, item, envelope)) is not None:
