@@ -15,6 +15,7 @@ from duetime.client import (
     CronRun,
     DeadTask,
     FinishedAttempt,
+    GoneWorker,
     Job,
     MinuteFigures,
     Queue,
@@ -39,7 +40,7 @@ from duetime.hooks import (
 )
 from duetime.keyed import Debounce, KeyedState, Scheduled, Throttle, Unique
 from duetime.settings import Settings
-from duetime.states import HistoryOutcome
+from duetime.states import HistoryOutcome, WorkerState
 from duetime.task_context import TaskContext, current_task
 from duetime.worker import Worker
 from duetime.worker.context import Snooze
@@ -62,6 +63,7 @@ __all__ = [
     "Debounce",
     "Dispatcher",
     "FinishedAttempt",
+    "GoneWorker",
     "HistoryOutcome",
     "Hooks",
     "Job",
@@ -87,6 +89,7 @@ __all__ = [
     "Throttle",
     "Unique",
     "Worker",
+    "WorkerState",
     "__version__",
     "current_task",
     "known_queues",

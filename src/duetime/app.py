@@ -16,6 +16,7 @@ from typing import Any, TypeVar, overload
 from duetime import validation
 from duetime.errors import ConfigurationError, UnknownHandlerError
 from duetime.hooks import HookChain, Hooks
+from duetime.settings import MOST_SNOOZES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,6 +26,8 @@ class Handler:
     name: str
     function: Callable[[Any], Any]
     is_async: bool
+    #: Snoozes a task of this handler may take in all; None: Settings.max_snoozes.
+    max_snoozes: int | None = None
 
 
 class App:
@@ -48,13 +51,24 @@ class App:
             self.hooks.add(hook)
 
     @overload
-    def task(self, function: F, *, name: str | None = None) -> F: ...
+    def task(
+        self, function: F, *, name: str | None = None, max_snoozes: int | None = None
+    ) -> F: ...
     @overload
-    def task(self, function: None = None, *, name: str | None = None) -> Callable[[F], F]: ...
+    def task(
+        self, function: None = None, *, name: str | None = None, max_snoozes: int | None = None
+    ) -> Callable[[F], F]: ...
 
-    def task(self, function: F | None = None, *, name: str | None = None) -> F | Callable[[F], F]:
+    def task(
+        self, function: F | None = None, *, name: str | None = None, max_snoozes: int | None = None
+    ) -> F | Callable[[F], F]:
+        """Register a handler. ``max_snoozes``: how many times a task of it may snooze in
+        all (None: ``Settings.max_snoozes``)."""
+        if max_snoozes is not None:
+            validation.whole_number(max_snoozes, "max_snoozes", 0, MOST_SNOOZES)
+
         def register(fn: F) -> F:
-            self._add(validation.task_name(name or fn.__name__), fn)
+            self._add(validation.task_name(name or fn.__name__), fn, max_snoozes)
             return fn
 
         return register(function) if function is not None else register
@@ -64,13 +78,17 @@ class App:
         self._add("", function)
         return function
 
-    def _add(self, name: str, function: Callable[[Any], Any]) -> None:
+    def _add(
+        self, name: str, function: Callable[[Any], Any], max_snoozes: int | None = None
+    ) -> None:
         if not callable(function):
             raise ConfigurationError(f"handler {name!r} is not callable")
         existing = self._handlers.get(name)
         if existing is not None and existing.function is not function:
             raise ConfigurationError(f"two handlers registered as {name or '(default)'!r}")
-        self._handlers[name] = Handler(name, function, inspect.iscoroutinefunction(function))
+        self._handlers[name] = Handler(
+            name, function, inspect.iscoroutinefunction(function), max_snoozes
+        )
         if name:
             # Lets callers pass the function itself as task=... when scheduling.
             with contextlib.suppress(AttributeError):  # e.g. a builtin function

@@ -1,8 +1,9 @@
 """The msgpack envelope a task travels in, and the records stored beside it.
 
-An envelope is written once by the client and never rewritten by Lua: scripts
-move task ids between structures and keep per-attempt state (attempt counts,
-errors) in their own hashes, so they never need to decode or re-encode user data.
+An envelope is written by the client, and scripts move task ids between structures and
+keep per-attempt state (attempt counts, errors) in their own hashes. The one count a
+script writes into an envelope is its snoozes (version 4, below): it sits before the
+data, so a script rewrites the envelope's head and never decodes or re-encodes user data.
 Pickle is never used; only msgpack types round-trip (tuples come back as lists).
 """
 
@@ -26,7 +27,11 @@ from duetime.errors import DecodeError, InvalidPayloadError
 #: Version 3: version 2 with an eighth element, expires_after_ms (above 0), written only
 #: for a task given ``expires``: every other task is still written as version 2, which
 #: workers from before version 3 read (they refuse a version 3 one with a clear error).
-ENVELOPE_VERSION = 3
+#: Version 4: [4, task, snoozes, ...] then data, run-at and the limits as in version 2 or
+#: 3: the times the task was snoozed (above 0). Written by the snooze script
+#: (lua/include/snoozes.lua) into the envelope it rewrites, never by a client for a new
+#: task, so a task that never snoozed is still read by workers from before version 4.
+ENVELOPE_VERSION = 4
 
 #: What a version 2 envelope means by an omitted max_attempts, timeout_ms or result_ttl_ms.
 #: Fixed forever for version 2, and deliberately not read from Settings: a later change of
@@ -54,6 +59,9 @@ class Envelope:
     #: How late after its run-at an attempt may still start; past that the task is
     #: dropped unstarted (``expires``). 0: never.
     expires_after_ms: int = 0
+    #: How many times a handler snoozed the task (``Snooze``), counted by the snooze
+    #: script: the worker ends a task that snoozes past its limit.
+    snoozes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +156,7 @@ def unpack_written_by_lua(blob: bytes) -> Any:
 
 
 def encode_envelope(envelope: Envelope) -> bytes:
-    return envelope_from_packed_data(
+    blob = envelope_from_packed_data(
         envelope.task,
         pack(envelope.data),
         envelope.run_at_ms,
@@ -157,6 +165,17 @@ def encode_envelope(envelope: Envelope) -> bytes:
         envelope.result_ttl_ms,
         envelope.expires_after_ms,
     )
+    return with_snoozes(blob, envelope.task, envelope.snoozes) if envelope.snoozes else blob
+
+
+def with_snoozes(blob: bytes, task: str, snoozes: int) -> bytes:
+    """The version 2 or 3 envelope ``blob`` of ``task`` as version 4, counting ``snoozes``:
+    what snoozes.lua writes (one more element in the array header, the version 4, the
+    count after the task name)."""
+    name: bytes = msgpack.packb(task, use_bin_type=True)
+    count: bytes = msgpack.packb(snoozes)
+    head = 2 + len(name)  # the array header, the version (a fixint), the name
+    return bytes([blob[0] + 1, 4]) + name + count + blob[head:]
 
 
 def rescheduled_envelope(blob: bytes, run_at_ms: float) -> bytes:
@@ -262,7 +281,7 @@ def _is_integer(value: object) -> bool:
 
 
 def decode_envelope(blob: bytes) -> Envelope:
-    """Read an envelope of version 1 or 2, or raise DecodeError saying why it cannot be run."""
+    """Read an envelope of version 1 to 4, or raise DecodeError saying why it cannot be run."""
     fields = unpack(blob)
     # The usual envelope, checked at a glance: version 2, default limits, a whole run-at
     # (type() is, so a bool is not taken for an int). Anything else: the full checks.
@@ -285,7 +304,13 @@ def decode_envelope(blob: bytes) -> Envelope:
         )
     if version < 1:
         raise DecodeError(f"envelope version {version} is not a version duetime ever wrote")
-    expires_after_ms = 0
+    expires_after_ms = snoozes = 0
+    if version == 4:
+        # The snooze count, taken out; the rest is read as version 2 or 3.
+        if len(fields) < 3 or not _is_integer(fields[2]) or fields[2] <= 0:
+            raise DecodeError("envelope version 4 has no snooze count")
+        snoozes = fields.pop(2)
+        version = 3 if len(fields) == _V3_SIZE else 2
     if version == 1:
         if len(fields) != 7:
             raise DecodeError(f"envelope version 1 has {len(fields)} fields, expected 7")
@@ -310,7 +335,7 @@ def decode_envelope(blob: bytes) -> Envelope:
     ):
         raise DecodeError("envelope fields have the wrong types")
     return Envelope(
-        task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms, expires_after_ms
+        task, data, run_at_ms, max_attempts, timeout_ms, result_ttl_ms, expires_after_ms, snoozes
     )
 
 

@@ -90,6 +90,23 @@ class TaskExpiredError(TaskFailedError):
         self.error = "expired"
 
 
+class SnoozeLimitError(DuetimeError):
+    """A handler snoozed its task past the task's limit (``Settings.max_snoozes``, or its
+    handler's ``@app.task(max_snoozes=...)``): the task goes to the dead-letter set with
+    this as its error, rather than snoozing for ever."""
+
+    def __init__(self, task_id: str, snoozes: int, limit: int, where: str) -> None:
+        super().__init__(
+            f"task {task_id} snoozed {snoozes} times, its limit ({where} = {limit}); a "
+            "handler that snoozes on every run loops for ever: fix the handler (it can "
+            "read current_task().snoozes) or raise the limit, then requeue the task (a "
+            "requeue counts its snoozes afresh)"
+        )
+        self.task_id = task_id
+        self.snoozes = snoozes
+        self.limit = limit
+
+
 class UnknownHandlerError(DuetimeError, LookupError):
     """A task names a handler that the worker's app does not register."""
 

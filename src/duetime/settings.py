@@ -18,6 +18,8 @@ MOST_STAGE_AHEAD = 3600.0
 #: whose stack is bounded.
 MOST_PROMOTE_BATCH = 5000
 _DAY = 86_400.0
+#: The most snoozes a task may be allowed (Settings.max_snoozes, @app.task(max_snoozes=)).
+MOST_SNOOZES = 1_000_000
 #: Longest duration a setting takes (100 years), as for per-task durations.
 _LONGEST = 100 * 365.25 * _DAY
 
@@ -81,6 +83,7 @@ _RANGES: dict[str, _Range | _Switch] = {
     "claim_batch": _Range(True, 0, 10_000),
     "max_payload_bytes": _Range(True, 0, 512 * 1024 * 1024),
     "max_attempts": _Range(True, 0, 1000),
+    "max_snoozes": _Range(True, 0, MOST_SNOOZES, least_allowed=True),
     "task_timeout": _Range(False, 0, _LONGEST),
     "retry_base": _Range(False, 0, _LONGEST),
     "retry_max": _Range(False, 0, _LONGEST),
@@ -142,6 +145,10 @@ class Settings:
     max_payload_bytes: int = 512 * 1024
     #: Attempts (first run included) before a task goes to the dead-letter set.
     max_attempts: int = 5
+    #: Times a task may snooze (``Snooze``) in all; the snooze past that sends it to the
+    #: dead-letter set with ``SnoozeLimitError`` (a handler that snoozes on every run
+    #: would loop for ever). A handler's own ``@app.task(max_snoozes=...)`` comes first.
+    max_snoozes: int = 100
     #: Seconds a single attempt may run before it is timed out and retried.
     task_timeout: float = 300.0
     #: Exponential back-off between attempts: base * 2**(attempt-1), capped, jittered.

@@ -56,3 +56,26 @@ class KeyedOutcome(StrEnum):
     COLLAPSED = "collapsed"  # the call joined the key's waiting task (debounce, trailing run)
     DROPPED = "dropped"  # throttled: no task carries the call
     EXISTING = "existing"  # unique: the key's task is live; nothing was written
+
+
+class WorkerState(StrEnum):
+    """What a worker's heartbeat says of it (``worker_state``), or that it was reaped."""
+
+    ALIVE = "alive"  # heard from within two heartbeat intervals
+    LATE = "late"  # a heartbeat is overdue (a pause, a loaded host)
+    SILENT = "silent"  # three are: stopped, frozen or cut off; taken for dead at worker_ttl
+    GONE = "gone"  # taken for dead: reaped, its tasks taken back (QueueStats.gone_workers)
+
+
+def worker_state(heartbeat_age: float, heartbeat_interval: float, worker_ttl: float) -> WorkerState:
+    """The state of a registered worker whose last heartbeat is ``heartbeat_age`` seconds
+    old. A worker heartbeats every ``heartbeat_interval``, and a dispatcher reaps it once
+    it is ``worker_ttl`` old; the thresholds sit before that (2 and 3 intervals: 2 s and
+    3 s at the defaults, with a TTL of 5 s), so a frozen worker is seen late, then silent,
+    then gone."""
+    silent_after = min(3 * heartbeat_interval, worker_ttl)
+    if heartbeat_age > silent_after:
+        return WorkerState.SILENT
+    if heartbeat_age > min(2 * heartbeat_interval, silent_after):
+        return WorkerState.LATE
+    return WorkerState.ALIVE

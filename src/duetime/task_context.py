@@ -33,6 +33,11 @@ class TaskContext:
     run_at: float  # epoch seconds
     worker_id: str
     timeout: float | None = None  # seconds the attempt may run (None: no timeout)
+    #: How many times the task snoozed before this attempt (``Snooze`` gives the attempt
+    #: back, so ``attempt`` does not count them), and how many it may in all: the snooze
+    #: past ``max_snoozes`` sends the task to dead (``SnoozeLimitError``).
+    snoozes: int = 0
+    max_snoozes: int = 0
     _lent: LentConnection | None = field(default=None, repr=False, compare=False)
     _attempt: Attempt | None = field(default=None, repr=False, compare=False)
 
@@ -79,6 +84,8 @@ def current_task() -> TaskContext:
         run_at=validation.seconds_of_ms(envelope.run_at_ms),
         worker_id=shard.worker_id,
         timeout=envelope.timeout_ms / 1000 if envelope.timeout_ms else None,
+        snoozes=envelope.snoozes,
+        max_snoozes=attempt.max_snoozes,
         _lent=shard.lent,
         _attempt=attempt,
     )

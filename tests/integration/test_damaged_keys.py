@@ -36,8 +36,9 @@ LEASE_MS = 60_000
 #: Counters are bumped with pcall: one of the wrong type is left as it is and never
 #: fails the step. A result key is replaced whole (DEL first). A damaged history
 #: (history_state, history, history_tasks) records nothing and never fails the step
-#: (test_history.py).
-TOLERATED = ("stats", "minutes", "result:", "history")
+#: (test_history.py), and so does a damaged record of reaped workers, gone_workers
+#: (test_frozen_workers.py).
+TOLERATED = ("stats", "minutes", "result:", "history", "gone_workers")
 
 
 @dataclass

@@ -176,7 +176,8 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
     assert of(found, "duetime_queue_paused", **mine) == 0
     assert of(found, "duetime_queue_promotion_lag_seconds", **mine) == 0
     assert of(found, "duetime_queue_claim_lag_seconds", **mine) == 0
-    assert by(series(found, "duetime_queue_workers", **mine), "state") == {"alive": 1, "silent": 0}
+    workers = by(series(found, "duetime_queue_workers", **mine), "state")
+    assert workers == {"alive": 1, "late": 0, "silent": 0, "gone": 0}
     events = by(series(found, "duetime_queue_events_total", **mine), "event")
     assert set(events) == set(QUEUE_EVENTS)
     assert events == {event: truth.counters.get(event, 0) for event in QUEUE_EVENTS}
@@ -195,7 +196,7 @@ def test_the_endpoint_exports_what_happened_and_what_redis_holds(
     promotion_lag = of(found, "duetime_queue_promotion_lag_seconds", **theirs)
     assert 0 < promotion_lag <= paused_truth.oldest_due_age
     assert by(series(found, "duetime_queue_workers", **theirs), "state") == {
-        "alive": 1, "silent": 0,
+        "alive": 1, "late": 0, "silent": 0, "gone": 0,
     }  # fmt: skip
     assert not series(found, "duetime_tasks_scheduled_total", **theirs)  # no hooks there
     assert not series(found, "duetime_cron_ticks_total", **mine)  # no cron job

@@ -129,7 +129,7 @@ def shown_time(seconds: float | None, zone: tzinfo | None = None) -> str:
     return times.format_time(seconds, display_zone(zone))
 
 
-_STATUS_TIMES = ("run_at", "died_at", "finished_at", "cancel_asked_at")
+_STATUS_TIMES = ("run_at", "died_at", "finished_at", "cancel_asked_at", "last_at")
 
 
 def print_status(found: TaskStatus) -> None:

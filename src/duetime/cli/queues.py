@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import time
 
 import click
 from rich.table import Column
@@ -22,7 +23,9 @@ from duetime.cli.options import (
 )
 from duetime.cli.output import Table, shown, shown_time, stdout_console
 from duetime.client import Queue, QueueStats, known_queues
+from duetime.client.reports import recently_gone
 from duetime.errors import TaskNotFoundError
+from duetime.states import worker_state
 
 
 @queue_command()
@@ -68,8 +71,16 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
                 f"{shard.scheduled} scheduled, {shard.ready} ready, {shard.running} running, "
                 f"{shard.dead} dead ({shard.queue})",
             )
+        settings = command_settings()
         for worker_id, age in sorted(stats.workers.items()):
-            table.add_row("worker", f"{worker_id} (heartbeat {age:.1f}s ago)")
+            state = worker_state(age, settings.heartbeat_interval, settings.worker_ttl)
+            table.add_row("worker", f"{worker_id} ({state}: heartbeat {age:.1f}s ago)")
+        for gone in recently_gone(stats, time.time()):
+            table.add_row(
+                "worker",
+                f"{gone.id} (gone: taken for dead {shown_time(gone.reaped_at)}, "
+                f"{gone.taken_back} task(s) taken back)",
+            )
         for name, value in sorted(stats.counters.items()):
             table.add_row(f"total {name}", str(value))
         console = stdout_console()

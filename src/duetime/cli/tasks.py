@@ -256,11 +256,16 @@ def _finished_table(found: list[FinishedAttempt]) -> Table:
             shown_time(attempt.finished_at),
             "?" if attempt.task is None else (attempt.task or DEFAULT_HANDLER_SHOWN),
             str(attempt.attempt),
-            attempt.outcome,
+            shown_outcome(attempt),
             "-" if attempt.duration is None else format_duration(attempt.duration),
             attempt.error or "",
         )
     return table
+
+
+def shown_outcome(attempt: FinishedAttempt) -> str:
+    """The outcome, with how many endings a coalesced entry stands for: "snoozed \u00d712"."""
+    return attempt.outcome if attempt.count == 1 else f"{attempt.outcome} \u00d7{attempt.count}"
 
 
 def _handler_name(shown: str) -> str:

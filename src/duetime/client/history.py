@@ -38,6 +38,8 @@ def finished_attempt(entry: HistoryEntry) -> FinishedAttempt:
         duration=None if entry.duration_us is None else entry.duration_us / 1e6,
         lateness=None if entry.lateness_us is None else entry.lateness_us / 1e6,
         error=entry.error,
+        count=entry.count,
+        last_at=None if entry.last_ms is None else entry.last_ms / 1000,
     )
 
 

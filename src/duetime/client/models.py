@@ -101,6 +101,24 @@ class TaskStatus:
     #: For a running task whose cancel was asked: when (epoch seconds). Its worker stops
     #: it, and the end of its attempt ends it as cancelled.
     cancel_asked_at: float | None = None
+    #: How many times a handler snoozed the task (``Snooze``); its limit is
+    #: ``Settings.max_snoozes`` or its handler's ``max_snoozes``.
+    snoozes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GoneWorker:
+    """A worker a dispatcher took for dead (silent past ``worker_ttl``) and reaped, as the
+    queue's record of its last 50 reaped workers keeps it. Times are epoch seconds by the
+    server clock: ``last_heartbeat`` (None: it was not registered, only its list was
+    left), ``reaped_at``; ``taken_back`` tasks were re-entered, ``task_ids`` the first 20
+    of them (per shard)."""
+
+    id: str
+    last_heartbeat: float | None
+    reaped_at: float
+    taken_back: int
+    task_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +144,9 @@ class QueueStats:
     flow_control: bool = False
     waiting: int = 0
     throttled: int = 0
+    #: The workers reaped last (at most 50 a shard), newest first: what their absence
+    #: from ``workers`` means (see ``GoneWorker``).
+    gone_workers: list[GoneWorker] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +215,12 @@ class FinishedAttempt:
     duration: float | None = None
     lateness: float | None = None
     error: str | None = None  # the first line of the error (retried, dead)
+    #: How many endings the entry stands for: a task that snoozes again, with nothing
+    #: else of it ending between, takes one entry, and ``count`` says how many snoozes;
+    #: ``last_at`` is when the latest was (None when ``count`` is 1). The entry keeps
+    #: the first snooze's place, time, attempt, worker and duration.
+    count: int = 1
+    last_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,16 +7,23 @@ that one bad task does not hide the others.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from duetime import codec, flow, validation
-from duetime.client.models import DeadTask, MinuteFigures, QueueStats, TaskStatus, TaskSummary
+from duetime.client.models import (
+    DeadTask,
+    GoneWorker,
+    MinuteFigures,
+    QueueStats,
+    TaskStatus,
+    TaskSummary,
+)
 from duetime.codec import ResultRecord
 from duetime.errors import DecodeError
 from duetime.states import TaskState
 from duetime.store.dispatching import MINUTE_MS
-from duetime.store.operating import DeadEntry, Listed
+from duetime.store.operating import DeadEntry, GoneEntry, Listed
 from duetime.store.producing import StatusReply
 from duetime.store.replies import as_text
 
@@ -48,7 +55,54 @@ def queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:
         flow_control=counts["flow_control"],
         waiting=counts["waiting"],
         throttled=counts["throttled"],
+        gone_workers=merged_gone(gone_worker(entry) for entry in counts["gone_workers"]),
     )
+
+
+def gone_worker(entry: GoneEntry) -> GoneWorker:
+    beat = entry.last_beat_ms
+    return GoneWorker(
+        id=entry.worker,
+        last_heartbeat=None if beat is None else beat / 1000,
+        reaped_at=entry.reaped_ms / 1000,
+        taken_back=entry.taken_back,
+        task_ids=entry.task_ids,
+    )
+
+
+#: How long a reaped worker counts as gone (the dashboard shows it, the metrics count it).
+GONE_SHOWN = 3600.0
+
+
+def recently_gone(stats: QueueStats, now: float) -> list[GoneWorker]:
+    """The queue's workers reaped in the last ``GONE_SHOWN`` seconds (epoch ``now``) that
+    have not registered again since (a frozen worker that was resumed shows as itself)."""
+    return [
+        gone
+        for gone in stats.gone_workers
+        if gone.reaped_at >= now - GONE_SHOWN and gone.id not in stats.workers
+    ]
+
+
+def merged_gone(entries: Iterable[GoneWorker]) -> list[GoneWorker]:
+    """Reaped workers, one each, newest first. A worker serves every shard of a sharded
+    queue, so its reaps on several shards are one worker, with the tasks taken back from
+    all of them; so are a reap and the second look at its list (a task that a BLMOVE it
+    left pending moved there)."""
+    merged: dict[str, GoneWorker] = {}
+    for gone in entries:
+        known = merged.get(gone.id)
+        if known is not None:
+            beats = [b for b in (known.last_heartbeat, gone.last_heartbeat) if b is not None]
+            gone = GoneWorker(
+                gone.id,
+                max(beats, default=None),
+                max(known.reaped_at, gone.reaped_at),
+                known.taken_back + gone.taken_back,
+                known.task_ids + gone.task_ids,
+            )
+        merged[gone.id] = gone
+    return sorted(merged.values(), key=lambda gone: -gone.reaped_at)
 
 
 def combined_stats(name: str, shards: list[QueueStats]) -> QueueStats:
@@ -79,6 +133,7 @@ def combined_stats(name: str, shards: list[QueueStats]) -> QueueStats:
         flow_control=any(shard.flow_control for shard in shards),
         waiting=sum(shard.waiting for shard in shards),
         throttled=sum(shard.throttled for shard in shards),
+        gone_workers=merged_gone(g for shard in shards for g in shard.gone_workers),
     )
 
 
@@ -197,6 +252,7 @@ def task_status(task_id: str, reply: StatusReply) -> TaskStatus | None:
         limit_key=limit_key,
         cost=cost,
         cancel_asked_at=None if reply.cancel_asked_ms is None else reply.cancel_asked_ms / 1000,
+        snoozes=envelope.snoozes if envelope else 0,
     )
 
 

@@ -19,6 +19,7 @@ import enum
 import hmac
 import json
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -172,8 +173,8 @@ class ApiReads(ApiBase):
         return answer([{"name": name, "stats": s} for name, s in zip(names, stats, strict=True)])
 
     async def workers(self, request: Request) -> Response:
-        rows = await views.workers(self.site.queues)
-        return answer(rows)
+        found = await views.workers(self.site.queues, self.site.settings, time.time())
+        return answer(found.rows)
 
     async def stats(self, request: Request) -> Response:
         return answer(await self.queue(request)[1].stats())

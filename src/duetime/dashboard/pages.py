@@ -30,7 +30,12 @@ class Pages:
 
     async def overview(self, request: Request) -> Response:
         cards = await asyncio.gather(*(views.queue_card(q) for q in self.site.queues.values()))
-        context = {"cards": cards, "page": "overview", "settings": self.site.settings}
+        context = {
+            "cards": cards,
+            "page": "overview",
+            "settings": self.site.settings,
+            "worker_tally": views.worker_tally,
+        }
         return self.site.render(request, "overview.html", context)
 
     async def timeline(self, request: Request) -> Response:
@@ -206,6 +211,11 @@ class Pages:
         return self.site.render(request, "cron.html", context)
 
     async def workers(self, request: Request) -> Response:
-        rows = await views.workers(self.site.queues)
-        context = {"page": "workers", "rows": rows, "settings": self.site.settings}
+        found = await views.workers(self.site.queues, self.site.settings, time.time())
+        context = {
+            "page": "workers",
+            "rows": found.rows,
+            "gone": found.gone,
+            "settings": self.site.settings,
+        }
         return self.site.render(request, "workers.html", context)

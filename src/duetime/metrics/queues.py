@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -18,7 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from duetime.client import Queue, QueueStats
+from duetime.client.reports import recently_gone
 from duetime.settings import DEFAULT_SETTINGS, Settings
+from duetime.states import WorkerState, worker_state
 from duetime.store.runner import RedisSpec
 
 log = logging.getLogger("duetime.metrics")
@@ -85,8 +88,9 @@ class _QueueFamilies:
         )
         self.workers = GaugeMetricFamily(
             "duetime_queue_workers",
-            "Registered workers by state: alive (heartbeat younger than worker_ttl) or "
-            "silent (older: killed or stuck, until a dispatcher reaps it)",
+            "Workers by state: alive (heartbeat within 2 heartbeat intervals), late (a "
+            "heartbeat overdue), silent (3 overdue: stopped, frozen or cut off, until a "
+            "dispatcher reaps it at worker_ttl), gone (reaped in the last hour)",
             labels=["queue", "state"],
         )
         self.flow_waiting = GaugeMetricFamily(
@@ -121,7 +125,7 @@ class _QueueFamilies:
             self.events,
         ]
 
-    def add(self, name: str, stats: QueueStats, worker_ttl: float) -> None:
+    def add(self, name: str, stats: QueueStats, settings: Settings) -> None:
         self.up.add_metric([name], 1)
         for state in ("scheduled", "ready", "running", "dead"):
             self.tasks.add_metric([name, state], getattr(stats, state))
@@ -131,9 +135,14 @@ class _QueueFamilies:
         if stats.flow_control:
             self.flow_waiting.add_metric([name], stats.waiting)
             self.flow_throttled.add_metric([name], stats.throttled)
-        alive = sum(1 for age in stats.workers.values() if age < worker_ttl)
-        self.workers.add_metric([name, "alive"], alive)
-        self.workers.add_metric([name, "silent"], len(stats.workers) - alive)
+        states = [
+            worker_state(age, settings.heartbeat_interval, settings.worker_ttl)
+            for age in stats.workers.values()
+        ]
+        for state in (WorkerState.ALIVE, WorkerState.LATE, WorkerState.SILENT):
+            self.workers.add_metric([name, state], states.count(state))
+        gone = recently_gone(stats, time.time())
+        self.workers.add_metric([name, WorkerState.GONE], len({g.id for g in gone}))
         counters = dict.fromkeys(QUEUE_EVENTS, 0) | stats.counters
         for event, value in sorted(counters.items()):
             if value >= 0:  # -1: not a number in Redis (edited by hand); the checker says so
@@ -208,7 +217,7 @@ class QueueCollector(Collector):
                 if stats is None:
                     families.up.add_metric([source.name], 0)
                 else:
-                    families.add(source.name, stats, source.settings.worker_ttl)
+                    families.add(source.name, stats, source.settings)
         return families.all()
 
     @staticmethod

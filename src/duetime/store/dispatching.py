@@ -177,6 +177,7 @@ class DispatcherPlans(QueueBase):
                         *k.history_keys,
                         k.cancelling,
                         k.errors,
+                        k.gone_workers,
                     ),
                     (now, worker_id, stale_before_ms, look_at),
                 )

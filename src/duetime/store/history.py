@@ -36,6 +36,9 @@ OUTCOME_CODES = {
 }
 SUCCEEDED_CODE = 1
 _FIELDS = 9  # task id ... error text; trailing empty fields are left out
+#: And two more in an entry that stands for a run of snoozes (history.lua: record_snooze):
+#: how many, and when the latest was.
+_COALESCED_FIELDS = 11
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,8 @@ class HistoryEntry:
     lateness_us: int | None
     error: str | None
     previous: int | None  # the number of the task's entry before this one
+    count: int = 1  # the endings it stands for: a run of snoozes of the task is one entry
+    last_ms: int | None = None  # when the latest of them was (count above 1)
 
 
 def packed_record(
@@ -88,8 +93,14 @@ def read_entry(number: int, blob: bytes) -> HistoryEntry:
     DecodeError if it is not one duetime wrote."""
     before, bar, record = blob.partition(b"|")
     fields = codec.unpack_written_by_lua(record) if bar else None
-    if not isinstance(fields, list) or not 5 <= len(fields) <= _FIELDS:
+    if not isinstance(fields, list) or not 5 <= len(fields) <= _COALESCED_FIELDS:
         raise DecodeError("not a history entry")
+    count, last = 1, None
+    if len(fields) > _FIELDS:
+        count, last = [*fields[_FIELDS:], None][:2]
+        fields = fields[:_FIELDS]
+        if not _whole(count) or count < 1 or not (last is None or _whole(last)):
+            raise DecodeError("history entry fields have the wrong types")
     if before and not before.isdigit():
         raise DecodeError("a history entry's link to the one before is not a number")
     task_id, task, code, attempt, finished, *rest = fields + [None] * (_FIELDS - len(fields))
@@ -113,6 +124,8 @@ def read_entry(number: int, blob: bytes) -> HistoryEntry:
         lateness_us=lateness,
         error=None if error is None else str(error),
         previous=int(before) if before else None,
+        count=count,
+        last_ms=last,
     )
 
 

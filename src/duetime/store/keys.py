@@ -93,6 +93,12 @@ class QueueKeys:
         return self._key("reaped")
 
     @property
+    def gone_workers(self) -> str:
+        """LIST of the workers reaped last, newest first: each one's last heartbeat, when
+        it was reaped and the tasks taken back (lua/include/gone_workers.lua)."""
+        return self._key("gone_workers")
+
+    @property
     def wake(self) -> str:
         """LIST holding at most one element: a sleeping dispatcher's alarm."""
         return self._key("wake")
@@ -319,6 +325,7 @@ _KEY_TYPES = {
     "flow": "hash", "due": "zset", "turns": "zset", "throttled": "zset", "rates": "zset",
     "running": "zset", "keyed": "hash", "keyed_expiry": "zset", "keyed_tasks": "hash",
     "history_state": "hash", "history": "list", "history_tasks": "zset",
+    "gone_workers": "list",
 }  # fmt: skip
 
 

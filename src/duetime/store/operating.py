@@ -9,6 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from duetime import codec
+from duetime.errors import DecodeError
 from duetime.states import TaskState
 from duetime.store import scripts
 from duetime.store.base import QueueBase
@@ -29,6 +31,47 @@ class Listed:
     envelope: bytes | None
     attempts: int | None
     error: bytes | None
+
+
+#: How many reaped workers a queue's record keeps (gone_workers.lua: GONE_KEPT).
+GONE_KEPT = 50
+
+
+@dataclass(frozen=True, slots=True)
+class GoneEntry:
+    """A worker a reap took for dead (gone_workers.lua): its last heartbeat (ms; None:
+    it was not registered), when it was reaped (ms), how many tasks were re-entered, and
+    the first ids of those."""
+
+    worker: str
+    last_beat_ms: int | None
+    reaped_ms: int
+    taken_back: int
+    task_ids: tuple[str, ...]
+
+
+def gone_entry(blob: bytes) -> GoneEntry:
+    """One entry of the record of reaped workers; DecodeError if duetime did not write it."""
+    fields = codec.unpack_written_by_lua(blob)
+    if not isinstance(fields, list) or len(fields) != 5:
+        raise DecodeError("not an entry of the record of reaped workers")
+    worker, beat, reaped, count, ids = fields
+    if ids == {}:  # Lua packs an empty table as a map
+        ids = []
+    if (
+        not isinstance(worker, str)
+        or not (beat is False or _whole(beat))
+        or not _whole(reaped)
+        or not _whole(count)
+        or not isinstance(ids, list)
+        or not all(isinstance(i, str) for i in ids)
+    ):
+        raise DecodeError("an entry of the record of reaped workers has the wrong types")
+    return GoneEntry(worker, None if beat is False else beat, reaped, count, tuple(ids))
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +185,7 @@ class OperatorPlans(QueueBase):
     def requeue_dead(self, task_ids: Sequence[str]) -> Plan[int]:
         now = yield from self.now()
         k = self.keys
-        keys = (k.dead, k.attempts, k.errors, k.ready, k.stats, k.early)
+        keys = (k.dead, k.attempts, k.errors, k.ready, k.stats, k.early, k.tasks)
         return int((yield Eval(scripts.REQUEUE_DEAD, keys, (now, *task_ids))))
 
     def purge_dead(
@@ -185,10 +228,11 @@ class OperatorPlans(QueueBase):
                 Command(("ZCARD", k.due)),
                 Command(("ZCARD", k.throttled)),
                 Command(("EXISTS", k.limits)),
+                Command(("LRANGE", k.gone_workers, 0, GONE_KEPT - 1)),
             )
         )
         scheduled, ready, leases, dead, workers, head, stats, paused = replies[:8]
-        ready_head, delayed, bucket_head, waiting, throttled, flowing = replies[8:]
+        ready_head, delayed, bucket_head, waiting, throttled, flowing, gone = replies[8:]
         if bucket_head and (not head or float(bucket_head[1]) / 1000 < float(head[1])):
             head = [bucket_head[0], float(bucket_head[1]) / 1000]  # the index is in µs
         if isinstance(stats, list):  # some clients leave HGETALL as a flat list
@@ -219,6 +263,7 @@ class OperatorPlans(QueueBase):
                 as_text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
             },
             "next_due_ms": int(float(head[1])) if head else None,
+            "gone_workers": _gone_entries(gone),
             # A counter that is not a number (garbage) shows as -1; the checker reports it.
             "counters": {
                 as_text(name): -1 if (number := count_or_none(value)) is None else number
@@ -259,3 +304,15 @@ class OperatorPlans(QueueBase):
 
     def is_paused(self) -> Plan[bool]:
         return bool((yield Command(("EXISTS", self.keys.paused))))
+
+
+def _gone_entries(reply: Any) -> list[GoneEntry]:
+    """The record of reaped workers, newest first; an entry duetime cannot read (written
+    by hand) is left out, as a key of another type is (the checker reports it)."""
+    entries = []
+    for blob in reply if isinstance(reply, list) else ():
+        try:
+            entries.append(gone_entry(blob))
+        except DecodeError:
+            continue
+    return entries

@@ -120,6 +120,7 @@ class SnapshotPlans(QueueBase):
             k.keyed_tasks,
             *k.history_keys,
             k.cancelling,
+            k.gone_workers,
         }
         cursor: Any = 0
         while True:

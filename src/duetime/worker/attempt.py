@@ -19,6 +19,7 @@ from duetime.errors import (
     CorruptStateError,
     DecodeError,
     DuetimeError,
+    SnoozeLimitError,
     TaskCancelledError,
     TaskExpiredError,
     TaskTimeoutError,
@@ -176,6 +177,8 @@ class AttemptRunner:
                 return
             attempt.envelope = envelope
             attempt.timeout = envelope.timeout_ms / 1000
+            own = handler.max_snoozes
+            attempt.max_snoozes = self._settings.max_snoozes if own is None else own
             clock = attempt.shard.operations.clock
             try:
                 if (waits_for := not_before(clock, item, envelope)) is not None:
@@ -225,6 +228,9 @@ class AttemptRunner:
                 await self._failed(attempt, envelope, failure)
                 return
             except Snooze as snooze:
+                if envelope.snoozes >= attempt.max_snoozes:
+                    await self._snoozed_past_limit(attempt, envelope, handler.max_snoozes)
+                    return
                 fenced = AttemptOutcome.FENCED
                 self._after(attempt, fenced if attempt.fenced else AttemptOutcome.SNOOZED)
                 await self._report_snooze(attempt, snooze)
@@ -314,6 +320,19 @@ class AttemptRunner:
         if self._tally is not None:
             self._tally.flush()  # failures are few: counted at once
         await self._report_failure(attempt, envelope, failure, trace, final=final)
+
+    async def _snoozed_past_limit(
+        self, attempt: Attempt, envelope: Envelope, own_limit: int | None
+    ) -> None:
+        """The handler snoozed once more than its task may: the task goes to dead with
+        SnoozeLimitError, never to snooze for ever."""
+        where = "Settings.max_snoozes" if own_limit is None else "max_snoozes of the handler"
+        error = SnoozeLimitError(attempt.task_id, envelope.snoozes, attempt.max_snoozes, where)
+        trace = "".join(traceback.format_exception(error))
+        self._after(attempt, _ending(attempt, AttemptOutcome.DEAD), error, trace)
+        if self._tally is not None:
+            self._tally.flush()
+        await self._report_failure(attempt, envelope, error, trace, final=True)
 
     def _after(
         self,

@@ -53,6 +53,7 @@ class Attempt:
     leased_at: float  # monotonic time the lease was last granted or renewed (sent)
     started: float  # monotonic; the claim, then the handler's start
     timeout = 0.0
+    max_snoozes = 0  # how many times its task may snooze in all (its handler's or Settings')
     started_ms = 0
     lateness = 0.0  # seconds after it was due (AttemptInfo.due_at) that the handler started
     ran_for = 0.0  # seconds the handler ran, once it ended

@@ -26,6 +26,7 @@
 -- KEYS[22] cancelling HASH  task id -> when its cancel was asked (cancelling.lua): such a
 --          task ends as cancelled rather than re-entering
 -- KEYS[23] errors    HASH  task id -> last error record
+-- KEYS[24] gone workers LIST  (gone_workers.lua): a reaped worker, its tasks taken back
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] stale before (ms): the worker is reaped only if its last heartbeat is older
@@ -49,6 +50,7 @@
 -- @include flow
 -- @include history
 -- @include cancelling
+-- @include gone_workers
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local beat = redis.call('ZSCORE', KEYS[1], worker)
@@ -129,4 +131,7 @@ if unknown > 0 then
   redis.pcall('HINCRBY', KEYS[6], 'dropped_unknown', unknown)
 end
 record_history(history, KEYS[19], KEYS[20], KEYS[21], lost, records)
+if beat or #ids > 0 then
+  note_gone_worker(KEYS[24], worker, beat, now, ids)
+end
 return #ids

@@ -1,18 +1,21 @@
--- requeue_dead: give dead tasks a fresh set of attempts, due now.
+-- requeue_dead: give dead tasks a fresh set of attempts and snoozes, due now.
 -- KEYS[1] dead       ZSET
 -- KEYS[2] attempts   HASH
 -- KEYS[3] errors     HASH
 -- KEYS[4] ready      LIST
 -- KEYS[5] stats      HASH
 -- KEYS[6] early      HASH  task id -> ARGV[1]: its lateness counts from the requeue
+-- KEYS[7] tasks      HASH  task id -> envelope: a snooze count in it is dropped (snoozes.lua)
 -- ARGV[1] now (ms)
 -- ARGV[2..] task ids
 -- Returns: number requeued (ids not in dead are ignored).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include snoozes
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
 if #ARGV > 0 then
+  redis.call('HGET', KEYS[7], '')
   redis.call('HGET', KEYS[2], '')
   redis.call('HGET', KEYS[3], '')
   redis.call('LLEN', KEYS[4])
@@ -23,6 +26,10 @@ for i = 2, #ARGV do
   if redis.call('ZREM', KEYS[1], id) == 1 then
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
+    local unsnoozed = unsnoozed_envelope(redis.call('HGET', KEYS[7], id))
+    if unsnoozed then
+      redis.call('HSET', KEYS[7], id, unsnoozed)
+    end
     redis.call('RPUSH', KEYS[4], id)
     redis.pcall('HSET', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
     count = count + 1

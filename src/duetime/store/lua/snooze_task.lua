@@ -1,6 +1,7 @@
 -- snooze_task: a handler asked to be run again later (the remote side said "slow down"):
 -- the task waits until ARGV[5] in scheduled, the attempt is given back (it does not
--- count against max_attempts), no error is recorded; with ARGV[6] = 1 its limit key
+-- count against max_attempts), no error is recorded, the envelope counts one snooze more
+-- (the worker ends a task that snoozes past its limit); with ARGV[6] = 1 its limit key
 -- (under flow control) also waits until then, so no task of that key starts before.
 -- KEYS[1] active     LIST  this worker's processing list
 -- KEYS[2] leases     ZSET  "<worker>|<task id>" -> lease deadline (ms)
@@ -17,7 +18,8 @@
 -- KEYS[13] rate state   ZSET  (flow.lua)
 -- KEYS[14] running      ZSET  (flow.lua)
 -- KEYS[15] ready     LIST
--- KEYS[16] tasks     HASH  task id -> envelope (the history reads the task's name)
+-- KEYS[16] tasks     HASH  task id -> envelope: its snooze count goes one up (snoozes.lua);
+--          the history reads the task's name
 -- KEYS[17] history state HASH  (history.lua)
 -- KEYS[18] history       LIST  (history.lua)
 -- KEYS[19] history tasks ZSET  (history.lua)
@@ -38,6 +40,8 @@
 -- @include flow_records
 -- @include flow
 -- @include history
+-- @include snoozes
+-- @include snooze_history
 -- @include cancelling
 local now, id, due_at = tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[5])
 local member = ARGV[2] .. '|' .. id
@@ -54,6 +58,7 @@ if cancels_asked(KEYS[20], {id})[id] then
     tonumber(ARGV[8]), false, 'cancelled')
   return 2
 end
+local envelope = redis.call('HGET', KEYS[16], id)
 local wake = must_wake(KEYS[5], comes_before(due_at,
   redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')))
 local flowing = flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],
@@ -68,6 +73,10 @@ else
   redis.call('HDEL', KEYS[3], id)
 end
 redis.call('ZADD', KEYS[4], due_at, id)
+local counted = snoozed_envelope(envelope)
+if counted then
+  redis.call('HSET', KEYS[16], id, counted)
+end
 redis.pcall('HSET', KEYS[7], id, ARGV[5]) -- pcall: a damaged key must not fail the step
 redis.pcall('HINCRBY', KEYS[6], 'snoozed', 1)
 if flowing then
@@ -84,9 +93,8 @@ if wake and redis.call('LLEN', KEYS[5]) == 0 then
 end
 local history = history_open(KEYS[17])
 if history then
-  local name = task_name_of(redis.pcall('HGET', KEYS[16], id))
-  record_history(history, KEYS[17], KEYS[18], KEYS[19], {id}, {history_record(id, name,
-    HISTORY_SNOOZED, tonumber(ARGV[4]), now, ARGV[2], math.max(0, tonumber(ARGV[7])),
-    math.max(0, tonumber(ARGV[8])))})
+  record_snooze(history, KEYS[17], KEYS[18], KEYS[19], id, history_record(id,
+    task_name_of(envelope), HISTORY_SNOOZED, tonumber(ARGV[4]), now, ARGV[2],
+    math.max(0, tonumber(ARGV[7])), math.max(0, tonumber(ARGV[8]))), now)
 end
 return 1

@@ -12,8 +12,10 @@
 -- An entry is "<number of the task's entry before it, or nothing>|<record>", the record a
 -- msgpack array whose trailing empty elements are left out: task id, task name (false:
 -- the envelope could not be read), outcome (the HISTORY_* codes), attempt, finished at
--- (ms), worker, duration (µs), lateness (µs), error text. The ack's records are packed
--- by the worker (store/history.py: packed_record), the others by history_record here.
+-- (ms), worker, duration (µs), lateness (µs), error text; and for a run of snoozes of one
+-- task coalesced into one entry (snooze_history.lua: record_snooze), how many it stands
+-- for and when the latest was (ms). The ack's records are packed by the worker (store/history.py:
+-- packed_record), the others by history_record here.
 -- The history never fails the step that ends an attempt: its keys are read, and first
 -- written, with pcall; one that is damaged (a wrong type, a size or number that is not
 -- one), a history that is off, or a user not granted its commands leaves it as it is.
@@ -30,7 +32,7 @@ local function task_name_of(envelope)
     return false
   end
   local array, version, kind = string.byte(envelope, 1, 3)
-  if not kind or array < 0x94 or array > 0x9f or version < 1 or version > 3 then
+  if not kind or array < 0x94 or array > 0x9f or version < 1 or version > 4 then
     return false
   end
   if kind >= 0xa0 and kind <= 0xbf then
