@@ -49,40 +49,7 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        table = Table(title=f"queue {queue}", show_header=False)
-        for state in ("scheduled", "ready", "running", "dead"):
-            table.add_row(state, str(report[state]))
-        table.add_row("next due", shown_time(stats.next_due))
-        table.add_row("paused", "yes: workers claim nothing" if stats.paused else "no")
-        table.add_row(
-            "lag",
-            f"promotion {stats.oldest_due_age:.3f}s, claim {stats.oldest_ready_age:.3f}s "
-            "(oldest due task not yet ready; oldest ready task not yet claimed)",
-        )
-        if stats.flow_control:
-            table.add_row(
-                "flow control",
-                f"{stats.waiting} of the ready wait for a turn or a limit; "
-                f"{stats.throttled} rate-limited (duetime limits show)",
-            )
-        for index, shard in enumerate(stats.shards):
-            table.add_row(
-                f"shard {index}",
-                f"{shard.scheduled} scheduled, {shard.ready} ready, {shard.running} running, "
-                f"{shard.dead} dead ({shard.queue})",
-            )
-        settings = command_settings()
-        for worker_id, age in sorted(stats.workers.items()):
-            state = worker_state(age, settings.heartbeat_interval, settings.worker_ttl)
-            table.add_row("worker", f"{worker_id} ({state}: heartbeat {age:.1f}s ago)")
-        for gone in recently_gone(stats, time.time()):
-            table.add_row(
-                "worker",
-                f"{gone.id} (gone: taken for dead {shown_time(gone.reaped_at)}, "
-                f"{gone.taken_back} task(s) taken back)",
-            )
-        for name, value in sorted(stats.counters.items()):
-            table.add_row(f"total {name}", str(value))
+        table = _stats_table(queue, stats)
         console = stdout_console()
         console.print(table)
         if check:
@@ -94,6 +61,45 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
                 console.print("[green]invariants hold[/green]")
     if violations:
         sys.exit(EXIT_VIOLATIONS)
+
+
+def _stats_table(queue: str, stats: QueueStats) -> Table:
+    """The table `inspect` prints: counts, lag, flow control, shards, workers, totals."""
+    table = Table(title=f"queue {queue}", show_header=False)
+    for state in ("scheduled", "ready", "running", "dead"):
+        table.add_row(state, str(getattr(stats, state)))
+    table.add_row("next due", shown_time(stats.next_due))
+    table.add_row("paused", "yes: workers claim nothing" if stats.paused else "no")
+    table.add_row(
+        "lag",
+        f"promotion {stats.oldest_due_age:.3f}s, claim {stats.oldest_ready_age:.3f}s "
+        "(oldest due task not yet ready; oldest ready task not yet claimed)",
+    )
+    if stats.flow_control:
+        table.add_row(
+            "flow control",
+            f"{stats.waiting} of the ready wait for a turn or a limit; "
+            f"{stats.throttled} rate-limited (duetime limits show)",
+        )
+    for index, shard in enumerate(stats.shards):
+        table.add_row(
+            f"shard {index}",
+            f"{shard.scheduled} scheduled, {shard.ready} ready, {shard.running} running, "
+            f"{shard.dead} dead ({shard.queue})",
+        )
+    settings = command_settings()
+    for worker_id, age in sorted(stats.workers.items()):
+        state = worker_state(age, settings.heartbeat_interval, settings.worker_ttl)
+        table.add_row("worker", f"{worker_id} ({state}: heartbeat {age:.1f}s ago)")
+    for gone in recently_gone(stats, time.time()):
+        table.add_row(
+            "worker",
+            f"{gone.id} (gone: taken for dead {shown_time(gone.reaped_at)}, "
+            f"{gone.taken_back} task(s) taken back)",
+        )
+    for name, value in sorted(stats.counters.items()):
+        table.add_row(f"total {name}", str(value))
+    return table
 
 
 def _refuse_unknown(queue: str, redis_url: str | None) -> None:

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from duetime import AsyncQueue, validation
-from duetime.dashboard import views
+from duetime.dashboard import views, workers_view
 from duetime.dashboard.guard import role_of
 from duetime.dashboard.inputs import dead_filter, page_number
 from duetime.dashboard.search_view import SEARCH_BUDGET, SEARCH_LIMIT, asked
@@ -173,7 +173,7 @@ class ApiReads(ApiBase):
         return answer([{"name": name, "stats": s} for name, s in zip(names, stats, strict=True)])
 
     async def workers(self, request: Request) -> Response:
-        found = await views.workers(self.site.queues, self.site.settings, time.time())
+        found = await workers_view.workers(self.site.queues, self.site.settings, time.time())
         return answer(found.rows)
 
     async def stats(self, request: Request) -> Response:

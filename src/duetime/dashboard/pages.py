@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from duetime import validation
-from duetime.dashboard import views
+from duetime.dashboard import views, workers_view
 from duetime.dashboard.flow_view import read_flow
 from duetime.dashboard.history_view import OUTCOMES, FinishedQuery, finished_page, task_attempts
 from duetime.dashboard.inputs import dead_filter, page_number
@@ -34,7 +34,7 @@ class Pages:
             "cards": cards,
             "page": "overview",
             "settings": self.site.settings,
-            "worker_tally": views.worker_tally,
+            "worker_tally": workers_view.worker_tally,
         }
         return self.site.render(request, "overview.html", context)
 
@@ -211,7 +211,7 @@ class Pages:
         return self.site.render(request, "cron.html", context)
 
     async def workers(self, request: Request) -> Response:
-        found = await views.workers(self.site.queues, self.site.settings, time.time())
+        found = await workers_view.workers(self.site.queues, self.site.settings, time.time())
         context = {
             "page": "workers",
             "rows": found.rows,

@@ -1,7 +1,8 @@
 """What each page shows, read through the public ``AsyncQueue`` API and shaped for the
 templates: queue cards with their throughput chart, the timeline of scheduled tasks,
 searches over task listings (bounded, and saying so), running tasks with their workers'
-heartbeats, dead tasks chosen by ``duetime.client.selection`` filters, and workers by queue.
+heartbeats, and dead tasks chosen by ``duetime.client.selection`` filters (workers by
+queue are ``workers_view``).
 
 Nothing here writes; the actions live in ``app``. Every scan has a bound so that one page
 view costs a bounded amount of Redis work, and every bounded result says it was bounded.
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import cast
 
@@ -21,10 +22,8 @@ from markupsafe import Markup
 from duetime import (
     AsyncQueue,
     DeadTask,
-    GoneWorker,
     MinuteFigures,
     QueueStats,
-    Settings,
     TaskSummary,
 )
 from duetime.client import (
@@ -35,9 +34,7 @@ from duetime.client import (
     in_batches_async,
     select_dead_async,
 )
-from duetime.client.reports import recently_gone
 from duetime.dashboard.charts import Chart, Column, Series, render_svg
-from duetime.states import WorkerState, worker_state
 from duetime.store.flow_control import FlowState
 
 #: Tasks shown per page of a listing.
@@ -275,7 +272,7 @@ async def running_entry(queue: AsyncQueue, task_id: str) -> TaskSummary | None:
     return None
 
 
-# --- running tasks and workers -----------------------------------------------------------
+# --- running tasks -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,89 +292,6 @@ async def running(queue: AsyncQueue) -> Running:
     stats, listed = await asyncio.gather(queue.stats(), queue.tasks("running", RUNNING_SCAN))
     rows = [RunningTask(task, stats.workers.get(task.worker or "")) for task in listed]
     return Running(rows, stats.running, stats)
-
-
-#: Ids of the tasks a late or silent worker holds shown on its row.
-HELD_SHOWN = 10
-
-
-@dataclass
-class WorkerRow:
-    id: str
-    state: WorkerState = WorkerState.ALIVE  # by its freshest heartbeat, set by ``workers``
-    heartbeats: dict[str, float] = field(default_factory=dict)  # queue -> seconds since
-    running: dict[str, int] = field(default_factory=dict)  # queue -> tasks it holds
-    held: dict[str, list[str]] = field(default_factory=dict)  # queue -> the first ids
-
-    @property
-    def freshest(self) -> float:
-        return min(self.heartbeats.values(), default=0.0)
-
-
-@dataclass(frozen=True, slots=True)
-class GoneRow:
-    """A worker taken for dead in the last hour (``recently_gone``), on one queue."""
-
-    queue: str
-    worker: GoneWorker
-
-
-@dataclass(frozen=True, slots=True)
-class WorkersView:
-    rows: list[WorkerRow]  # registered, or holding tasks while not registered
-    gone: list[GoneRow]  # newest first
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerTally:
-    """A queue's workers by state, for its card on the overview."""
-
-    alive: int
-    late: int
-    silent: int
-    gone: int  # taken for dead in the last hour, and not back since (recently_gone)
-
-
-def worker_tally(stats: QueueStats, settings: Settings, now: float) -> WorkerTally:
-    states = [
-        worker_state(age, settings.heartbeat_interval, settings.worker_ttl)
-        for age in stats.workers.values()
-    ]
-    return WorkerTally(
-        alive=states.count(WorkerState.ALIVE),
-        late=states.count(WorkerState.LATE),
-        silent=states.count(WorkerState.SILENT),
-        gone=len(recently_gone(stats, now)),
-    )
-
-
-async def workers(queues: Mapping[str, AsyncQueue], settings: Settings, now: float) -> WorkersView:
-    rows: dict[str, WorkerRow] = {}
-    gone: list[GoneRow] = []
-
-    async def one(name: str, queue: AsyncQueue) -> tuple[str, QueueStats, list[TaskSummary]]:
-        stats, listed = await asyncio.gather(queue.stats(), queue.tasks("running", RUNNING_SCAN))
-        return name, stats, listed
-
-    for name, stats, listed in await asyncio.gather(*(one(n, q) for n, q in queues.items())):
-        for worker, age in stats.workers.items():
-            rows.setdefault(worker, WorkerRow(worker)).heartbeats[name] = age
-        for task in listed:
-            if task.worker is not None:
-                row = rows.setdefault(task.worker, WorkerRow(task.worker))
-                row.running[name] = row.running.get(name, 0) + 1
-                held = row.held.setdefault(name, [])
-                if len(held) < HELD_SHOWN:
-                    held.append(task.id)
-        gone += [GoneRow(name, worker) for worker in recently_gone(stats, now)]
-    for row in rows.values():
-        row.state = (
-            worker_state(row.freshest, settings.heartbeat_interval, settings.worker_ttl)
-            if row.heartbeats
-            else WorkerState.GONE  # holding tasks, no longer registered: reaped soon
-        )
-    gone.sort(key=lambda row: -row.worker.reaped_at)
-    return WorkersView(sorted(rows.values(), key=lambda row: row.id), gone)
 
 
 # --- dead tasks --------------------------------------------------------------------------

@@ -70,6 +70,11 @@ def gone_entry(blob: bytes) -> GoneEntry:
     return GoneEntry(worker, None if beat is False else beat, reaped, count, tuple(ids))
 
 
+def _worker_beats(reply: list[Any]) -> dict[str, int]:
+    """The registry of workers (ZRANGE WITHSCORES, flat): each id and its last beat (ms)."""
+    return {as_text(reply[i]): int(float(reply[i + 1])) for i in range(0, len(reply), 2)}
+
+
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -259,9 +264,7 @@ class OperatorPlans(QueueBase):
             "flow_control": bool(flowing),
             "running": int(leases),
             "dead": int(dead),
-            "workers": {
-                as_text(workers[i]): int(float(workers[i + 1])) for i in range(0, len(workers), 2)
-            },
+            "workers": _worker_beats(workers),
             "next_due_ms": int(float(head[1])) if head else None,
             "gone_workers": _gone_entries(gone),
             # A counter that is not a number (garbage) shows as -1; the checker reports it.
