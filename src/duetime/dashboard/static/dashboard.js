@@ -1,6 +1,7 @@
 // duetime dashboard: progressive enhancement only. Every page works without this file;
 // with it, times read in the browser's zone, the [data-live] part of a page refreshes
-// itself every few seconds, destructive buttons ask first, and "select all" works.
+// itself every few seconds, destructive buttons ask first, "select all" works, and on a
+// phone, where a table's rows are cards, each cell is written after its column's heading.
 "use strict";
 
 (function () {
