@@ -268,9 +268,13 @@ def test_tables_fit_80_columns_and_never_cut_a_time(
     assert listed.exit_code == 0, listed.output
     assert fits(listed.stdout) and "2027-12-01 08:00:00+00:00" in listed.stdout
     # The id (90 characters) is whole, folded onto more lines: an id is copied into other
-    # commands; the time is whole too, and the other columns give up their room.
-    rows = [line for line in listed.stdout.splitlines()[2:] if line.strip()]
+    # commands; the time is whole too, and the other columns give up their room: the
+    # task and the error fold onto an indented line of their own (#41), whole.
+    lines = [line for line in listed.stdout.splitlines()[2:] if line.strip()]
+    rows = [line for line in lines if not line.startswith("  ")]
     assert "".join(line.split()[0] for line in rows) == long_id
+    folded = " ".join(line.strip() for line in lines if line.startswith("  "))
+    assert folded == f"task: a_handler_with_a_long_name  error: {error.error.strip()}"
 
     name = "a-cron-job-with-a-name-that-goes-on-and-on"
     add = ["cron", "add", "-q", queue_name, name, "0 9 * * *", "{}", "--tz", "America/St_Johns"]

@@ -85,3 +85,16 @@ def test_run_now_on_a_task_that_ran_meanwhile_lands_on_its_attempts(
             assert answer.status_code == 200 and answer.url.path.endswith("/task")
             assert "already ended (succeeded, attempt 1)" in answer.text
             assert 'data-testid="task-history"' in answer.text and "4 ms" in answer.text
+
+
+def test_the_live_refresh_of_attempts_renders_them(redis_url: str, queue_name: str) -> None:
+    """The live refresh renders a page's live block alone: the attempts' cells come from
+    a macro imported there (on main they were imported outside it: every refresh of the
+    Finished page or a task's page answered 500)."""
+    finish_some(redis_url, queue_name)
+    live = {"X-Duetime-Fragment": "live"}
+    with dashboard(redis_url, queue_name) as client:
+        for page in (f"/q/{queue_name}/finished", f"/q/{queue_name}/task?id=flaky-1"):
+            fragment = client.get(page, headers=live)
+            assert fragment.status_code == 200, page
+            assert "<html" not in fragment.text and "E: no" in fragment.text

@@ -112,27 +112,30 @@ def cron_list(queue: str, as_json: bool, upcoming: int, redis_url: str | None) -
     if as_json:
         click.echo(json.dumps([dataclasses.asdict(job) for job in jobs], default=str, indent=2))
         return
+    # A name is whole (it is what the other commands take); the policies, then the last
+    # run, fold under the job's line when the terminal is too narrow for them.
     table = Table(
         "name",
         "schedule",
         Column("next", no_wrap=True),
         Column("last run", no_wrap=True),
-        one_line=("name",),
+        "policies",
+        whole=("name",),
+        fold=("policies", "last run"),
     )
     for job in jobs:
         table.add_row(job.name, *_cron_cells(job))
     stdout_console().print(table)
 
 
-def _cron_cells(job: CronInfo) -> tuple[str, str, str]:
-    """The schedule, next and last-run cells of one cron job."""
+def _cron_cells(job: CronInfo) -> tuple[str, str, str, str]:
+    """The schedule, next, last-run and policies cells of one cron job."""
     if job.problem is not None:
         state = "paused" if job.paused else "due"
-        return f"unusable here ({state}): {job.problem}", "-", "-"
+        return f"unusable here ({state}): {job.problem}", "-", "-", "-"
     zone = _job_zone(job.timezone)
     timetable = f"every {_duration(job.every)}" if job.every else job.expression
-    schedule_lines = [timetable, job.timezone, f"missed {job.missed}, overlap {job.overlap}"]
-    schedule_lines += _option_lines(job, zone)
+    policies = [f"missed {job.missed}, overlap {job.overlap}", *_option_lines(job, zone)]
     upcoming_text = "\n".join(shown_time(t, zone) for t in job.next_runs)
     if job.paused or job.ended:
         upcoming_text = "ended" if job.ended else "paused"
@@ -144,7 +147,7 @@ def _cron_cells(job: CronInfo) -> tuple[str, str, str]:
         if run.lateness_ms is not None:
             late = f", {times.format_duration(run.lateness_ms / 1000)} late"
         last = f"{shown_time(run.tick, zone)}\n{outcome}{late}"
-    return "\n".join(schedule_lines), upcoming_text, last
+    return f"{timetable}\n{job.timezone}", upcoming_text, last, "\n".join(policies)
 
 
 def _option_lines(job: CronInfo, zone: tzinfo | None) -> list[str]:

@@ -92,6 +92,7 @@ def _dead_table(entries: Sequence[DeadTask]) -> Table:
         Column("attempts", justify="right"),
         "error",
         one_line=("id", "task", "error"),
+        fold=("error", "task"),
     )
     for entry in entries:
         error = entry.error.splitlines()[0] if entry.error else ""

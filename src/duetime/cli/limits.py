@@ -59,12 +59,16 @@ def show(queue: str, most_keys: int, as_json: bool, redis_url: str | None) -> No
     if state.queue_throttled_until_ms is not None:
         waiting += f"; the queue's rate holds all for {_until(state.queue_throttled_until_ms)}"
     console.print(waiting)
-    table = Table("key", "own limits (concurrency, rate)", "waiting", "running", "rate wait")
+    # A key is whole (keys that share a prefix stay apart); its own limits give way first.
+    table = Table(
+        "key", "own limits", "waiting", "running", "rate wait", whole=("key",),
+        fold=("own limits",),
+    )  # fmt: skip
     for group in state.groups:
         own = declared.keys.get(group.key)
         table.add_row(
             group.key or "(no key)",
-            ", ".join(_key_row(own)) if own else "-",
+            "concurrency {}, rate {}".format(*_key_row(own)) if own else "-",
             str(group.due),
             str(group.running),
             "-" if group.throttled_until_ms is None else _until(group.throttled_until_ms),

@@ -13,7 +13,9 @@ from typing import Any, NoReturn
 
 import click
 from rich import box
-from rich.console import Console
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column
 from rich.table import Table as RichTable
@@ -41,6 +43,13 @@ class Table(RichTable):
     more lines, whole. The cells of the columns named in
     ``one_line`` stay on one line, cut with an ellipsis when space is short (names, error
     text); a ``no_wrap`` column is never narrowed (times).
+
+    The columns named in ``fold`` (in the order they give way) leave a table too wide for
+    the terminal, one by one, until the rest fits: each row's folded cells are then
+    written, after their headings, on an indented line of their own under the row,
+    wrapped, never cut. So a narrow terminal still shows the column that answers the
+    listing's question (a dead task's error, an attempt's outcome), rather than losing
+    it to the room the ids take.
     """
 
     def __init__(
@@ -48,15 +57,20 @@ class Table(RichTable):
         *headers: str | Column,
         one_line: Sequence[str] = (),
         whole: Sequence[str] = ("id",),
+        fold: Sequence[str] = (),
         **options: Any,
     ) -> None:
         options.setdefault("box", box.SIMPLE_HEAD)  # no side borders: room for the text
         options.setdefault("show_edge", False)
         options.setdefault("pad_edge", False)
         options.setdefault("collapse_padding", True)
+        self.options = options
         super().__init__(*headers, **options)
         self.one_line = {i for i, c in enumerate(self.columns) if c.header in one_line}
         self.whole = {i for i, c in enumerate(self.columns) if c.header in whole}
+        headers_shown = [c.header for c in self.columns]
+        self.fold = [headers_shown.index(name) for name in fold]
+        self.cells: list[list[RichText]] = []  # as shown, for a folded rendering
 
     def add_row(self, *cells: Any, **options: Any) -> None:
         shown_cells = []
@@ -70,7 +84,103 @@ class Table(RichTable):
             elif index in self.one_line:
                 text.no_wrap, text.overflow = True, "ellipsis"
             shown_cells.append(text)
+        self.cells.append(shown_cells)
         super().add_row(*shown_cells, **options)
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        kept = list(range(len(self.columns)))
+        folded: list[int] = []
+        for index in self.fold:
+            if self._natural_width(kept) <= options.max_width:
+                break
+            kept.remove(index)
+            folded.append(index)
+        if not folded:
+            yield from super().__rich_console__(console, options)
+            return
+        folded.sort()
+        widths = self._fitted_widths(kept, options.max_width)
+        yield self._part(kept, widths, None)
+        for row in self.cells:
+            yield self._part(kept, widths, row)
+            shown_folds = [
+                (index, row[index]) for index in folded if row[index].plain not in FOLD_EMPTY
+            ]
+            if shown_folds:
+                line = RichText("  ").join(
+                    RichText.assemble((f"{self.columns[index].header}: ", "dim"), _one_line(cell))
+                    for index, cell in shown_folds
+                )
+                yield Padding(line, (0, 0, 0, FOLD_INDENT))
+
+    def _natural(self, index: int) -> int:
+        """The width column ``index`` takes with nothing cut or wrapped (an id's column
+        up to WHOLE_WIDTH)."""
+        column = self.columns[index]
+        lines = str(column.header).splitlines() or [""]
+        for row in self.cells:
+            lines += row[index].plain.splitlines()
+        natural = max(cell_len(line) for line in lines)
+        if index in self.whole:
+            natural = min(natural, max(WHOLE_WIDTH, column.min_width or 0))
+        return natural
+
+    def _natural_width(self, kept: Sequence[int]) -> int:
+        return sum(self._natural(i) for i in kept) + COLUMN_GAP * (len(kept) - 1)
+
+    def _fitted_widths(self, kept: Sequence[int], room: int) -> dict[int, int]:
+        """Natural widths, the columns that may wrap or be cut (not ids, not times)
+        narrowed, the widest first, until the table fits in ``room`` (or they can give
+        no more: then rich squeezes)."""
+        widths = {i: self._natural(i) for i in kept}
+        narrowable = [i for i in kept if i not in self.whole and not self.columns[i].no_wrap]
+        excess = self._natural_width(kept) - room
+        while excess > 0:
+            widest = max(narrowable, key=lambda i: widths[i], default=None)
+            if widest is None or widths[widest] <= NARROWEST:
+                break
+            widths[widest] -= 1
+            excess -= 1
+        return widths
+
+    def _part(
+        self, kept: Sequence[int], widths: dict[int, int], row: list[RichText] | None
+    ) -> RichTable:
+        """The heading (``row`` None) or one row, of the ``kept`` columns at ``widths``:
+        every part has the same widths, so their columns line up."""
+        columns = []
+        for index in kept:
+            given = self.columns[index]
+            columns.append(
+                Column(
+                    given.header, header_style=given.header_style, style=given.style,
+                    justify=given.justify, overflow=given.overflow, no_wrap=given.no_wrap,
+                    width=widths[index],
+                )
+            )  # fmt: skip
+        part = RichTable(
+            *columns, show_header=row is None, header_style=self.header_style, **self.options
+        )
+        if row is not None:
+            part.add_row(*(row[index] for index in kept))
+        return part
+
+
+#: How a folded row's line is set off: indented under the row, and its cells that hold
+#: nothing (no error) left out.
+FOLD_INDENT = 2
+FOLD_EMPTY = ("", "-")
+#: The room between two columns (the tables' padding), and the narrowest a column that
+#: may wrap is made before the table gives up fitting.
+COLUMN_GAP = 2
+NARROWEST = 6
+
+
+def _one_line(cell: RichText) -> RichText:
+    """A folded cell's text on one line (wrapped at the terminal's width), its lines joined."""
+    text = RichText(", ").join(cell.split("\n"))
+    text.no_wrap, text.overflow = False, "fold"
+    return text
 
 
 def shown(text: str) -> str:

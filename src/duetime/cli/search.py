@@ -88,6 +88,7 @@ def _status_table(found: Sequence[TaskStatus]) -> Table:
         Column("att.", justify="right"),
         "error",
         one_line=("task", "error"),
+        fold=("error", "task"),
     )
     for status in found:
         moment = status.died_at if status.state == TaskState.DEAD else status.run_at

@@ -207,6 +207,7 @@ def _tasks_table(state: str, found: list[TaskSummary]) -> Table:
         Column("att.", justify="right"),
         "worker" if state == "running" else "error",
         one_line=("id", "task", "error", "worker"),
+        fold=("worker" if state == "running" else "error", "task"),
     )
     for task in found:
         moment = {"running": task.lease_deadline, "dead": task.died_at}.get(state, task.run_at)
@@ -249,6 +250,7 @@ def _finished_table(found: list[FinishedAttempt]) -> Table:
         Column("took", justify="right", no_wrap=True),
         "error",
         one_line=("id", "task", "error"),
+        fold=("error", "task", "took", "att."),
     )
     for attempt in found:
         table.add_row(

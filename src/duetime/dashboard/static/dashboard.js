@@ -1,6 +1,7 @@
 // duetime dashboard: progressive enhancement only. Every page works without this file;
 // with it, times read in the browser's zone, the [data-live] part of a page refreshes
-// itself every few seconds, destructive buttons ask first, and "select all" works.
+// itself every few seconds, destructive buttons ask first, "select all" works, and on a
+// phone, where a table's rows are cards, each cell is written after its column's heading.
 "use strict";
 
 (function () {
@@ -22,6 +23,45 @@
       element.textContent =
         moment.getFullYear() + "-" + pad(moment.getMonth() + 1) + "-" + pad(moment.getDate()) +
         " " + pad(moment.getHours()) + ":" + pad(moment.getMinutes()) + ":" + pad(moment.getSeconds());
+    });
+  }
+
+  // Each body cell's column heading as its data-label: the phone layout, where a row is
+  // a card, writes it before the cell. A cell under a rowspan or colspan is matched to
+  // the column it stands in.
+  function labelCells(root) {
+    root.querySelectorAll("table").forEach(function (table) {
+      const head = table.tHead && table.tHead.rows[0];
+      if (!head) {
+        return;
+      }
+      const headings = [];
+      Array.from(head.cells).forEach(function (cell) {
+        for (let n = 0; n < cell.colSpan; n++) {
+          headings.push(cell.textContent.trim());
+        }
+      });
+      const spanned = []; // per column: rows still taken by a rowspan from above
+      Array.from(table.tBodies).forEach(function (body) {
+        Array.from(body.rows).forEach(function (row) {
+          let column = 0;
+          Array.from(row.cells).forEach(function (cell) {
+            while (spanned[column] > 0) {
+              column++;
+            }
+            if (headings[column] && !cell.hasAttribute("data-label")) {
+              cell.setAttribute("data-label", headings[column]);
+            }
+            for (let n = 0; n < cell.colSpan; n++) {
+              spanned[column + n] = (spanned[column + n] || 0) + cell.rowSpan;
+            }
+            column += cell.colSpan;
+          });
+          for (let n = 0; n < spanned.length; n++) {
+            spanned[n] = Math.max(0, (spanned[n] || 0) - 1);
+          }
+        });
+      });
     });
   }
 
@@ -114,6 +154,7 @@
           element.open = open.has(element.dataset.keep);
         });
         localize(region);
+        labelCells(region);
         toggle.classList.remove("stale");
         const now = new Date();
         setStatus("updated " + pad(now.getHours()) + ":" + pad(now.getMinutes()) + ":" + pad(now.getSeconds()));
@@ -160,6 +201,7 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     localize(document);
+    labelCells(document);
     const zone = zoneName();
     document.querySelectorAll("[data-zone]").forEach(function (element) {
       element.textContent = zone ? " (" + zone + ")" : "";
