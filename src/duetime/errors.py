@@ -161,8 +161,9 @@ class QueueNotLentError(DuetimeError, RuntimeError):
 class NotDurableError(DuetimeError):
     """Durable mode: a write was applied on the master, but its confirmation fell short
     in time (fewer replicas than asked, or, with durable_fsync, no fsync), so a failover
-    or a crash may or may not keep it. Scheduling again with the same task id is safe
-    (an id that is live changes nothing)."""
+    or a crash may or may not keep it. A task so scheduled may be stored, and runs if it
+    is: schedule it again with the same id (an id that is live changes nothing), never
+    with a new one, which would run it twice. ``task_ids`` names the tasks."""
 
     def __init__(
         self,
@@ -172,12 +173,19 @@ class NotDurableError(DuetimeError):
         reply: object = None,
         task_ids: tuple[str, ...] = (),
     ) -> None:
-        ids = f" (task ids: {', '.join(task_ids[:10])}{'...' if len(task_ids) > 10 else ''})"
-        super().__init__(
-            f"the write was applied on the master, but {shortfall}: it may or may not "
-            f"survive a failover or a crash{ids if task_ids else ''}; scheduling again with "
-            "the same id is safe"
-        )
+        if task_ids:
+            shown = ", ".join(task_ids[:10]) + ("..." if len(task_ids) > 10 else "")
+            one = len(task_ids) == 1
+            outcome = (
+                f"{'task' if one else f'{len(task_ids)} tasks'} {shown} may be stored, and "
+                f"{'runs if it is' if one else 'run if they are'} (a failover or a crash "
+                f"may or may not keep the write): schedule {'it' if one else 'them'} again "
+                f"with the same {'id, never a new one' if one else 'ids, never new ones'}, "
+                f"which would run {'it' if one else 'them'} twice"
+            )
+        else:
+            outcome = "it may or may not survive a failover or a crash"
+        super().__init__(f"the write was applied on the master, but {shortfall}: {outcome}")
         self.confirmed = confirmed
         self.wanted = wanted
         self.shortfall = shortfall

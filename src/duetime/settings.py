@@ -191,6 +191,7 @@ class Settings:
     #: Single schedule calls to one Queue (from many threads) or AsyncQueue (from many
     #: coroutines) that arrive while one is on its way to Redis go together in the next
     #: round trip, each still getting its own id or error. False: one round trip per call.
+    #: Durable calls never are (each waits for its own confirmation: ``client.queue``).
     coalesce_schedules: bool = True
     #: Once a dispatcher or worker has started, the garbage collector stops walking the
     #: objects its process holds then (one collection, then ``gc.freeze()``; once per

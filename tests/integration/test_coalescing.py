@@ -16,7 +16,7 @@ from duetime import AsyncQueue, Queue, Settings
 from duetime.errors import InvalidPayloadError, NotDurableError, RedisCommandError
 from duetime.settings import DEFAULT_SETTINGS
 from duetime.store import QueueKeys
-from tests.helpers import decoded, scheduled_count
+from tests.helpers import decoded, scheduled_count, wait_until_sync
 
 CALLERS = 100
 CALLS_EACH = 20
@@ -188,3 +188,96 @@ def test_a_due_task_scheduled_together_with_others_is_ready_at_once(
     ready = set(decoded(raw.lrange(keys.ready, 0, -1)))
     assert ready == {task_id for n, task_id in enumerate(ids) if n % 2}
     assert scheduled_count(raw, keys) == 21
+
+
+def waits_blocked(raw: redis.Redis) -> int:
+    """Clients blocked in WAIT on the server now."""
+    return sum(
+        1 for client in raw.client_list()
+        if client.get("cmd") == "wait" and "b" in client.get("flags", "")
+    )  # fmt: skip
+
+
+def wait_calls(raw: redis.Redis) -> int:
+    return int(raw.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
+#: No replica here, so every WAIT runs its whole timeout: long enough to see them all.
+UNCONFIRMED = Settings(durable_replicas=1, durable_timeout=3.0, socket_timeout=5.0)
+DURABLE_CALLERS = 5
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["threads", "coroutines"])
+def test_concurrent_durable_calls_on_one_queue_each_wait_for_their_own_confirmation_only(
+    redis_url: str, raw: redis.Redis, queue_name: str, asynchronous: bool
+) -> None:
+    """Durable calls made at once on one Queue (threads) or AsyncQueue (coroutines), none
+    confirmed: each call's WAIT is on the server at the same time as the others', so no
+    call waits behind another's wait before its own (which made a call wait twice
+    durable_timeout). Then each call raises its own NotDurableError, one WAIT each."""
+    before = wait_calls(raw)
+    outcomes: list[Any] = []
+
+    def all_blocked_at_once() -> None:
+        wait_until_sync(lambda: waits_blocked(raw) == DURABLE_CALLERS, timeout=30,
+                        what="every call's WAIT on the server at once")  # fmt: skip
+
+    if asynchronous:
+
+        async def scenario() -> None:
+            async with AsyncQueue(queue_name, redis_url, settings=UNCONFIRMED) as queue:
+                calls = asyncio.gather(
+                    *(queue.schedule_in(3600, {}, id=f"d-{n}") for n in range(DURABLE_CALLERS)),
+                    return_exceptions=True,
+                )
+                await asyncio.to_thread(all_blocked_at_once)
+                outcomes.extend(await calls)
+
+        asyncio.run(scenario())
+    else:
+        with Queue(queue_name, redis_url, settings=UNCONFIRMED) as queue:
+
+            def call(n: int) -> None:
+                try:
+                    queue.schedule_in(3600, {}, id=f"d-{n}")
+                except NotDurableError as error:
+                    outcomes.append(error)
+
+            threads = [threading.Thread(target=call, args=(n,)) for n in range(DURABLE_CALLERS)]
+            for thread in threads:
+                thread.start()
+            all_blocked_at_once()
+            for thread in threads:
+                thread.join()
+    assert all(isinstance(outcome, NotDurableError) for outcome in outcomes)
+    named = sorted(task_id for outcome in outcomes for task_id in outcome.task_ids)
+    assert named == [f"d-{n}" for n in range(DURABLE_CALLERS)]
+    assert wait_calls(raw) - before == DURABLE_CALLERS
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "asyncio"])
+def test_a_first_durable_call_waits_once_on_a_server_without_its_script(
+    redis_url: str, raw: redis.Redis, queue_name: str, asynchronous: bool
+) -> None:
+    """A queue object's first durable call, on a server that does not have the script
+    yet: the script is loaded before the call, so the call waits for replicas once. Sent
+    as it was, it was refused (NOSCRIPT) with its WAIT, which ran its whole timeout for
+    nothing, then sent again with another: twice durable_timeout."""
+    settings = Settings(durable_replicas=1, durable_timeout=0.05)
+    raw.script_flush()
+    before = wait_calls(raw)
+    if asynchronous:
+
+        async def scenario() -> None:
+            async with AsyncQueue(queue_name, redis_url, settings=settings) as queue:
+                with pytest.raises(NotDurableError):
+                    await queue.schedule_in(3600, {}, id="first")
+
+        asyncio.run(scenario())
+    else:
+        with (
+            Queue(queue_name, redis_url, settings=settings) as queue,
+            pytest.raises(NotDurableError),
+        ):
+            queue.schedule_in(3600, {}, id="first")
+    assert wait_calls(raw) - before == 1

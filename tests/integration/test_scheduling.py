@@ -29,7 +29,7 @@ from duetime.errors import (
     TaskStateError,
 )
 from duetime.store import QueueKeys
-from tests.helpers import decoded, scheduled_count, scheduled_score
+from tests.helpers import decoded, running, scheduled_count, scheduled_score, wait_until
 
 
 def evalsha_calls(raw: redis.Redis) -> int:
@@ -401,3 +401,35 @@ def test_a_sub_microsecond_run_at_never_reads_back_earlier(redis_url: str, queue
         listed = queue.tasks("scheduled")
     assert status is not None and status.run_at == given
     assert [(task.id, task.run_at) for task in listed] == [(task_id, given)]
+
+
+def test_a_task_refused_as_not_durable_is_stored_and_runs_once_when_retried_with_its_id(
+    redis_url: str, queue_name: str
+) -> None:
+    """No replica confirms here, so each durable call raises NotDurableError: the error
+    names the task, says it may be stored and will run if it is, and tells the caller to
+    schedule again with the same id, never a new one. Both hold: the task was stored,
+    the retry with its id added nothing, and it runs once."""
+    ran: list[str] = []
+
+    async def handler(data: Any) -> None:
+        ran.append(duetime.current_task().id)
+
+    settings = Settings(durable_timeout=0.05)
+    with Queue(queue_name, redis_url, settings=settings, durable=True) as queue:
+        for _ in range(2):  # the call, then the caller's retry with the same id
+            with pytest.raises(NotDurableError) as refused:
+                queue.schedule_now({"order": 7}, id="order-7")
+            assert refused.value.task_ids == ("order-7",)
+            message = str(refused.value)
+            assert "task order-7 may be stored, and runs if it is" in message
+            assert "schedule it again with the same id, never a new one" in message
+        assert queue.stats().ready == 1
+
+        async def work() -> None:
+            worker = duetime.Worker(duetime.App(default=handler), queue_name, redis_url)
+            async with running(worker):
+                await wait_until(lambda: ran == ["order-7"], what="the task to run")
+
+        asyncio.run(work())
+    assert ran == ["order-7"]

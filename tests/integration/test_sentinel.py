@@ -349,3 +349,68 @@ def confirmed_by(master: redis.Redis) -> int:
         1 for key, value in info.items()
         if key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
     )  # fmt: skip
+
+
+def blocked_clients(port: int) -> int:
+    with redis.Redis(port=port) as client:
+        return int(client.info("clients")["blocked_clients"])
+
+
+def listeners_on(port: int, channel: str) -> int:
+    with redis.Redis(port=port) as client:
+        return subscribers([client], channel)
+
+
+def test_a_planned_failover_moves_blocked_claims_and_cancel_listening_at_once(
+    sentinels: Sentinels,
+) -> None:
+    """A worker waits in BLMOVE (block_timeout 30 s) and listens for cancels on the
+    master when SENTINEL FAILOVER replaces it. The old master goes on answering as a
+    master for seconds after the switch, so a call left blocked there would wait out
+    its block (or the demotion). Within a few seconds of the switch, the worker claims
+    a task due then from the new master, listens there, and stops a cancelled task
+    (its heartbeat is 30 s apart, so the cancel came by the new master's channel)."""
+    settings = FAST.replace(block_timeout=30.0, socket_timeout=5.0, **SLOW_HEARTBEAT)
+    channel = QueueKeys("orders").cancel_channel
+    started: dict[str, float] = {}
+    stopped: list[str] = []
+
+    async def handler(data: Any) -> None:
+        started[current_task().id] = time.monotonic()
+        if data.get("wait"):
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                stopped.append(current_task().id)
+                raise
+
+    async def scenario(producer: Queue) -> None:
+        worker = Worker(App(default=handler), "orders", sentinels.url, concurrency=2,
+                        settings=settings)  # fmt: skip
+        async with running(worker):
+            old_port = sentinels.master_port()
+            waiting = producer.schedule_now({"wait": True})
+            await wait_until(lambda: waiting in started, what="the waiting task to start")
+            await wait_until(lambda: listeners_on(old_port, channel) == 1, what="the listener")
+            await wait_until(lambda: blocked_clients(old_port) >= 1, what="the claim to block")
+            manager = redis.Redis(port=sentinels.ports[0])
+            command(manager, "SENTINEL", "FAILOVER", SERVICE)
+            manager.close()
+            await wait_until(lambda: sentinels.master_port() != old_port, timeout=30)
+            switched = time.monotonic()
+            new_port = sentinels.master_port()
+            deadline = time.monotonic() + 30
+            due = await asyncio.to_thread(schedule_through_a_failover, producer, {}, deadline)
+            # Well inside both the block (30 s) and the old master's demotion (about 10 s
+            # after the switch, when it would unblock the call itself).
+            within = 5.0 - (time.monotonic() - switched)
+            await wait_until(lambda: due in started, timeout=within, what="the claim to move")
+            within = 5.0 - (time.monotonic() - switched)
+            await wait_until(lambda: listeners_on(new_port, channel) == 1, timeout=within,
+                             what="the listener to move")  # fmt: skip
+            async with AsyncQueue("orders", sentinels.url) as queue:
+                assert await queue.cancel(waiting)
+            await wait_until(lambda: stopped == [waiting], timeout=5, what="the cancel heard")
+
+    with Queue("orders", sentinels.url, settings=FAST) as producer:
+        run(scenario(producer))

@@ -6,7 +6,8 @@ spend one round trip per call, and its throughput would be bounded by the round-
 time times the connections it holds. Here at most one round trip per queue object is in
 flight; the calls that arrive meanwhile wait, and the next round trip carries all of
 them in one script call. A call alone (nothing in flight) goes at once, as it would
-without coalescing, so a lone caller pays nothing but a lock.
+without coalescing, so a lone caller pays nothing but a lock. (Durable calls are not
+coalesced: see ``client.queue.coalesced``.)
 
 Each call is validated by its caller before it joins (a bad call fails alone, and
 nothing of it is written), and each caller gets its own id, or its own copy of the

@@ -48,6 +48,15 @@ from duetime.store.runner import RedisSpec
 T = TypeVar("T")
 
 
+def coalesced(core: QueueCore) -> bool:
+    """Whether single schedule calls share round trips (``coalescing``). Durable ones do
+    not: a durable round trip lasts up to ``durable_timeout`` while replicas lag, and the
+    calls queued behind it would wait that long before their own wait began. Each goes at
+    once instead (on a connection of its own while another is busy), so each waits for its
+    own confirmation only, at most ``durable_timeout``, as separate clients do."""
+    return core.settings.coalesce_schedules and core.durability is None
+
+
 class Queue(SearchMethods, CronMethods, QueueHistory):
     """A queue on a synchronous connection.
 
@@ -88,7 +97,7 @@ class Queue(SearchMethods, CronMethods, QueueHistory):
     def _use(self, core: QueueCore, runner: SyncRunner | LoopRunner, owns_runner: bool) -> None:
         self.core, self.runner, self.name, self._owns_runner = core, runner, core.name, owns_runner
         self._coalescer: ThreadCoalescer[PreparedTask, str] | None = None
-        if core.settings.coalesce_schedules:
+        if coalesced(core):
             run = runner.run  # not self: a cycle would outlive a drop
             self._coalescer = ThreadCoalescer(
                 lambda item: run(core.schedule_one_plan(item)),
@@ -250,7 +259,7 @@ class AsyncQueue(AsyncSearchMethods, AsyncCronMethods, AsyncQueueHistory):
     def _use(self, core: QueueCore, runner: AsyncRunner, owns_runner: bool) -> None:
         self.core, self.runner, self.name, self._owns_runner = core, runner, core.name, owns_runner
         self._coalescer: TaskCoalescer[PreparedTask, str] | None = None
-        if core.settings.coalesce_schedules:
+        if coalesced(core):
             run = runner.run  # not self: a cycle would outlive a drop
             self._coalescer = TaskCoalescer(
                 lambda item: run(core.schedule_one_plan(item)),

@@ -6,8 +6,9 @@ The heartbeat, which reads the marks themselves, stays the reliable path: a sign
 missed (sent before the listener subscribed at the worker's start or while it
 reconnects, before the attempt was registered, or on the other side of a failover) is
 heard at the next heartbeat. On a cluster a message
-published on one node reaches subscribers on every node, and after a Sentinel failover
-a demoted master still gets what is published on the new one (it replicates it).
+published on one node reaches subscribers on every node. When Sentinel names another
+master, the failover watcher shuts down the subscription's socket (``watched``), so the
+listener subscribes again on the new master within about a second of the switch.
 """
 
 from __future__ import annotations

@@ -17,7 +17,11 @@ master (``SENTINEL MASTER``) every second in case an event was missed:
 - when a newer configuration names another master (``+switch-master``, or a higher
   config epoch in an answer), each connection opened before is dropped at its next send
   with a ConnectionError, which redis-py and the runners already retry on a new
-  connection, and new connections go to that master; held sends go out;
+  connection, and new connections go to that master; held sends go out; and the socket
+  of each connection opened before is shut down at once, so that a call waiting on the
+  old master (a worker's BLMOVE, a dispatcher's BLPOP, a cancel subscription) fails
+  now and is retried there, rather than waiting out its block on a master that is
+  being demoted (it goes on answering as a master for seconds);
 - when that sentinel aborts the failover, or reports none in progress, held sends go out
   to the old master, which is still the master.
 
@@ -36,7 +40,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+import weakref
+from typing import Any, Protocol
 
 import redis
 
@@ -54,6 +59,13 @@ LONGEST_HOLD = 30.0
 CHANNELS = ("+failover-state-send-slaveof-noone", "+switch-master", "-failover-abort-*")
 
 Address = tuple[str, int]
+
+
+class Followed(Protocol):
+    """A connection that follows the watcher's master (``watched``)."""
+
+    def interrupt_if_opened_before(self, epoch: int) -> None:
+        """Shut its socket down if it was opened before ``epoch``."""
 
 
 def _text(value: Any) -> str:
@@ -104,6 +116,8 @@ class FailoverWatcher:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._stopped = threading.Event()
         self._running = False
+        #: Connections opened in this process, to interrupt when another master is named.
+        self._connections: weakref.WeakSet[Followed] = weakref.WeakSet()
 
     # --- users ------------------------------------------------------------------------
 
@@ -135,6 +149,21 @@ class FailoverWatcher:
                 ).start()  # fmt: skip
 
     # --- what connections ask -----------------------------------------------------------
+
+    def opened(self, connection: Followed) -> None:
+        """``connection`` has just connected in this process: it is interrupted if another
+        master is named while it is open."""
+        with self._lock:
+            self._connections.add(connection)
+
+    def _interrupt_left_behind(self) -> None:
+        """Shut down the sockets of the connections opened before the newest switch: one
+        in a call fails it (redis-py retries it on a new connection, to the new master),
+        an idle one would be dropped at its next use anyway."""
+        with self._lock:
+            connections, epoch = list(self._connections), self.epoch
+        for connection in connections:
+            connection.interrupt_if_opened_before(epoch)
 
     def master(self) -> Address | None:
         """The master named by the newest configuration heard, if heard lately."""
@@ -226,6 +255,7 @@ class FailoverWatcher:
                 "dropped", address[0], address[1], self.service,
             )  # fmt: skip
             self._release()
+            self._interrupt_left_behind()
         elif self.holding and (
             (self._held_by == by and not failing_over)
             or time.monotonic() - self._held_since > LONGEST_HOLD

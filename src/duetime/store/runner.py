@@ -84,12 +84,15 @@ __all__ = [
 ]
 
 
-def _load_first(runner: SyncRunner | AsyncRunner, request: EvalMany) -> bool:
-    """Whether to load a script before a request of several calls of it: before the
-    first such request of each script in this runner. A server without the script would
-    refuse every call, each made and sent for nothing (a large schedule_many on a server
-    that has so far run only single calls); a later refusal is handled as it comes."""
-    if len(request.calls) < 2 or request.script.sha in runner.loaded_scripts:
+def _load_first(runner: SyncRunner | AsyncRunner, request: EvalMany, durable: bool = False) -> bool:
+    """Whether to load a script before a request of several calls of it, or of one call
+    and a wait for replicas: before the first such request of each script in this
+    runner. A server without the script would refuse every call, each made and sent for
+    nothing (a large schedule_many on a server that has so far run only single calls),
+    and a durable request refused so would have waited for replicas for nothing too,
+    then again when sent again (twice ``durable_timeout`` when none confirms); a later
+    refusal is handled as it comes."""
+    if (len(request.calls) < 2 and not durable) or request.script.sha in runner.loaded_scripts:
         return False
     runner.loaded_scripts.add(request.script.sha)
     return True
@@ -163,7 +166,7 @@ class SyncRunner:
             return raise_first_error(replies)
         if isinstance(request, Durably):
             calls = request.calls
-            if _load_first(self, calls):
+            if _load_first(self, calls, durable=True):
                 self._load(calls.script)
             targets = wait_targets(self, calls.calls)
             replies = self._script_calls(calls, request.durability, targets)
@@ -329,7 +332,7 @@ class AsyncRunner:
             calls = request.calls
             if self.clustered:
                 await self.client.initialize()  # the asyncio client learns the slots lazily
-            if _load_first(self, calls):
+            if _load_first(self, calls, durable=True):
                 await self._load(calls.script)
             targets = wait_targets(self, calls.calls)
             replies = await self._script_calls(calls, request.durability, targets)

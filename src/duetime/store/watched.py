@@ -1,10 +1,13 @@
 """redis-py's Sentinel classes made to ask the ``FailoverWatcher`` (``failover``): the
-connections hold their sends during a promotion and refuse to send once opened before a
-switch, the pools hand out no connection opened before a switch, and the sentinel
-manager names the master the watcher heard of last."""
+connections hold their sends during a promotion, refuse to send once opened before a
+switch, and have their socket shut down by the watcher at the switch (a call waiting on
+the old master fails at once and is retried); the pools hand out no connection opened
+before a switch, and the sentinel manager names the master the watcher heard of last."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from typing import Any
 
 import redis
@@ -26,6 +29,17 @@ class _Watched:
         self._opened_in = -1
         super().__init__(**kwargs)
 
+    def interrupt_if_opened_before(self, epoch: int) -> None:
+        """Called by the watcher's thread when another master is named: the socket is shut
+        down (not closed: the thread using the connection closes it), which makes a
+        blocked read end at once with a ConnectionError in that thread or event loop."""
+        if self._opened_in != epoch:
+            with contextlib.suppress(OSError, ValueError, AttributeError):  # closed meanwhile
+                self._shut_down()
+
+    def _shut_down(self) -> None:
+        raise NotImplementedError
+
 
 class _WatchedSync(_Watched):
     def _connect_retry(self) -> Any:
@@ -33,7 +47,16 @@ class _WatchedSync(_Watched):
         # keeps one to the old master.
         if getattr(self, "_sock", None) is None:
             self._opened_in = self.failover_watcher.epoch
-        return super()._connect_retry()  # type: ignore[misc]
+        connected = super()._connect_retry()  # type: ignore[misc]
+        self.failover_watcher.opened(self)
+        return connected
+
+    def _shut_down(self) -> None:
+        sock = getattr(self, "_sock", None)
+        if sock is not None:
+            # The plain socket's shutdown, never ssl.SSLSocket's, which also drops its TLS
+            # state under the thread that may be reading.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         watcher = self.failover_watcher
@@ -52,7 +75,19 @@ class _WatchedAsync(_Watched):
     async def _connect_retry(self) -> Any:
         if not self.is_connected:  # type: ignore[attr-defined]
             self._opened_in = self.failover_watcher.epoch
-        return await super()._connect_retry()  # type: ignore[misc]
+        connected = await super()._connect_retry()  # type: ignore[misc]
+        self.failover_watcher.opened(self)
+        return connected
+
+    def _shut_down(self) -> None:
+        writer = getattr(self, "_writer", None)
+        if writer is not None:
+            # The event loop's socket, under its TLS layer if any (asyncio's TLS is a
+            # protocol over it): shut down, the loop reads an end of stream from it. The
+            # transport itself belongs to its loop, which may be another thread's.
+            sock = writer.transport.get_extra_info("socket")
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
 
     async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         watcher = self.failover_watcher
