@@ -71,7 +71,9 @@ def test_backfill_runs_a_past_range_once_and_refuses_too_many_ticks(
     first = cli.invoke(main, [*backfill, "--rate", "2"])
     assert first.exit_code == 0, first.output
     found = re.fullmatch(
-        r"backfilling (\d) tick\(s\) of hourly at 2/s \(0 fired so far\)\n", first.stdout
+        r"backfill of hourly: (\d) tick\(s\) from [-\d :+]+ to [-\d :+]+\n"
+        r"0 already ran, \1 to run at 2/s\n",
+        first.stdout,
     )
     assert found is not None and int(found[1]) in (4, 5), first.stdout
     again = cli.invoke(main, [*backfill, "--rate", "2"])
