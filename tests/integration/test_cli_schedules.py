@@ -207,3 +207,26 @@ def test_backfills_run_again_shifted_overlapping_replacing_or_at_once_run_each_t
             for outcome in outcomes:
                 assert int(outcome["ran"]) + int(outcome["to_run"]) == int(outcome["ticks"])
     assert Counter(runs) == Counter({f"cron:hourly:{tick}": 1 for tick in ticks})
+
+
+def test_backfill_to_now_is_accepted_and_a_reversed_range_is_told_in_readable_times(
+    cli: CliRunner, queue_name: str
+) -> None:
+    """``--to now`` is the server's now (a range up to now was refused as unreadable),
+    and an end before the start names both as times, not as milliseconds or floats."""
+    assert (
+        cli.invoke(main, ["cron", "add", "-q", queue_name, "hourly", "@hourly", "{}"]).exit_code
+        == 0
+    )
+    backfill = ["--utc", "cron", "backfill", "-q", queue_name, "hourly"]
+    to_now = cli.invoke(main, [*backfill, "--from", "3h", "--to", "now"])
+    assert to_now.exit_code == 0, to_now.output
+    assert re.match(r"backfill of hourly: 3 tick\(s\) from ", to_now.stdout), to_now.stdout
+    reversed_range = cli.invoke(
+        main, [*backfill, "--from", "2026-01-02T00:00Z", "--to", "2026-01-01T00:00Z"]
+    )
+    assert reversed_range.exit_code == EXIT_USAGE
+    assert (
+        "backfill end (2026-01-01 00:00:00+00:00) is before its start (2026-01-02 00:00:00+00:00)"
+        in reversed_range.output
+    )
