@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from click.testing import CliRunner
 from duetime import App, Dispatcher, Queue, Worker, current_task
 from duetime.cli import EXIT_NOT_FOUND, EXIT_USAGE, main
 from tests.helpers import FAST, wait_until_sync
+from tests.integration.test_dashboard import dashboard
 
 
 @pytest.fixture
@@ -230,3 +232,30 @@ def test_backfill_to_now_is_accepted_and_a_reversed_range_is_told_in_readable_ti
         "backfill end (2026-01-01 00:00:00+00:00) is before its start (2026-01-02 00:00:00+00:00)"
         in reversed_range.output
     )
+
+
+def test_a_backfilled_last_run_is_not_called_late_by_cron_list_or_the_dashboard(
+    cli: CliRunner, redis_url: str, queue_name: str
+) -> None:
+    """A backfill's run starts when the backfill fires it, hours after its tick: the job's
+    last run says it was backfilled, not that it "started 3h late" (docs/cron.md)."""
+    runs: list[str] = []
+    app = App(default=lambda data: runs.append(current_task().id))
+    with Queue(queue_name, redis_url, settings=FAST) as queue:
+        queue.add_cron("hourly", "0 * * * *", {})
+        now = time.time()
+        backfill = queue.backfill_cron("hourly", now - 4 * 3600, now - 2 * 3600, rate=100)
+        dispatcher = Dispatcher(queue_name, redis_url, settings=FAST)
+        worker = Worker(app, queue_name, redis_url, settings=FAST, concurrency=4)
+        with daemons_in_a_thread(dispatcher, worker):
+            wait_until_sync(lambda: len(runs) == backfill.ticks, what="the backfill to run")
+            info = queue.cron_info("hourly")
+            assert info is not None and info.last_run is not None
+            wait_until_sync(lambda: queue.cron_info("hourly").last_run.succeeded is True,  # type: ignore[union-attr]
+                            what="the last run to succeed")  # fmt: skip
+    listed = cli.invoke(main, ["--utc", "cron", "list", "-q", queue_name]).stdout
+    assert "ok, backfilled" in listed and " late" not in listed, listed
+    with dashboard(redis_url, queue_name) as client:
+        card = client.get(f"/q/{queue_name}/cron").text
+    card = card[card.index('data-cron="hourly"') :]
+    assert "backfilled" in card and " late<" not in card
