@@ -129,6 +129,14 @@ def daemons_in_a_thread(*daemons: Any) -> Iterator[None]:
         loop.close()
 
 
+def hourly_away_from_now() -> str:
+    """An hourly expression whose ticks fall 25 minutes past the current minute: far from
+    every bound of the tests' ranges (whole hours, or 10 minutes, before now), so a range
+    holds the same ticks however long the test takes, and the job's own schedule does not
+    fire meanwhile."""
+    return f"{(datetime.now(UTC).minute + 25) % 60} * * * *"
+
+
 BACKFILLED = re.compile(
     r"(?:replaced the unfinished backfill of hourly from (?P<old>.+)\n)?"
     r"backfill of hourly: (?P<ticks>\d+) tick\(s\) from (?P<first>[-\d: ]+)\+00:00 "
@@ -176,7 +184,7 @@ def test_backfills_run_again_shifted_overlapping_replacing_or_at_once_run_each_t
         wait_until_sync(lambda: wanted <= set(runs), timeout=30, what="the backfill to run")
 
     with Queue(queue_name, redis_url, settings=FAST) as queue:
-        queue.add_cron("hourly", "0 * * * *", {})
+        queue.add_cron("hourly", hourly_away_from_now(), {})
         dispatcher = Dispatcher(queue_name, redis_url, settings=FAST)
         worker = Worker(app, queue_name, redis_url, settings=FAST, concurrency=4)
         with daemons_in_a_thread(dispatcher, worker):
@@ -217,7 +225,9 @@ def test_backfill_to_now_is_accepted_and_a_reversed_range_is_told_in_readable_ti
     """``--to now`` is the server's now (a range up to now was refused as unreadable),
     and an end before the start names both as times, not as milliseconds or floats."""
     assert (
-        cli.invoke(main, ["cron", "add", "-q", queue_name, "hourly", "@hourly", "{}"]).exit_code
+        cli.invoke(
+            main, ["cron", "add", "-q", queue_name, "hourly", hourly_away_from_now(), "{}"]
+        ).exit_code
         == 0
     )
     backfill = ["--utc", "cron", "backfill", "-q", queue_name, "hourly"]
@@ -242,7 +252,7 @@ def test_a_backfilled_last_run_is_not_called_late_by_cron_list_or_the_dashboard(
     runs: list[str] = []
     app = App(default=lambda data: runs.append(current_task().id))
     with Queue(queue_name, redis_url, settings=FAST) as queue:
-        queue.add_cron("hourly", "0 * * * *", {})
+        queue.add_cron("hourly", hourly_away_from_now(), {})
         now = time.time()
         backfill = queue.backfill_cron("hourly", now - 4 * 3600, now - 2 * 3600, rate=100)
         dispatcher = Dispatcher(queue_name, redis_url, settings=FAST)
