@@ -52,6 +52,10 @@ class TaskStateError(DuetimeError):
     """The operation does not apply to the task in its current state (e.g. it is running)."""
 
 
+class ConcurrentChangeError(DuetimeError):
+    """What a call was working out changed under it each time it looked again (try again)."""
+
+
 class TaskTimeoutError(DuetimeError, TimeoutError):
     """An attempt ran longer than its task's timeout (recorded as the attempt's error)."""
 

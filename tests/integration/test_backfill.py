@@ -61,14 +61,15 @@ def test_a_backfill_fires_each_tick_of_the_range_once_at_its_pace(
         assert [len(ready) for ready in seen] == [*range(1, 11), 10, 10]
         expected = [f"cron:hourly:{T0 - h * HOUR}" for h in range(10, 0, -1)]
         assert seen[-1] == expected  # oldest first, each the tick's own id
-        assert queue.backfill_cron("hourly", start, end, rate=2).done
         [listed] = queue.list_cron()
         assert listed.backfill is not None and listed.backfill.fired == 10
-        # The same backfill again runs nothing twice, even once its ticks have run.
+        # The same backfill again runs nothing twice, even once its ticks have run: it
+        # says they all ran already.
+        assert queue.backfill_cron("hourly", start, end, rate=2).done
         for task_id in expected:
             assert queue.cancel(task_id)
         again = queue.backfill_cron("hourly", start, end, rate=2)
-        assert again.done and again.fired == 10
+        assert again.done and (again.fired, again.already_ran, again.to_run) == (0, 10, 0)
         assert stepping(redis_url, queue_name, clock, [T0 + 7000, T0 + 8000])[-1] == []
         assert int(raw.hget(f"duetime:{{{queue_name}}}:stats", "cron_backfilled") or 0) == 10
         assert queue.check() == []

@@ -16,7 +16,7 @@ from duetime import times
 from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import Table, shown_time, stdout_console
 from duetime.cli.values import DURATION, MOMENT, TIME, json_argument
-from duetime.client import CronInfo
+from duetime.client import CronBackfillInfo, CronInfo
 from duetime.errors import TaskNotFoundError
 
 
@@ -143,7 +143,7 @@ def _cron_cells(job: CronInfo) -> tuple[str, str, str, str]:
     if job.last_run is not None:
         run = job.last_run
         outcome = {True: "ok", False: "failed", None: run.state}[run.succeeded]
-        late = ""
+        late = ", backfilled" if run.backfilled else ""
         if run.lateness_ms is not None:
             late = f", {times.format_duration(run.lateness_ms / 1000)} late"
         last = f"{shown_time(run.tick, zone)}\n{outcome}{late}"
@@ -166,8 +166,11 @@ def _option_lines(job: CronInfo, zone: tzinfo | None) -> list[str]:
     if job.pause_after_failures is not None:
         lines.append(f"failed in a row {job.failures or 0} of {job.pause_after_failures}")
     if job.backfill is not None:
-        done = "done" if job.backfill.done else f"{job.backfill.fired} fired"
-        lines.append(f"backfill of {job.backfill.ticks} tick(s): {done}")
+        backfill = job.backfill
+        progress = "done" if backfill.done else f"{backfill.fired} fired"
+        if backfill.already_ran:
+            progress += f", {backfill.already_ran} had run already"
+        lines.append(f"backfill of {backfill.ticks} tick(s): {progress}")
     return lines
 
 
@@ -214,23 +217,49 @@ def cron_trigger(queue: str, name: str, redis_url: str | None) -> None:
         click.echo(client.trigger_cron(name))
 
 
+def _moment_or_now(ctx: click.Context, param: click.Parameter, value: str) -> float | None:
+    """--to: a moment as MOMENT reads it, or None for ``now`` (the server's now)."""
+    return None if value.strip().lower() == "now" else MOMENT.convert(value, param, ctx)
+
+
 @queue_command("backfill", group=cron_group)
 @click.argument("name")
 @click.option("--from", "start", type=MOMENT, required=True, metavar="TIME",
               help="The range's start: a duration ago (7d) or ISO 8601 with a zone.")  # fmt: skip
-@click.option("--to", "end", type=MOMENT, required=True, metavar="TIME",
-              help="The range's end (included), in the past.")  # fmt: skip
+@click.option("--to", "end", required=True, metavar="TIME", callback=_moment_or_now,
+              help="The range's end (included): in the past, or now.")  # fmt: skip
 @click.option("--rate", type=float, default=1.0, show_default=True,
               help="Most ticks started per second.")  # fmt: skip
 def cron_backfill(
-    queue: str, name: str, start: float, end: float, rate: float, redis_url: str | None
+    queue: str, name: str, start: float, end: float | None, rate: float, redis_url: str | None
 ) -> None:
     """Run NAME's ticks from --from to --to, at most --rate a second, under its overlap
-    policy; the same range again changes nothing (each tick runs once)."""
+    policy. A tick that ran already (from an earlier backfill, or queued or running) is
+    not run again: the same or an overlapping range again runs only what has not run."""
     with open_queue(queue, redis_url) as client:
         backfill = client.backfill_cron(name, start, end, rate)
-    state = "done" if backfill.done else f"{backfill.fired} fired so far"
-    click.echo(f"backfilling {backfill.ticks} tick(s) of {name} at {backfill.rate:g}/s ({state})")
+        info = client.cron_info(name, upcoming=1)
+    zone = None if info is None else _job_zone(info.timezone)
+    for line in backfill_lines(name, backfill, zone):
+        click.echo(line)
+
+
+def backfill_lines(name: str, backfill: CronBackfillInfo, zone: tzinfo | None) -> list[str]:
+    """What a backfill call did, in words: the backfill it replaced, its range, and how
+    many of the range's ticks had run already and are still to run."""
+    lines = []
+    if backfill.replaced is not None:
+        old = backfill.replaced
+        lines.append(
+            f"replaced the unfinished backfill of {name} from {shown_time(old.start, zone)} "
+            f"to {shown_time(old.end, zone)} ({old.ticks - old.to_run} of its {old.ticks} "
+            "tick(s) done)"
+        )
+    span = f"from {shown_time(backfill.start, zone)} to {shown_time(backfill.end, zone)}"
+    lines.append(f"backfill of {name}: {backfill.ticks} tick(s) {span}")
+    pace = f" at {backfill.rate:g}/s" if backfill.to_run else ""
+    lines.append(f"{backfill.already_ran} already ran, {backfill.to_run} to run{pace}")
+    return lines
 
 
 @queue_command("remove", group=cron_group)

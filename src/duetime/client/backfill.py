@@ -4,13 +4,15 @@ pace asked for under the job's overlap policy (``dispatcher/backfill.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from datetime import UTC
 
-from duetime import cron, validation
+from duetime import cron, times, validation
 from duetime.client.models import CronBackfillInfo, Timestamp
 from duetime.client.shards import QueueShards
-from duetime.errors import InvalidInputError, TaskNotFoundError
-from duetime.store.cron_jobs import CronBackfill
+from duetime.errors import ConcurrentChangeError, InvalidInputError, TaskNotFoundError
+from duetime.store.cron_jobs import CronBackfill, parsed_backfill
 from duetime.store.requests import Plan
 
 #: Most ticks one backfill runs: ten years of hourly ticks (87,660) fit; ten years of
@@ -18,36 +20,110 @@ from duetime.store.requests import Plan
 MOST_BACKFILL_TICKS = 100_000
 #: The fastest pace of a backfill, in ticks per second.
 MOST_BACKFILL_RATE = 1000.0
+#: How many times a backfill is worked out again when the job's backfill record changed
+#: under it (each time a dispatcher fired a tick of the backfill it replaces).
+MOST_START_TRIES = 20
 
 
 class BackfillPlans(QueueShards):
     """The plan of a cron job's backfill."""
 
     def backfill_cron_plan(
-        self, name: str, start: Timestamp, end: Timestamp, rate: float
+        self, name: str, start: Timestamp, end: Timestamp | None, rate: float
     ) -> Plan[CronBackfillInfo]:
-        """Run the job's ticks from ``start`` to ``end`` (both included, both past) at
-        most ``rate`` a second. The same range again changes nothing but the pace (a
-        re-run does not run its ticks twice); another range replaces the backfill."""
+        """Run the job's ticks from ``start`` to ``end`` (both included, both past; None:
+        now) at most ``rate`` a second, except those an earlier backfill of the job
+        handled or whose task is live: a tick is identified by its instant, so a re-run,
+        a shifted range or an overlapping one never runs a tick twice. It replaces the
+        job's backfill before it; what that had done stays done."""
         spacing = _spacing(rate)
-        from_ms, to_ms = _moment(start, "start"), _moment(end, "end")
-        if to_ms < from_ms:
-            raise InvalidInputError(f"backfill end ({end!r}) is before its start ({start!r})")
+        from_ms = _moment(start, "start")
+        to_ms = None if end is None else _moment(end, "end")
+        if to_ms is not None and to_ms < from_ms:
+            raise InvalidInputError(
+                f"backfill end ({_shown(to_ms)}) is before its start ({_shown(from_ms)})"
+            )
         shard, job = yield from self._cron_home(name)
         now = yield from shard.now()
+        if to_ms is None:
+            to_ms = now
+            if to_ms < from_ms:
+                raise InvalidInputError(
+                    f"backfill start ({_shown(from_ms)}) is after now ({_shown(now)})"
+                )
         if to_ms > now:
             raise InvalidInputError(
-                f"backfill end ({end!r}) is after now: a backfill runs past ticks (the "
-                "job fires its ticks from now on itself)"
+                f"backfill end ({_shown(to_ms)}) is after now ({_shown(now)}): a backfill "
+                "runs past ticks (the job fires its ticks from now on itself)"
             )
-        first, total = _ticks_in(job, from_ms, to_ms)
-        code, record = yield from shard.start_backfill(
-            name, (from_ms, to_ms), spacing, first, total
+        ticks = _ticks_in(job, from_ms, to_ms)
+        for _ in range(MOST_START_TRIES):
+            stored = yield from shard.backfill_record(name)
+            previous = None if stored is None else parsed_backfill(stored)
+            backfill = _planned(job, ticks, spacing, previous)
+            now = yield from shard.now()
+            code = yield from shard.start_backfill(name, stored, backfill, now)
+            if code == 0:
+                raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+            if code == 1:
+                return dataclasses.replace(_info(backfill), replaced=_replaced(previous, backfill))
+        raise ConcurrentChangeError(
+            f"the backfill of cron job {name!r} kept changing while this one was worked out "
+            "(a dispatcher fires it, or other calls replace it): try again, or wait for it "
+            "to end"
         )
-        info = backfill_info(record)
-        if code and info is not None:
-            return info
-        raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+
+
+def _replaced(previous: CronBackfill | None, backfill: CronBackfill) -> CronBackfillInfo | None:
+    """The unfinished backfill of another range that ``backfill`` replaces, if any."""
+    if previous is None or previous.next_tick_ms is None:
+        return None
+    if (previous.from_ms, previous.to_ms) == (backfill.from_ms, backfill.to_ms):
+        return None  # the same range again: it goes on (what it had done is kept)
+    return _info(previous)
+
+
+def _planned(
+    job: cron.CronJob, ticks: list[int], spacing: int, previous: CronBackfill | None
+) -> CronBackfill:
+    """The backfill of ``ticks`` (the range's, in order) that replaces ``previous``: what
+    that and the backfills before it handled is kept, and not run again."""
+    covered = _joined(job, previous.handled()) if previous is not None else ()
+    first: int | None = None
+    already_ran = 0
+    spans = iter(covered)
+    span = next(spans, None)
+    for tick in ticks:
+        while span is not None and span[1] < tick:
+            span = next(spans, None)
+        if span is not None and span[0] <= tick:
+            already_ran += 1
+        elif first is None:
+            first = tick
+    return CronBackfill(
+        from_ms=ticks[0], to_ms=ticks[-1], spacing_ms=spacing, next_tick_ms=first, fired=0,
+        total=len(ticks), already_ran=already_ran, covered=covered,
+    )  # fmt: skip
+
+
+def _joined(job: cron.CronJob, spans: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+    """``spans`` with those that no tick of the job parts made one, so that ranges
+    backfilled one after another keep one span."""
+    out: list[tuple[int, int]] = []
+    for low, high in spans:
+        if out:
+            following = job.next_tick(out[-1][1])
+            if following is None or following >= low:
+                out[-1] = (out[-1][0], high)
+                continue
+        out.append((low, high))
+    return tuple(out)
+
+
+def _shown(moment_ms: int) -> str:
+    """An instant of a backfill's error as a person reads it (UTC, to the second, or to
+    the millisecond when it has one)."""
+    return times.format_time(moment_ms / 1000, UTC, precise=moment_ms % 1000 != 0)
 
 
 def _spacing(rate: object) -> int:
@@ -68,12 +144,13 @@ def _moment(value: object, what: str) -> int:
         raise InvalidInputError(f"backfill {what}: {str(error).replace('run-at ', '')}") from None
 
 
-def _ticks_in(job: cron.CronJob, from_ms: int, to_ms: int) -> tuple[int, int]:
-    """The range's first tick and how many it holds; InvalidInputError when it holds
-    none, or more than ``MOST_BACKFILL_TICKS``."""
+def _ticks_in(job: cron.CronJob, from_ms: int, to_ms: int) -> list[int]:
+    """The range's ticks, in order; InvalidInputError when it holds none, or more than
+    ``MOST_BACKFILL_TICKS``."""
     too_many = InvalidInputError(
         f"a backfill runs at most {MOST_BACKFILL_TICKS:,} ticks, and cron job {job.name!r} "
-        f"has more from {from_ms} to {to_ms} (ms): backfill shorter ranges one after another"
+        f"has more from {_shown(from_ms)} to {_shown(to_ms)}: backfill shorter ranges one "
+        "after another"
     )
     if job.every_ms:  # counted without listing them
         anchor = job.start_ms or 0
@@ -85,25 +162,27 @@ def _ticks_in(job: cron.CronJob, from_ms: int, to_ms: int) -> tuple[int, int]:
         )
         if count > MOST_BACKFILL_TICKS:
             raise too_many
-    first, count = None, 0
+    found: list[int] = []
     for tick in job.ticks_after(from_ms - 1):
         if tick > to_ms:
             break
-        first = tick if first is None else first
-        count += 1
-        if count > MOST_BACKFILL_TICKS:
+        found.append(tick)
+        if len(found) > MOST_BACKFILL_TICKS:
             raise too_many
-    if first is None:
+    if not found:
         raise InvalidInputError(
-            f"cron job {job.name!r} has no tick from {from_ms} to {to_ms} (ms): nothing to backfill"
+            f"cron job {job.name!r} has no tick from {_shown(from_ms)} to {_shown(to_ms)}: "
+            "nothing to backfill"
         )
-    return first, count
+    return found
 
 
 def backfill_info(record: CronBackfill | None) -> CronBackfillInfo | None:
     """A backfill's record as the client shows it."""
-    if record is None:
-        return None
+    return None if record is None else _info(record)
+
+
+def _info(record: CronBackfill) -> CronBackfillInfo:
     return CronBackfillInfo(
         start=record.from_ms / 1000,
         end=record.to_ms / 1000,
@@ -111,4 +190,6 @@ def backfill_info(record: CronBackfill | None) -> CronBackfillInfo | None:
         ticks=record.total,
         fired=record.fired,
         done=record.next_tick_ms is None,
+        already_ran=record.already_ran,
+        skipped=record.skipped,
     )

@@ -208,7 +208,9 @@ class CronPlans(Producing):
             next_runs = _next_runs(job, table, now, upcoming)
         last: CronRun | None = None
         if name in table.last_task:
-            last = yield from self._cron_run(job, table.last_task[name])
+            backfill = table.backfills.get(name)
+            handled = backfill.handled() if backfill is not None else ()
+            last = yield from self._cron_run(job, table.last_task[name], handled)
         keeps = job.keeps_state
         return CronInfo(
             name=job.name,
@@ -237,10 +239,15 @@ class CronPlans(Producing):
             backfill=backfill_info(table.backfills.get(name)),
         )
 
-    def _cron_run(self, job: cron.CronJob, task_id: str) -> Plan[CronRun | None]:
+    def _cron_run(
+        self, job: cron.CronJob, task_id: str, backfilled: tuple[tuple[int, int], ...]
+    ) -> Plan[CronRun | None]:
+        """The run of ``task_id``; ``backfilled`` holds the spans of ticks the job's
+        backfills handled (a run of theirs is due when it fires, so it is not late)."""
         tick = cron.tick_of_task(task_id)
         if tick is None:
             return None  # not an id duetime wrote; the checker does not own cron_last values
+        from_backfill = any(low <= tick <= high for low, high in backfilled)
         _, reply = yield from self._locate(task_id)
         result, _ = result_record(reply.result)
         error = codec.decode_error(reply.error).error if reply.error else None
@@ -251,9 +258,12 @@ class CronPlans(Producing):
             state=reply.state,
             started=started,
             # From when it was due: the tick, plus its jitter.
-            lateness_ms=None if started is None else started * 1000 - _due(job, tick),
+            lateness_ms=None
+            if started is None or from_backfill
+            else started * 1000 - _due(job, tick),
             succeeded=result.ok if result else None,
             error=error if error else (None if not result or result.ok else str(result.value)),
+            backfilled=from_backfill,
         )
 
 

@@ -35,8 +35,14 @@ class CronMethods:
         return self.runner.run(self.core.add_crons_plan(jobs))
 
     def backfill_cron(
-        self: HasRunner, name: str, start: Timestamp, end: Timestamp, rate: float = 1.0
+        self: HasRunner,
+        name: str,
+        start: Timestamp,
+        end: Timestamp | None = None,
+        rate: float = 1.0,
     ) -> CronBackfillInfo:
+        """Run the job's ticks from ``start`` to ``end`` (None: now) that have not run, at
+        most ``rate`` a second; says how many of them had run already (docs/cron.md)."""
         return self.runner.run(self.core.backfill_cron_plan(name, start, end, rate))
 
     def sync_cron(
@@ -88,7 +94,11 @@ class AsyncCronMethods:
         return await self.runner.run(self.core.add_crons_plan(jobs))
 
     async def backfill_cron(
-        self: HasAsyncRunner, name: str, start: Timestamp, end: Timestamp, rate: float = 1.0
+        self: HasAsyncRunner,
+        name: str,
+        start: Timestamp,
+        end: Timestamp | None = None,
+        rate: float = 1.0,
     ) -> CronBackfillInfo:
         return await self.runner.run(self.core.backfill_cron_plan(name, start, end, rate))
 

@@ -231,9 +231,11 @@ class CronRun:
     task_id: str
     state: TaskState  # unknown: finished without a result kept, or its result expired
     started: float | None  # when its last attempt started, if known
-    lateness_ms: float | None  # started - tick
+    lateness_ms: float | None  # started - when it was due (None for a backfill's run)
     succeeded: bool | None
     error: str | None
+    #: A backfill fired it: its run was due when it fired, so it is not late.
+    backfilled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,8 +246,20 @@ class CronBackfillInfo:
     end: float
     rate: float  # ticks started per second, at most
     ticks: int  # ticks in the range
-    fired: int  # ticks fired so far (a tick whose task was live already is not again)
+    fired: int  # ticks it enqueued so far
     done: bool
+    #: Ticks of the range it does not run again: an earlier backfill of the job handled
+    #: them, or their task was live (queued, running, retried or dead) when it came by.
+    already_ran: int = 0
+    skipped: int = 0  # ticks skipped under overlap="skip" (their previous run was live)
+    #: From ``backfill_cron``: the unfinished backfill of another range this one replaced,
+    #: as it stood (its ticks not reached are not run, unless this range holds them).
+    replaced: CronBackfillInfo | None = None
+
+    @property
+    def to_run(self) -> int:
+        """Ticks of the range it has still to reach (0 once done)."""
+        return 0 if self.done else self.ticks - self.fired - self.already_ran - self.skipped
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,11 @@ import logging
 from typing import Any
 
 from duetime import codec, cron_definitions
+from duetime.cron import CronJob
 from duetime.dispatcher.tally import TickTally
 from duetime.errors import DecodeError
 from duetime.store import AsyncRunner
-from duetime.store.cron_jobs import DueBackfill
+from duetime.store.cron_jobs import CronBackfill, DueBackfill
 from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
@@ -72,15 +73,25 @@ class BackfillFirer:
         name, data, template = cron_definitions.decode_parts(entry.definition)
         backfill, tick = entry.backfill, entry.backfill.next_tick_ms
         try:
-            following = template.job.next_tick(tick)  # ticks do not depend on the name
+            following = _next_to_run(template.job, tick, backfill)
         except (ValueError, OverflowError, KeyError) as error:  # croniter on odd input
             raise DecodeError(f"its ticks cannot be computed ({error})") from error
-        if following is None or following > backfill.to_ms:
-            following = -1
         # A backfill's run is due when it fires: its tick is in its id.
         task_id, run_at, envelope, record = template.tick_task(name, codec.pack(data), tick, now)
         return [
-            name, str(entry.due_ms), str(tick), str(following),
+            name, str(entry.due_ms), entry.record, str(following),
             str(now + backfill.spacing_ms), template.job.overlap, str(now + BACKFILL_RECHECK_MS),
             task_id, str(run_at), envelope, record,
         ]  # fmt: skip
+
+
+def _next_to_run(job: CronJob, after_ms: int, backfill: CronBackfill) -> int:
+    """The backfill's first tick after ``after_ms`` that no earlier backfill handled
+    (covered spans are jumped over whole); -1 when its range holds no more."""
+    tick = job.next_tick(after_ms)  # ticks do not depend on the name
+    while tick is not None and tick <= backfill.to_ms:
+        end = backfill.covering(tick)
+        if end is None:
+            return tick
+        tick = job.next_tick(end)
+    return -1

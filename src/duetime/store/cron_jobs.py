@@ -30,14 +30,56 @@ class CronState:
 
 @dataclass(frozen=True, slots=True)
 class CronBackfill:
-    """A job's backfill (``cron_backfill``): its range, pace and progress."""
+    """A job's backfill (``cron_backfill``): its range, pace and progress, and the ticks
+    the job's earlier backfills handled (``covered``), which it does not run again.
 
-    from_ms: int
-    to_ms: int
+    Its own progress covers the ticks from ``from_ms`` to the one before ``next_tick_ms``
+    (to ``to_ms`` once done): each of them it fired, passed over or found run already."""
+
+    from_ms: int  # the range's first tick
+    to_ms: int  # its last tick
     spacing_ms: int
     next_tick_ms: int | None  # None: done
-    fired: int
-    total: int
+    fired: int  # ticks it enqueued
+    total: int  # ticks in its range
+    skipped: int = 0  # ticks skipped under overlap="skip"
+    already_ran: int = 0  # ticks not run again: an earlier backfill ran them, or live
+    #: Instants (ms, both ends included, in order, apart) within which every tick of the
+    #: job was handled by an earlier backfill.
+    covered: tuple[tuple[int, int], ...] = ()
+
+    def covering(self, tick_ms: int) -> int | None:
+        """The end of the covered span that holds ``tick_ms``; None when none does."""
+        for low, high in self.covered:
+            if low <= tick_ms <= high:
+                return high
+        return None
+
+    def handled(self) -> tuple[tuple[int, int], ...]:
+        """The spans of ticks handled by this backfill and those before it."""
+        end = self.to_ms if self.next_tick_ms is None else self.next_tick_ms - 1
+        own = ((self.from_ms, end),) if end >= self.from_ms else ()
+        return merged_spans((*self.covered, *own))
+
+    def encoded(self) -> str:
+        """The ``cron_backfill`` value (fire_backfill.lua and start_backfill.lua read it)."""
+        next_tick = -1 if self.next_tick_ms is None else self.next_tick_ms
+        spans = ",".join(f"{low}:{high}" for low, high in self.covered)
+        return (
+            f"{self.from_ms}|{self.to_ms}|{self.spacing_ms}|{next_tick}|{self.fired}|"
+            f"{self.total}|{self.skipped}|{self.already_ran}|{spans}"
+        )
+
+
+def merged_spans(spans: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Spans of instants in order, those that overlap or touch made one."""
+    out: list[tuple[int, int]] = []
+    for low, high in sorted(spans):
+        if out and low <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], high))
+        else:
+            out.append((low, high))
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +88,7 @@ class DueBackfill:
     due_ms: int  # the score read, compared and set by fire_backfill
     definition: bytes | None
     backfill: CronBackfill | None  # None: its record is missing or garbage
+    record: bytes = b""  # the record as read, compared by fire_backfill
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,16 +189,22 @@ class CronPlans(QueueBase):
             )  # fmt: skip
         return due
 
+    def backfill_record(self, name: str) -> Plan[bytes | None]:
+        """A job's backfill record as stored (start_backfill compares it)."""
+        reply = yield Command(("HGET", self.keys.cron_backfill, name))
+        return None if reply is None else bytes(reply)
+
     def start_backfill(
-        self, name: str, range_ms: tuple[int, int], spacing_ms: int, first_tick_ms: int, total: int
-    ) -> Plan[tuple[int, CronBackfill | None]]:
-        """Record a job's backfill, due now: (0 no such job | 1 started | 2 the same range
-        was recorded already, its record)."""
-        now = yield from self.now()
+        self, name: str, replaced: bytes | None, backfill: CronBackfill, now_ms: int
+    ) -> Plan[int]:
+        """Record a job's backfill, its next tick due at ``now_ms``, if its record is
+        still ``replaced`` (None: none): 1 done, 2 the record changed meanwhile (nothing
+        written), 0 no such job."""
         k = self.keys
         keys = (k.cron, k.cron_backfill, k.cron_backfill_due, k.wake)
-        args = (name, f"{range_ms[0]}|{range_ms[1]}", spacing_ms, first_tick_ms, total, now)
-        return _start_backfill_reply((yield Eval(scripts.START_BACKFILL, keys, args)))
+        args = (name, b"" if replaced is None else replaced, backfill.encoded(), now_ms,
+                0 if backfill.next_tick_ms is None else 1)  # fmt: skip
+        return int((yield Eval(scripts.START_BACKFILL, keys, args)))
 
     def due_backfills(self, now_ms: int, limit: int) -> Plan[list[DueBackfill]]:
         """Backfills whose next tick is due: name, the score read, definition, record."""
@@ -175,7 +224,8 @@ class CronPlans(QueueBase):
                 name,
                 int(float(flat[2 * i + 1])),
                 definitions[i],
-                _backfill(records[i]) if records[i] else None,
+                parsed_backfill(records[i]) if records[i] else None,
+                bytes(records[i] or b""),
             )
             for i, name in enumerate(names)
         ]
@@ -216,11 +266,6 @@ class CronPlans(QueueBase):
         return [r if isinstance(r, int) else CronFireOutcome(as_text(r)) for r in replies]
 
 
-def _start_backfill_reply(reply: Any) -> tuple[int, CronBackfill | None]:
-    code, record = reply
-    return int(code), _backfill(record) if record else None
-
-
 def _table(*columns: list[tuple[Any, Any]]) -> CronTable:
     """A CronTable from (name, value) pairs of each record, in ``CronTable``'s order."""
     definitions, next_ticks, last, held, states, backfills = columns
@@ -231,7 +276,7 @@ def _table(*columns: list[tuple[Any, Any]]) -> CronTable:
         # A held tick that is not a number is garbage; the job shows as not held.
         {as_text(n): t for n, raw in held if (t := count_or_none(raw)) is not None},
         {as_text(n): s for n, raw in states if (s := _state(raw)) is not None},
-        {as_text(n): b for n, raw in backfills if (b := _backfill(raw)) is not None},
+        {as_text(n): b for n, raw in backfills if (b := parsed_backfill(raw)) is not None},
     )
 
 
@@ -243,10 +288,22 @@ def _state(raw: bytes) -> CronState | None:
     return CronState(int(runs), int(failures), ended == "1")
 
 
-def _backfill(raw: bytes) -> CronBackfill | None:
-    """A ``cron_backfill`` value, or None when it is not one duetime wrote."""
+def parsed_backfill(raw: bytes) -> CronBackfill | None:
+    """A ``cron_backfill`` value, or None when it is not one duetime wrote (six fields:
+    one written before backfills kept what earlier ones covered)."""
     parts = as_text(raw).split("|")
-    if len(parts) != 6 or not all(p.lstrip("-").isdigit() for p in parts):
+    if len(parts) == 6:
+        parts += ["0", "0", ""]
+    if len(parts) != 9 or not all(p.lstrip("-").isdigit() for p in parts[:8]):
         return None
-    start, end, spacing, next_tick, fired, total = (int(p) for p in parts)
-    return CronBackfill(start, end, spacing, None if next_tick < 0 else next_tick, fired, total)
+    start, end, spacing, next_tick, fired, total, skipped, before = (int(p) for p in parts[:8])
+    spans = []
+    for span in filter(None, parts[8].split(",")):
+        low, _, high = span.partition(":")
+        if not (low.isdigit() and high.isdigit()):
+            return None
+        spans.append((int(low), int(high)))
+    return CronBackfill(
+        start, end, spacing, None if next_tick < 0 else next_tick, fired, total, skipped,
+        before, merged_spans(spans),
+    )  # fmt: skip

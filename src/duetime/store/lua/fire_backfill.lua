@@ -1,9 +1,13 @@
 -- fire_backfill: for each of some cron jobs with a backfill due, enqueue the backfill's
 -- next tick (at a bounded pace) under the job's overlap policy, and advance it, once
--- however many dispatchers try: the due time and the next tick are compared and set, and
--- the tick's task id is the tick's id, so a tick whose task is live is not enqueued again.
+-- however many dispatchers try: the due time and the whole record are compared and set.
+-- A tick is never enqueued again: not one within the spans earlier backfills of the job
+-- handled (the record keeps them), and not one whose task is live (its task id is the
+-- tick's id, stored with HSETNX), whichever firing enqueued it.
 -- KEYS[1] cron_backfill_due ZSET job name -> when its backfill fires its next tick (ms)
--- KEYS[2] cron_backfill HASH  job name -> "<from>|<to>|<spacing>|<next tick>|<fired>|<total>"
+-- KEYS[2] cron_backfill HASH  job name -> "<from>|<to>|<spacing>|<next tick>|<fired>|<total>
+--                             |<skipped>|<ran before>|<covered spans: low:high,...>" (a
+--                             record of six fields, from before the spans, has none)
 -- KEYS[3] cron_last  HASH  job name -> task id of its latest fired tick
 -- KEYS[4] tasks      HASH
 -- KEYS[5] ready      LIST
@@ -13,12 +17,13 @@
 -- KEYS[9] scheduled  ZSET
 -- KEYS[10] wake      LIST
 -- ARGV[1] the backfills, packed (msgpack): an array of arrays, one per job, of name, the
---   due time the caller read (CAS), the next tick it read (CAS), the tick after it (-1:
---   the range is done), when the tick after it fires, overlap policy (allow | skip |
---   delay), when delaying the time to look again, and the tick's task id, run-at (ms),
---   envelope and flow record ('').
--- Returns: an array, per job, of 1 enqueued, 0 its task was live already, or 'stale',
--- 'skipped' or 'delayed' (the job's previous run is still live).
+--   due time the caller read (CAS), the record it read (CAS), the next tick to fire
+--   after this one, not within the covered spans (-1: the range is done), when it
+--   fires, overlap policy (allow | skip | delay), when delaying the time to look again,
+--   and the tick's task id, run-at (ms), envelope and flow record ('').
+-- Returns: an array, per job, of 1 enqueued, 0 it had run already (an earlier backfill
+-- handled it, or its task is live), or 'stale', 'skipped' or 'delayed' (the job's
+-- previous run is still live).
 -- @include flow_mode
 -- What is written below is read here first: a key of the wrong type fails the call with
 -- nothing written (a script that fails half way keeps the writes it made).
@@ -30,25 +35,44 @@ redis.call('ZSCORE', KEYS[9], '')
 redis.call('LLEN', KEYS[10])
 local woken = false
 
+-- Whether ``tick`` lies within one of the covered spans ("low:high,low:high").
+local function covered(spans, tick)
+  for low, high in string.gmatch(spans, '(%d+):(%d+)') do
+    if tick >= tonumber(low) and tick <= tonumber(high) then
+      return true
+    end
+  end
+  return false
+end
+
 local function fire(job)
   local name = job[1]
   local score = redis.call('ZSCORE', KEYS[1], name)
   local record = redis.call('HGET', KEYS[2], name)
-  if not score or tonumber(score) ~= tonumber(job[2]) or not record then
+  if not score or tonumber(score) ~= tonumber(job[2]) or record ~= job[3] then
     return 'stale'
   end
-  local range, next_tick, fired, total = string.match(record, '^(%d+|%d+|%d+)|(%-?%d+)|(%d+)|(%d+)$')
-  if next_tick ~= job[3] then
-    return 'stale'
+  local range, tick, fired, total, rest = string.match(record, '^(%d+|%d+|%d+)|(%-?%d+)|(%d+)|(%d+)(.*)$')
+  local skipped, before, spans = '0', '0', ''
+  if rest ~= '' then
+    skipped, before, spans = string.match(rest, '^|(%d+)|(%d+)|([%d:,]*)$')
   end
-  local function advance(count)
-    redis.call('HSET', KEYS[2], name,
-      range .. '|' .. job[4] .. '|' .. (tonumber(fired) + count) .. '|' .. total)
+  if not range or not skipped or tonumber(tick) < 0 then
+    return 'stale'  -- not a record this script writes: the caller drops such records
+  end
+  local function advance(enqueued, passed, ran)
+    redis.call('HSET', KEYS[2], name, range .. '|' .. job[4] .. '|' .. (tonumber(fired) + enqueued)
+      .. '|' .. total .. '|' .. (tonumber(skipped) + passed) .. '|' .. (tonumber(before) + ran)
+      .. '|' .. spans)
     if tonumber(job[4]) >= 0 then
       redis.call('ZADD', KEYS[1], job[5], name)
     else
       redis.call('ZREM', KEYS[1], name)
     end
+  end
+  if covered(spans, tonumber(tick)) then
+    advance(0, 0, 1)
+    return 0
   end
   if job[6] ~= 'allow' then
     local last = redis.call('HGET', KEYS[3], name)
@@ -57,7 +81,7 @@ local function fire(job)
         redis.call('ZADD', KEYS[1], job[7], name)
         return 'delayed'
       end
-      advance(0)
+      advance(0, 1, 0)
       redis.pcall('HINCRBY', KEYS[6], 'cron_skipped', 1)
       return 'skipped'
     end
@@ -76,7 +100,7 @@ local function fire(job)
     redis.pcall('HINCRBY', KEYS[6], 'scheduled', 1)
   end
   redis.call('HSET', KEYS[3], name, job[8])
-  advance(count)
+  advance(count, 0, 1 - count)
   return count
 end
 
