@@ -13,6 +13,7 @@ and ``cron_methods``), ``handles`` (typed schedule calls of one handler),
 """
 
 from duetime.client.bulk import (
+    NOT_STARTED,
     BulkOutcome,
     MatchSelection,
     select_matching,
@@ -42,7 +43,7 @@ from duetime.client.models import (
 )
 from duetime.client.queue import AsyncQueue, Queue
 from duetime.client.registry import known_queues
-from duetime.client.searching import SearchPage, TaskSearch
+from duetime.client.searching import WAITING, SearchPage, TaskSearch
 from duetime.client.selection import (
     BATCH_SIZE,
     DeadFilter,
@@ -59,6 +60,8 @@ __all__ = [
     "BATCH_SIZE",
     "LISTED_STATES",
     "MOST_PER_ROUND_TRIP",
+    "NOT_STARTED",
+    "WAITING",
     "AsyncQueue",
     "AsyncTaskHandle",
     "BulkOutcome",

@@ -1,6 +1,7 @@
 """Acting on many waiting tasks at once: cancel, reschedule or run now each task of a
 list of ids, chosen by hand or by a search (``select_matching``), and say what was done
-and what was skipped, and why.
+and what was skipped, and why. A task that has not started is scheduled, ready, or due
+and waiting under flow control (for its turn or a limit): a bulk action reaches each.
 
 Each task is its own atomic step (the same script as for one task), so a task that
 started, died or finished meanwhile is skipped, never half-changed; nothing is held
@@ -10,20 +11,50 @@ is checked before the first step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
 from typing import Protocol
 
-from duetime import codec, validation
+from duetime import codec, times, validation
 from duetime.client.control import Control
 from duetime.client.models import Duration, TaskIds, TaskStatus, Timestamp
-from duetime.client.searching import DEFAULT_BUDGET, MOST_LIMIT, SearchPage, TaskSearch
+from duetime.client.searching import (
+    DEFAULT_BUDGET,
+    MOST_LIMIT,
+    SEARCH_STATES,
+    WAITING,
+    SearchPage,
+    TaskSearch,
+)
 from duetime.errors import InvalidInputError
 from duetime.states import RescheduleOutcome, TaskState
 from duetime.store.requests import Plan
 
-#: Why a task was skipped: it was running, dead, already due (run now), or not live.
+#: Why a task was skipped: it was running, dead, already due (run now: ``ready``, or
+#: ``waiting`` under flow control for its turn or a limit, which a run now does not
+#: pass), or not live.
 GONE = "gone"
+#: The states a bulk action chosen by a search takes unless told: every task that has
+#: not started (ready includes the due tasks waiting under flow control).
+NOT_STARTED = (TaskState.SCHEDULED, TaskState.READY)
+
+
+def state_of(status: TaskStatus) -> str:
+    """A task's state as a bulk action tells it: ``waiting`` for a ready task that waits
+    under flow control, else its state."""
+    return WAITING if status.waiting_for is not None else str(status.state)
+
+
+def in_states(status: TaskStatus, states: Collection[str]) -> bool:
+    """Whether a task is in one of ``states`` (``ready`` takes the waiting ones too)."""
+    kind = state_of(status)
+    return kind in states or (kind == WAITING and TaskState.READY in states)
+
+
+def counted(counts: dict[str, int]) -> str:
+    """``{"running": 2, "dead": 1}`` as ``1 dead, 2 running``."""
+    return ", ".join(f"{count:,} {name}" for name, count in sorted(counts.items()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,19 +66,27 @@ class BulkOutcome:
     action: str  # cancel | reschedule | run_now
     done: list[str]
     skipped: dict[str, str]
+    #: A reschedule's new run-at (epoch seconds; one not in the future made them due now).
+    run_at: float | None = None
 
     @property
     def summary(self) -> str:
-        """One line for people: ``cancelled 12; skipped 3 (2 running, 1 gone)``."""
+        """One line for people: ``cancelled 12; skipped 3 (2 running, 1 gone)``; a
+        reschedule says to when (in UTC)."""
+        return self.described(UTC)
+
+    def described(self, zone: tzinfo | None) -> str:
+        """``summary`` with a reschedule's time in ``zone`` (None: this host's)."""
         verb = {"cancel": "cancelled", "reschedule": "rescheduled", "run_now": "made due now"}
         said = f"{verb[self.action]} {len(self.done):,}"
+        if self.run_at is not None:
+            said += f" to {times.format_time(self.run_at, zone)}"
         if not self.skipped:
             return said
         reasons: dict[str, int] = {}
         for reason in self.skipped.values():
             reasons[reason] = reasons.get(reason, 0) + 1
-        parts = ", ".join(f"{count:,} {reason}" for reason, count in sorted(reasons.items()))
-        return f"{said}; skipped {len(self.skipped):,} ({parts})"
+        return f"{said}; skipped {len(self.skipped):,} ({counted(reasons)})"
 
 
 @dataclass
@@ -55,9 +94,10 @@ class _Tally:
     action: str
     done: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    run_at: float | None = None
 
     def outcome(self) -> BulkOutcome:
-        return BulkOutcome(self.action, self.done, self.skipped)
+        return BulkOutcome(self.action, self.done, self.skipped, self.run_at)
 
 
 def _checked_ids(task_ids: TaskIds) -> list[str]:
@@ -72,9 +112,9 @@ class BulkControl(Control):
     """The plans of ``QueueCore`` that act on many waiting tasks, one atomic step each."""
 
     def cancel_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
-        """Cancel each task that has not started (scheduled or ready), and ask each running
-        one's worker to stop it (it ends as cancelled); a dead one is left alone (a dead
-        task is purged with ``purge_dead``)."""
+        """Cancel each task that has not started (scheduled, ready, or waiting under flow
+        control), and ask each running one's worker to stop it (it ends as cancelled); a
+        dead one is left alone (a dead task is purged with ``purge_dead``)."""
         tally = _Tally("cancel")
         for task_id in _checked_ids(task_ids):
             place = yield from self._cancel_live(task_id)
@@ -85,11 +125,12 @@ class BulkControl(Control):
         return tally.outcome()
 
     def reschedule_many_plan(self, task_ids: TaskIds, at: Timestamp) -> Plan[BulkOutcome]:
-        """Give each waiting task (scheduled or ready) the run-at ``at``; a time not in
-        the future makes it due now."""
+        """Give each task that has not started (scheduled, ready, or waiting under flow
+        control) the run-at ``at``; a time not in the future makes it due now (under
+        flow control: due in its key's turn, as a promoted task)."""
         ids = _checked_ids(task_ids)
         run_at_ms = validation.timestamp_ms(at)
-        tally = _Tally("reschedule")
+        tally = _Tally("reschedule", run_at=run_at_ms / 1000)
         for task_id in ids:
             outcome = yield from self._reschedule_one(task_id, run_at_ms)
             if outcome == RescheduleOutcome.OK:
@@ -117,14 +158,17 @@ class BulkControl(Control):
         )
 
     def run_now_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
-        """Make each scheduled task due now (its run-at becomes the server's now); a
-        task already due (ready) is skipped, as are running, dead and gone ones."""
+        """Make each scheduled task due now (its run-at becomes the server's now; under
+        flow control it is then due in its key's turn); a task already due is skipped:
+        ``ready``, or ``waiting`` under flow control (a run now passes no limit), as are
+        running, dead and gone ones."""
         tally = _Tally("run_now")
         for task_id in _checked_ids(task_ids):
             shard, reply = yield from self._locate(task_id)
             if reply.state != TaskState.SCHEDULED:
                 live = reply.state in (TaskState.READY, TaskState.RUNNING, TaskState.DEAD)
-                tally.skipped[task_id] = str(reply.state) if live else GONE
+                reason = str(reply.state) if live else GONE
+                tally.skipped[task_id] = WAITING if reply.waiting else reason
                 continue
             now_ms = yield from shard.now()
             # The step is atomic: a task claimed since the look above is refused by it.
@@ -161,13 +205,18 @@ class MatchSelection:
     the first ``sample`` in full, how many entries were read, and whether the walk got
     to its end (False: it stopped at the bound; later tasks were not looked at).
     ``unnameable`` matches carry an id duetime does not accept (written by hand), which
-    the bulk actions would refuse: they are left out of ``ids``."""
+    the bulk actions would refuse: they are left out of ``ids``. With ``states`` asked,
+    ``ids`` are the matches in those states, ``chosen`` counts them by state (``waiting``
+    apart from ``ready``: see ``state_of``) and ``left_alone`` counts the other matches by
+    state, so that a selection says what it will not touch and why."""
 
     ids: list[str]
     sample: list[TaskStatus]
     scanned: int
     complete: bool
     unnameable: int = 0
+    chosen: dict[str, int] = field(default_factory=dict)
+    left_alone: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -175,11 +224,15 @@ class _Collecting:
     sample: int
     most_scanned: int | None
     on_page: Callable[[SearchPage], None] | None
+    states: Collection[str] | None
     ids: dict[str, None] = field(default_factory=dict)  # ordered, once each
     shown: list[TaskStatus] = field(default_factory=list)
     scanned: int = 0
     looked: int = 0
     unnameable: set[str] = field(default_factory=set)
+    met: set[str] = field(default_factory=set)  # every match, chosen or left alone
+    chosen: dict[str, int] = field(default_factory=dict)
+    left_alone: dict[str, int] = field(default_factory=dict)
 
     def budget(self, per_call: int) -> int:
         if self.most_scanned is None:
@@ -191,13 +244,19 @@ class _Collecting:
         self.scanned += page.scanned
         self.looked += budget
         for status in page.tasks:
-            if status.id in self.ids or status.id in self.unnameable:
+            if status.id in self.met:
                 continue  # a walk may meet a task twice
+            self.met.add(status.id)
+            kind = state_of(status)
+            if self.states is not None and not in_states(status, self.states):
+                self.left_alone[kind] = self.left_alone.get(kind, 0) + 1
+                continue
             try:
                 self.ids[validation.task_id(status.id)] = None
             except InvalidInputError:
                 self.unnameable.add(status.id)
                 continue
+            self.chosen[kind] = self.chosen.get(kind, 0) + 1
             if len(self.shown) < self.sample:
                 self.shown.append(status)
         if self.on_page is not None:
@@ -207,7 +266,28 @@ class _Collecting:
 
     def selection(self, cursor: str | None) -> MatchSelection:
         return MatchSelection(
-            list(self.ids), self.shown, self.scanned, cursor is None, len(self.unnameable)
+            list(self.ids),
+            self.shown,
+            self.scanned,
+            cursor is None,
+            len(self.unnameable),
+            self.chosen,
+            self.left_alone,
+        )
+
+
+def _checked_states(criteria: TaskSearch, states: Collection[str] | None) -> None:
+    if states is None:
+        return
+    unknown = [state for state in states if state not in SEARCH_STATES]
+    if unknown or isinstance(states, str):
+        raise InvalidInputError(
+            f"states must be some of {', '.join(SEARCH_STATES)}, got {validation.shown(states)}"
+        )
+    if criteria.state is not None:
+        raise InvalidInputError(
+            "give the states in states, not in the search: the search then finds every "
+            "match, and the selection says how many it leaves alone"
         )
 
 
@@ -219,10 +299,14 @@ def select_matching(
     sample: int = 20,
     budget: int = DEFAULT_BUDGET,
     on_page: Callable[[SearchPage], None] | None = None,
+    states: Collection[str] | None = None,
 ) -> MatchSelection:
     """Every task ``criteria`` match, walking the whole queue ``budget`` entries per
-    call (or until ``most_scanned`` were looked at); ``on_page`` hears of each call."""
-    collecting = _Collecting(sample, most_scanned, on_page)
+    call (or until ``most_scanned`` were looked at); ``on_page`` hears of each call.
+    ``states`` (e.g. ``NOT_STARTED``; the search itself then gives no state): only the
+    matches in those states are chosen, the others counted in ``left_alone``."""
+    _checked_states(criteria, states)
+    collecting = _Collecting(sample, most_scanned, on_page, states)
     cursor: str | None = None
     while True:
         asked = collecting.budget(budget)
@@ -240,9 +324,11 @@ async def select_matching_async(
     sample: int = 20,
     budget: int = DEFAULT_BUDGET,
     on_page: Callable[[SearchPage], None] | None = None,
+    states: Collection[str] | None = None,
 ) -> MatchSelection:
     """``select_matching`` for an ``AsyncQueue``."""
-    collecting = _Collecting(sample, most_scanned, on_page)
+    _checked_states(criteria, states)
+    collecting = _Collecting(sample, most_scanned, on_page, states)
     cursor: str | None = None
     while True:
         asked = collecting.budget(budget)

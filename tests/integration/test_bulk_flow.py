@@ -1,0 +1,129 @@
+"""Bulk actions on a queue under flow control, on a real server (both kinds), with the
+clock driven by the test: a search chooses every task of a limit key that has not
+started (scheduled, and due but waiting for a free slot) and says which matches it
+leaves alone; cancel, reschedule and run now reach each one, and keep flow control's
+bookkeeping exact (the due set counts each key's waiting tasks, keys take turns, ready
+holds one task for a blocked worker) so that other keys still run and the checker finds
+nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from duetime import Job, KeyLimits, Limits, TaskSearch
+from duetime.client import NOT_STARTED, select_matching
+from duetime.errors import InvalidInputError
+from duetime.states import TaskState
+from tests.helpers import decoded
+from tests.integration.test_flow import T0, Harness
+
+NOW = T0 / 1000
+
+
+@pytest.fixture
+def backlog(redis_url: str, queue_name: str) -> Iterator[Harness]:
+    """Key ``big`` may run one task at a time: one runs (on w1), 19 are due and wait for
+    its slot, 2 are scheduled an hour on; key ``small`` (five at a time) has 3 due
+    tasks, one running."""
+    flow = Harness(redis_url, queue_name)
+    flow.queue.set_limits(
+        Limits(each_key=KeyLimits(concurrency=1), keys={"small": KeyLimits(concurrency=5)})
+    )
+    flow.queue.schedule_many([Job(n, at=NOW, limit_key="big", id=f"big-{n:02}") for n in range(20)])
+    flow.queue.schedule_many(
+        [Job(n, at=NOW + 3600, limit_key="big", id=f"later-{n}") for n in range(2)]
+    )
+    flow.queue.schedule_many([Job(n, at=NOW, limit_key="small", id=f"small-{n}") for n in range(3)])
+    flow.promote()
+    started = flow.claim("w1", most=2)
+    assert {task_id.split("-")[0] for task_id in started} == {"big", "small"}
+    yield flow
+    assert flow.queue.check() == []
+    flow.close()
+
+
+def key_flow(flow: Harness, key: str) -> tuple[int, int]:
+    """(due, running) of a limit key, as ``Queue.flow`` counts them."""
+    found = {group.key: (group.due, group.running) for group in flow.queue.flow().groups}
+    return found.get(key, (0, 0))
+
+
+def test_a_search_chooses_every_task_of_a_key_not_started_and_counts_the_others(
+    backlog: Harness,
+) -> None:
+    picked = select_matching(backlog.queue, TaskSearch(limit_key="big"), states=NOT_STARTED)
+    assert len(picked.ids) == 21 and picked.complete
+    assert picked.chosen == {"waiting": 19, "scheduled": 2}
+    assert picked.left_alone == {"running": 1}
+    waiting = select_matching(backlog.queue, TaskSearch(limit_key="big"), states=["waiting"])
+    assert len(waiting.ids) == 19 and waiting.left_alone == {"running": 1, "scheduled": 2}
+    [status] = backlog.queue.search(TaskSearch(id_prefix="big-", state="waiting"), limit=1).tasks
+    assert status.waiting_for == "a free slot of key 'big': 1 of 1 running"
+    with pytest.raises(InvalidInputError, match="states must be some of"):
+        select_matching(backlog.queue, TaskSearch(limit_key="big"), states=["finished"])
+
+
+def test_bulk_cancel_reaches_the_waiting_backlog_and_other_keys_still_run(
+    backlog: Harness, raw: redis.Redis
+) -> None:
+    picked = select_matching(backlog.queue, TaskSearch(limit_key="big"), states=NOT_STARTED)
+    outcome = backlog.queue.cancel_many(picked.ids)
+    assert len(outcome.done) == 21 and outcome.skipped == {}
+    assert key_flow(backlog, "big") == (0, 1)
+    assert key_flow(backlog, "small") == (1, 1)  # and one in ready, for a blocked worker
+    assert raw.llen(backlog.keys.ready) == 1 and backlog.queue.stats().scheduled == 0
+    # The other key still runs.
+    second = backlog.claim("w2", most=5)
+    assert len(second) == 2 and all(task_id.startswith("small-") for task_id in second)
+
+
+def test_a_cancel_of_the_task_ready_holds_wakes_a_dispatcher_to_put_another(
+    backlog: Harness, raw: redis.Redis
+) -> None:
+    [fed] = decoded(raw.lrange(backlog.keys.ready, 0, -1))
+    raw.delete(backlog.keys.wake)
+    assert backlog.queue.cancel_many([fed]).done == [fed]
+    assert raw.llen(backlog.keys.wake) == 1  # rung: other tasks are due
+    backlog.promote()
+    assert raw.llen(backlog.keys.ready) == 1
+
+
+def test_bulk_reschedule_to_now_files_tasks_by_key_and_turn_not_into_ready(
+    backlog: Harness, raw: redis.Redis
+) -> None:
+    backlog.clock.set(T0 + 5000)
+    picked = select_matching(backlog.queue, TaskSearch(limit_key="big"), states=NOT_STARTED)
+    outcome = backlog.queue.reschedule_many(picked.ids, NOW)  # in the past: due now
+    assert len(outcome.done) == 21
+    assert outcome.summary == "rescheduled 21 to 2027-01-15 08:00:00+00:00"
+    # Every one waits in the due set, counted for its key; ready holds one task at most
+    # (small's: big's slot is taken), as it does for promoted tasks.
+    assert key_flow(backlog, "big") == (21, 1)
+    assert raw.llen(backlog.keys.ready) <= 1
+    assert backlog.queue.stats().scheduled == 0
+    # Keys still take turns: small's next tasks start, big's wait for their slot.
+    second = backlog.claim("w2", most=5)
+    assert len(second) == 2 and all(task_id.startswith("small-") for task_id in second)
+
+    later = backlog.queue.reschedule_many(picked.ids[:3], NOW + 7200)
+    assert len(later.done) == 3 and key_flow(backlog, "big") == (18, 1)
+    assert backlog.queue.stats().scheduled == 3
+
+
+def test_bulk_run_now_makes_scheduled_tasks_due_in_turn_and_says_why_it_skips_the_waiting(
+    backlog: Harness, raw: redis.Redis
+) -> None:
+    picked = select_matching(backlog.queue, TaskSearch(limit_key="big"), states=NOT_STARTED)
+    outcome = backlog.queue.run_now_many(picked.ids)
+    assert sorted(outcome.done) == ["later-0", "later-1"]
+    assert set(outcome.skipped.values()) == {"waiting"} and len(outcome.skipped) == 19
+    assert outcome.summary == "made due now 2; skipped 19 (19 waiting)"
+    assert key_flow(backlog, "big") == (21, 1)  # the two joined their key's due tasks
+    assert raw.llen(backlog.keys.ready) <= 1
+    for task_id in ("later-0", "later-1"):
+        status = backlog.queue.status(task_id)
+        assert status is not None and status.state == TaskState.READY
+        assert status.waiting_for is not None
