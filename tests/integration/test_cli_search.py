@@ -92,7 +92,9 @@ def test_bulk_actions_on_named_ids_and_on_a_search(
     search = ["--data", "customer=zeta", "--id", "order-00"]  # 50 of the 100 order-00..
     dry = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, *search, "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "would cancel 49 scheduled tasks matching" in dry.stdout  # order-0001 is ready
+    # order-0001 is ready now: not started either, so taken too.
+    assert "would cancel 50 of 50 matching tasks in" in dry.stdout
+    assert "(1 ready, 49 scheduled)" in dry.stdout
     declined = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, *search], input="n\n")
     assert declined.exit_code == EXIT_DECLINED and "nothing changed" in declined.output
     with Queue(queue_name, redis_url) as queue:
@@ -105,9 +107,10 @@ def test_bulk_actions_on_named_ids_and_on_a_search(
     )  # fmt: skip
     assert moved.exit_code == 0, moved.output
     report = json.loads(moved.stdout[moved.stdout.index("{") :])
-    assert report["done"] == 49 and report["skipped"] == {}
+    assert report["done"] == 50 and report["skipped"] == {}
+    assert report["run_at"] == pytest.approx(later, abs=0.001)
     cancelled = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, *search, "--yes"])
-    assert cancelled.stdout.strip() == "cancelled 49"
+    assert cancelled.stdout.strip() == "50 matched: 50 cancelled"
     with Queue(queue_name, redis_url) as queue:
         assert queue.stats().scheduled == 1150
         status = queue.status("order-0002")  # acme's: left alone

@@ -17,7 +17,7 @@ from datetime import UTC, tzinfo
 from typing import Protocol
 
 from duetime import codec, times, validation
-from duetime.client.control import Control
+from duetime.client.control import Control, DeadStep
 from duetime.client.models import Duration, TaskIds, TaskStatus, Timestamp
 from duetime.client.searching import (
     DEFAULT_BUDGET,
@@ -29,6 +29,7 @@ from duetime.client.searching import (
 )
 from duetime.errors import InvalidInputError
 from duetime.states import RescheduleOutcome, TaskState
+from duetime.store.operations import QueueOperations
 from duetime.store.requests import Plan
 
 #: Why a task was skipped: it was running, dead, already due (run now: ``ready``, or
@@ -57,13 +58,25 @@ def counted(counts: dict[str, int]) -> str:
     return ", ".join(f"{count:,} {name}" for name, count in sorted(counts.items()))
 
 
+#: What each action did, as an outcome says it.
+DONE = {
+    "cancel": "cancelled",
+    "reschedule": "rescheduled",
+    "run_now": "made due now",
+    "requeue": "requeued",
+    "purge": "purged",
+}
+#: Why a dead-letter action skipped an id: no dead task has it (unknown, or not dead).
+NOT_DEAD = "not dead"
+
+
 @dataclass(frozen=True, slots=True)
 class BulkOutcome:
     """What a bulk action did: ``done``, the ids it acted on, in the order given;
     ``skipped``, each other id with why (``running``, ``dead``, ``ready`` for a task
     already due that was to run now, or ``gone``: finished, cancelled, never there)."""
 
-    action: str  # cancel | reschedule | run_now
+    action: str  # cancel | reschedule | run_now | requeue | purge (dead tasks)
     done: list[str]
     skipped: dict[str, str]
     #: A reschedule's new run-at (epoch seconds; one not in the future made them due now).
@@ -77,8 +90,7 @@ class BulkOutcome:
 
     def described(self, zone: tzinfo | None) -> str:
         """``summary`` with a reschedule's time in ``zone`` (None: this host's)."""
-        verb = {"cancel": "cancelled", "reschedule": "rescheduled", "run_now": "made due now"}
-        said = f"{verb[self.action]} {len(self.done):,}"
+        said = f"{DONE[self.action]} {len(self.done):,}"
         if self.run_at is not None:
             said += f" to {times.format_time(self.run_at, zone)}"
         if not self.skipped:
@@ -87,6 +99,25 @@ class BulkOutcome:
         for reason in self.skipped.values():
             reasons[reason] = reasons.get(reason, 0) + 1
         return f"{said}; skipped {len(self.skipped):,} ({counted(reasons)})"
+
+    def of_matches(self, picked: MatchSelection, zone: tzinfo | None) -> str:
+        """What an action on a search's matches did, every match accounted for: ``21
+        matched: 18 cancelled, 3 running (not touched)`` (and ``2 skipped (2 running)``
+        for chosen tasks that changed before their step)."""
+        said = f"{len(self.done):,} {DONE[self.action]}"
+        if self.run_at is not None:
+            said += f" to {times.format_time(self.run_at, zone)}"
+        parts = [said]
+        if self.skipped:
+            reasons: dict[str, int] = {}
+            for reason in self.skipped.values():
+                reasons[reason] = reasons.get(reason, 0) + 1
+            parts.append(f"{len(self.skipped):,} skipped ({counted(reasons)})")
+        if picked.left_alone:
+            parts.append(f"{counted(picked.left_alone)} (not touched)")
+        if picked.unnameable:
+            parts.append(f"{picked.unnameable:,} with an id duetime does not accept (not touched)")
+        return f"{picked.matched:,} matched: {', '.join(parts)}"
 
 
 @dataclass
@@ -111,13 +142,18 @@ def _checked_ids(task_ids: TaskIds) -> list[str]:
 class BulkControl(Control):
     """The plans of ``QueueCore`` that act on many waiting tasks, one atomic step each."""
 
-    def cancel_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
+    def cancel_many_plan(self, task_ids: TaskIds, stop_running: bool = True) -> Plan[BulkOutcome]:
         """Cancel each task that has not started (scheduled, ready, or waiting under flow
-        control), and ask each running one's worker to stop it (it ends as cancelled); a
-        dead one is left alone (a dead task is purged with ``purge_dead``)."""
+        control), and ask each running one's worker to stop it (it ends as cancelled);
+        without ``stop_running`` a running one is skipped and runs (a task claimed while
+        the action goes is then cancelled or runs, never both). A dead one is left alone
+        (a dead task is purged with ``purge_dead``)."""
         tally = _Tally("cancel")
         for task_id in _checked_ids(task_ids):
-            place = yield from self._cancel_live(task_id)
+            place = yield from self._cancel_live(task_id, stop_running)
+            if place == TaskState.RUNNING and not stop_running:
+                tally.skipped[task_id] = str(place)
+                continue
             if place in (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING):
                 tally.done.append(task_id)
             else:
@@ -146,8 +182,26 @@ class BulkControl(Control):
         now_ms = yield from self.operations.now()
         return (yield from self.reschedule_many_plan(ids, (now_ms + delay_ms) / 1000))
 
-    def _cancel_live(self, task_id: str) -> Plan[TaskState | None]:
-        return (yield from self._first_found(task_id, lambda shard: shard.cancel(task_id, True)))
+    def requeue_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
+        """``requeue_dead`` of the ids named, saying which were not dead (``NOT_DEAD``)."""
+        return (yield from self._dead_many("requeue", task_ids, QueueOperations.requeue_dead))
+
+    def purge_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
+        """``purge_dead`` of the ids named, saying which were not dead (``NOT_DEAD``)."""
+        return (yield from self._dead_many("purge", task_ids, QueueOperations.purge_dead))
+
+    def _dead_many(self, action: str, task_ids: TaskIds, step: DeadStep) -> Plan[BulkOutcome]:
+        ids = _checked_ids(task_ids)
+        done = yield from self._named_dead(ids, step)
+        taken = set(done)
+        return BulkOutcome(action, done, {i: NOT_DEAD for i in ids if i not in taken})
+
+    def _cancel_live(self, task_id: str, stop_running: bool) -> Plan[TaskState | None]:
+        return (
+            yield from self._first_found(
+                task_id, lambda shard: shard.cancel(task_id, True, stop_running)
+            )
+        )
 
     def _reschedule_one(self, task_id: str, run_at_ms: float) -> Plan[RescheduleOutcome | None]:
         return (
@@ -217,6 +271,33 @@ class MatchSelection:
     unnameable: int = 0
     chosen: dict[str, int] = field(default_factory=dict)
     left_alone: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def matched(self) -> int:
+        """Every match: chosen, left alone for its state, or with an id not accepted."""
+        return len(self.ids) + sum(self.left_alone.values()) + self.unnameable
+
+
+def states_for(action: str, state: str | None) -> tuple[str, ...]:
+    """The states the tasks a bulk ``action`` chosen by a search takes: ``state`` when
+    given (``running`` for a cancel only: their workers are asked to stop them), else
+    every task that has not started (``NOT_STARTED``)."""
+    if state is None:
+        return NOT_STARTED
+    if state == TaskState.DEAD:
+        raise InvalidInputError(
+            "a bulk action takes tasks that have not started: dead tasks are requeued or "
+            "purged (duetime dead requeue, duetime dead purge)"
+        )
+    if state == TaskState.RUNNING and action != "cancel":
+        raise InvalidInputError(
+            "only a cancel takes running tasks (their workers stop them); a reschedule or "
+            "run now takes tasks that have not started: scheduled, ready or waiting"
+        )
+    if state not in SEARCH_STATES:
+        states = ", ".join(s for s in SEARCH_STATES if s != TaskState.DEAD)
+        raise InvalidInputError(f"state must be one of {states}, got {validation.shown(state)}")
+    return (state,)
 
 
 @dataclass
