@@ -8,16 +8,20 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 import redis
+from click.testing import CliRunner
 
 from duetime import Job, KeyLimits, Limits, TaskSearch
+from duetime.cli import EXIT_NOTHING_DONE, main
 from duetime.client import NOT_STARTED, select_matching
 from duetime.errors import InvalidInputError
 from duetime.states import TaskState
 from tests.helpers import decoded
+from tests.integration.test_dashboard_search import ORIGIN, dashboard, post
 from tests.integration.test_flow import T0, Harness
 
 NOW = T0 / 1000
@@ -127,3 +131,85 @@ def test_bulk_run_now_makes_scheduled_tasks_due_in_turn_and_says_why_it_skips_th
         status = backlog.queue.status(task_id)
         assert status is not None and status.state == TaskState.READY
         assert status.waiting_for is not None
+
+
+def test_a_task_that_starts_after_the_selection_is_skipped_and_runs_never_both(
+    backlog: Harness, raw: redis.Redis
+) -> None:
+    picked = select_matching(backlog.queue, TaskSearch(limit_key="small"), states=NOT_STARTED)
+    assert len(picked.ids) == 2 and picked.left_alone == {"running": 1}
+    started = backlog.claim("w2", most=5)  # a worker claims them between look and step
+    assert sorted(started) == sorted(picked.ids)
+    outcome = backlog.queue.cancel_many(picked.ids, stop_running=False)
+    assert outcome.done == [] and set(outcome.skipped.values()) == {"running"}
+    assert raw.hlen(backlog.keys.cancelling) == 0  # no stop asked: they run to their end
+    for task_id in started:
+        backlog.ack(task_id, "w2")
+        assert [entry.outcome for entry in backlog.queue.history(task_id=task_id)] == ["succeeded"]
+
+
+def cli_runner(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("DUETIME_REDIS_URL", redis_url)
+    return CliRunner()
+
+
+def test_the_cli_reaches_the_waiting_backlog_and_says_what_it_left_alone(
+    backlog: Harness, queue_name: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli = cli_runner(redis_url, monkeypatch)
+    dry = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, "--limit-key", "big", "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert dry.stdout.splitlines()[0] == (
+        f"would cancel 21 of 22 matching tasks in {queue_name} (2 scheduled, 19 waiting); "
+        "not touched: 1 running"
+    )
+    for state, count in (("ready", 19), ("waiting", 19), ("scheduled", 2)):
+        narrowed = ["bulk", "cancel", "-q", queue_name, "--limit-key", "big", "--state", state]
+        report = json.loads(cli.invoke(main, [*narrowed, "--dry-run", "--json"]).stdout)
+        assert (report["selected"], report["matched"]) == (count, 22), state
+    found = cli.invoke(
+        main, ["search", "-q", queue_name, "--limit-key", "big", "--state", "waiting"]
+    )
+    assert found.exit_code == 0 and "19 matches" in found.stderr
+
+    cancelled = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, "--limit-key", "big", "-y"])
+    assert cancelled.exit_code == 0, cancelled.output
+    assert cancelled.stdout.strip() == "22 matched: 21 cancelled, 1 running (not touched)"
+    assert key_flow(backlog, "big") == (0, 1) and backlog.queue.stats().scheduled == 0
+    again = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, "--limit-key", "big", "-y"])
+    assert again.exit_code == EXIT_NOTHING_DONE
+    assert again.stdout.strip() == "1 matched: 0 cancelled, 1 running (not touched)"
+
+    skipped = cli.invoke(main, ["bulk", "run-now", "-q", queue_name, "small-1", "small-2"])
+    assert skipped.exit_code == EXIT_NOTHING_DONE
+    assert "skipped 2 (" in skipped.stdout and "waiting" in skipped.stdout
+
+
+def test_the_api_and_the_search_page_reach_the_waiting_backlog(
+    backlog: Harness, queue_name: str, redis_url: str
+) -> None:
+    q = f"/q/{queue_name}"
+    with dashboard(redis_url, queue_name) as client:
+        html = client.get(f"{q}/search", params={"key": "big"}).text
+        assert 'name="ids" value="big-05"' in html and "data-waiting" in html
+        assert 'name="ids" value="later-0"' in html
+        confirm = client.get(f"{q}/search/confirm", params={"action": "cancel", "key": "big"})
+        assert 'data-count="matched">22<' in confirm.text
+        assert 'data-count="matching">21<' in confirm.text
+        assert 'data-count="not-touched">1 running<' in confirm.text
+        ticked = post(client, f"{q}/search?key=big", f"{q}/search/act",
+                      {"action": "cancel", "ids": ["big-05", "big-06"]})  # fmt: skip
+        assert "Cancelled 2." in ticked.text
+
+        token = client.get("/api/session").json()["csrf"]
+        headers = {"x-duetime-csrf": token, **ORIGIN}
+        refused = client.post(f"/api{q}/tasks/run-now", headers=headers,
+                              json={"search": {"key": "big", "state": "running"}})  # fmt: skip
+        assert refused.status_code == 400 and "only a cancel takes running" in refused.text
+        answer = client.post(f"/api{q}/tasks/cancel", headers=headers,
+                             json={"search": {"key": "big"}}).json()  # fmt: skip
+    assert (answer["matched"], answer["selected"], len(answer["done"])) == (20, 19, 19)
+    assert answer["not_touched"] == {"running": 1}
+    assert answer["chosen"] == {"scheduled": 2, "waiting": 17}
+    assert answer["summary"] == "20 matched: 19 cancelled, 1 running (not touched)"
+    assert key_flow(backlog, "big") == (0, 1)
