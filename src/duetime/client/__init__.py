@@ -9,20 +9,21 @@ task checked and ready to write), ``shards``, ``preparing``, ``producing``,
 ``history`` (the plans, joined by ``core.QueueCore``), ``reports`` (records read from
 the store's replies), ``queue`` (``Queue``, ``AsyncQueue``, with ``search_methods``
 and ``cron_methods``), ``handles`` (typed schedule calls of one handler),
-``registry`` (the queues a server knows), ``selection`` and ``coalescing``.
+``registry`` (the queues a server knows), ``selection`` and ``matching`` (choosing
+dead tasks by filters, and tasks by a search for a bulk action) and ``coalescing``.
 """
 
-from duetime.client.bulk import (
-    NOT_STARTED,
-    BulkOutcome,
-    MatchSelection,
-    select_matching,
-    select_matching_async,
-)
+from duetime.client.bulk import BulkOutcome
 from duetime.client.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
 from duetime.client.handles import AsyncTaskHandle, HandleOptions, TaskHandle
 from duetime.client.ids import new_task_id, new_task_ids
+from duetime.client.matching import (
+    NOT_STARTED,
+    MatchSelection,
+    select_matching,
+    select_matching_async,
+)
 from duetime.client.models import (
     LISTED_STATES,
     CronBackfillInfo,

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from duetime import AsyncQueue, BulkOutcome, TaskSearch, times
 from duetime.client import select_matching_async
-from duetime.client.bulk import MatchSelection, states_for
+from duetime.client.matching import MatchSelection, states_for
 from duetime.dashboard.inputs import form_text, local_path
 from duetime.dashboard.security import verified_form
 from duetime.dashboard.site import Dashboard, Notice
