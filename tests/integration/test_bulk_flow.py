@@ -15,7 +15,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from duetime import Job, KeyLimits, Limits, TaskSearch
+from duetime import Job, KeyLimits, Limits, Queue, TaskSearch
 from duetime.cli import EXIT_NOTHING_DONE, main
 from duetime.client import NOT_STARTED, select_matching
 from duetime.errors import InvalidInputError
@@ -213,3 +213,37 @@ def test_the_api_and_the_search_page_reach_the_waiting_backlog(
     assert answer["chosen"] == {"scheduled": 2, "waiting": 17}
     assert answer["summary"] == "20 matched: 19 cancelled, 1 running (not touched)"
     assert key_flow(backlog, "big") == (0, 1)
+
+
+def backlog_on_shards(queue: Queue) -> list[str]:
+    """60 tasks of key ``big`` (one at a time) on every shard of ``queue``, made due by a
+    bulk reschedule to a time past (which files them among their key's due tasks, as a
+    promotion would: no dispatcher runs), and 3 of key ``small`` left scheduled."""
+    queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+    ids = queue.schedule_many([Job(n, delay=3600, limit_key="big") for n in range(60)])
+    queue.schedule_many([Job(n, delay=3600, limit_key="small") for n in range(3)])
+    homes = {queue.core.layout.of_task(task_id) for task_id in ids}
+    assert homes == set(range(len(queue.core.shards)))
+    moved = queue.reschedule_many(ids, 0)
+    assert len(moved.done) == 60 and queue.stats().scheduled == 3
+    return ids
+
+
+def assert_reached_on_every_shard(queue: Queue, ids: list[str]) -> None:
+    picked = select_matching(queue, TaskSearch(limit_key="big"), states=NOT_STARTED, budget=20)
+    assert sorted(picked.ids) == sorted(ids) and picked.left_alone == {}
+    assert sum(picked.chosen.values()) == 60 and picked.chosen.get("waiting", 0) > 0
+    outcome = queue.cancel_many(picked.ids, stop_running=False)
+    assert len(outcome.done) == 60 and outcome.of_matches(picked, None) == (
+        "60 matched: 60 cancelled"
+    )
+    stats = queue.stats()
+    assert (stats.scheduled, stats.ready, stats.waiting) == (3, 0, 0)
+    assert queue.check() == []
+
+
+def test_a_sharded_queue_under_flow_control_is_reached_on_every_shard(
+    redis_url: str, queue_name: str
+) -> None:
+    with Queue(queue_name, redis_url, shards=3) as queue:
+        assert_reached_on_every_shard(queue, backlog_on_shards(queue))
