@@ -8,6 +8,7 @@ nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
@@ -15,12 +16,24 @@ import pytest
 import redis
 from click.testing import CliRunner
 
-from duetime import Job, KeyLimits, Limits, Queue, TaskSearch
+from duetime import (
+    App,
+    AsyncQueue,
+    BulkOutcome,
+    Dispatcher,
+    Job,
+    KeyLimits,
+    Limits,
+    Queue,
+    TaskSearch,
+    Worker,
+    current_task,
+)
 from duetime.cli import EXIT_NOTHING_DONE, main
-from duetime.client import NOT_STARTED, select_matching
+from duetime.client import NOT_STARTED, select_matching, select_matching_async
 from duetime.errors import InvalidInputError
 from duetime.states import TaskState
-from tests.helpers import decoded
+from tests.helpers import FAST, decoded, running, wait_until
 from tests.integration.test_dashboard_search import ORIGIN, dashboard, post
 from tests.integration.test_flow import T0, Harness
 
@@ -247,3 +260,48 @@ def test_a_sharded_queue_under_flow_control_is_reached_on_every_shard(
 ) -> None:
     with Queue(queue_name, redis_url, shards=3) as queue:
         assert_reached_on_every_shard(queue, backlog_on_shards(queue))
+
+
+def test_a_bulk_cancel_racing_real_workers_cancels_or_runs_each_task_never_both(
+    redis_url: str, queue_name: str
+) -> None:
+    ran: list[str] = []
+
+    async def handler(data: object) -> None:
+        ran.append(current_task().id)
+        await asyncio.sleep(0.002)
+
+    app = App(default=handler)
+    worker = Worker(app, queue_name, redis_url, concurrency=4, settings=FAST)
+    dispatcher = Dispatcher(queue_name, redis_url, settings=FAST)
+    outcomes: list[BulkOutcome] = []
+
+    async def scenario() -> list[str]:
+        async with AsyncQueue(queue_name, redis_url, settings=FAST) as client:
+            await client.set_limits(Limits(each_key=KeyLimits(concurrency=2)))
+            ids = await client.schedule_many(
+                [Job(n, delay=0, limit_key=f"key-{n % 3}", id=f"t-{n:03}") for n in range(300)]
+            )
+            async with running(dispatcher, worker):
+                await wait_until(lambda: len(ran) >= 10, what="the first starts")
+                for key in ("key-0", "key-1", "key-2"):  # while the workers go on
+                    picked = await select_matching_async(
+                        client, TaskSearch(limit_key=key), states=NOT_STARTED, budget=50
+                    )
+                    outcomes.append(await client.cancel_many(picked.ids, stop_running=False))
+
+                async def settled() -> bool:
+                    stats = await client.stats()
+                    return stats.scheduled + stats.ready + stats.running == 0
+
+                await wait_until(settled, timeout=30, what="every task to end")
+            assert await client.check() == []
+            return ids
+
+    ids = asyncio.run(scenario())
+    cancelled = {task_id for outcome in outcomes for task_id in outcome.done}
+    assert cancelled and len(ran) == len(set(ran))  # none ran twice
+    assert not cancelled & set(ran)  # none both cancelled and run
+    assert cancelled | set(ran) == set(ids)  # none lost
+    skipped = {task_id for outcome in outcomes for task_id in outcome.skipped}
+    assert skipped <= set(ran)  # a task skipped as started did run
