@@ -113,9 +113,14 @@ def test_bulk_reschedule_to_now_files_tasks_by_key_and_turn_not_into_ready(
 ) -> None:
     backlog.clock.set(T0 + 5000)
     picked = select_matching(backlog.queue, TaskSearch(limit_key="big"), states=NOT_STARTED)
+    raw.delete(backlog.keys.wake)
     outcome = backlog.queue.reschedule_many(picked.ids, NOW)  # in the past: due now
     assert len(outcome.done) == 21
     assert outcome.summary == "rescheduled 21 to 2027-01-15 08:00:00+00:00"
+    # Back in scheduled at their run-at, as a task scheduled due now on such a queue is,
+    # with a dispatcher woken to file them (never into ready: they would skip the turns).
+    assert backlog.queue.stats().scheduled == 21 and raw.llen(backlog.keys.wake) == 1
+    backlog.promote()
     # Every one waits in the due set, counted for its key; ready holds one task at most
     # (small's: big's slot is taken), as it does for promoted tasks.
     assert key_flow(backlog, "big") == (21, 1)
@@ -138,6 +143,7 @@ def test_bulk_run_now_makes_scheduled_tasks_due_in_turn_and_says_why_it_skips_th
     assert sorted(outcome.done) == ["later-0", "later-1"]
     assert set(outcome.skipped.values()) == {"waiting"} and len(outcome.skipped) == 19
     assert outcome.summary == "made due now 2; skipped 19 (19 waiting)"
+    backlog.promote()  # the dispatcher woken files them among their key's due tasks
     assert key_flow(backlog, "big") == (21, 1)  # the two joined their key's due tasks
     assert raw.llen(backlog.keys.ready) <= 1
     for task_id in ("later-0", "later-1"):
@@ -230,15 +236,21 @@ def test_the_api_and_the_search_page_reach_the_waiting_backlog(
 
 def backlog_on_shards(queue: Queue) -> list[str]:
     """60 tasks of key ``big`` (one at a time) on every shard of ``queue``, made due by a
-    bulk reschedule to a time past (which files them among their key's due tasks, as a
-    promotion would: no dispatcher runs), and 3 of key ``small`` left scheduled."""
+    bulk reschedule to a time past (back to scheduled, at their run-at, for a dispatcher
+    to file among their key's due tasks: one promotion pass per shard here), and 3 of
+    key ``small`` left scheduled."""
     queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
     ids = queue.schedule_many([Job(n, delay=3600, limit_key="big") for n in range(60)])
     queue.schedule_many([Job(n, delay=3600, limit_key="small") for n in range(3)])
     homes = {queue.core.layout.of_task(task_id) for task_id in ids}
     assert homes == set(range(len(queue.core.shards)))
     moved = queue.reschedule_many(ids, 0)
-    assert len(moved.done) == 60 and queue.stats().scheduled == 3
+    assert len(moved.done) == 60 and queue.stats().scheduled == 63
+    for shard in queue.core.shards:
+        queue.runner.run(shard.promote_due(1000))
+    stats = queue.stats()
+    assert (stats.scheduled, stats.ready) == (3, 60)
+    assert stats.ready - stats.waiting == len(queue.core.shards)  # one fed to each ready
     return ids
 
 

@@ -255,11 +255,6 @@ class ProducerPlans(QueueBase):
             k.flow_records,
             k.due,
             k.limits,
-            k.turns,
-            k.throttled,
-            k.rate_state,
-            k.running,
-            k.leases,
         )
         while True:
             current = yield Command(("HGET", k.tasks, task_id))
