@@ -88,8 +88,8 @@ def test_search_bulk_actions_and_the_viewer_role_in_a_browser(
                 badge = page.locator(f'tr[data-task="{task_id}"] .badge')
                 expect(badge).to_have_text("ready")
                 # A ready task has a box too: every task that has not started is chosen.
-                box = page.locator(f'tr[data-task="{task_id}"] input[name=ids]')
-                expect(box).to_have_count(1)
+                tick = page.locator(f'tr[data-task="{task_id}"] input[name=ids]')
+                expect(tick).to_have_count(1)
 
             page.click('[data-action="matching-cancel"]')  # every match not started
             expect(page.locator('[data-count="matching"]')).to_have_text("201")
