@@ -1,12 +1,14 @@
 """The dashboard's Search page and its bulk actions, through the public ``AsyncQueue``
 API: tasks found by id prefix, handler, error text and a field of their data in a
 bounded walk (``SEARCH_BUDGET`` entries a view, and a link that goes on from there);
-then run now, cancel or reschedule the scheduled ones ticked, or every scheduled task
-the search matches (after a confirmation page that counts them, bounded too); running
-ones, ticked or every running match, can be cancelled (their workers stop them).
+then run now, cancel or reschedule the tasks ticked that have not started (scheduled,
+ready, or waiting under flow control), or every such task the search matches (after a
+confirmation page that counts every match, those taken and those left alone, bounded
+too); running ones, ticked or every running match, can be cancelled (their workers stop
+them).
 
-Each task is acted on in its own atomic step; the notice says what was done and what
-was skipped (already running, dead, due or gone).
+Each task is acted on in its own atomic step; the notice says what was done, what was
+skipped (already running, dead, due or gone) and, for every match, what was not touched.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ class Asked:
         return urlencode({name: value for name, value in self.fields.items() if value})
 
 
-def asked(params: Mapping[str, Any], state: str | None = None) -> Asked:
-    """The search a query string or form asks for; ``state`` overrides its state."""
+def asked(params: Mapping[str, Any]) -> Asked:
+    """The search a query string or form asks for."""
     fields = {name: str(params.get(name) or "").strip() for name in FIELDS}
     fields["value"] = str(params.get("value") or "")  # a value is matched exactly
     if not any(fields[name] for name in ("id", "task", "error", "field", "value", "key")):
@@ -70,7 +72,7 @@ def asked(params: Mapping[str, Any], state: str | None = None) -> Asked:
             error=fields["error"] or None,
             data_field=fields["field"] or None,
             data_value=fields["value"] or None,
-            state=state or fields["state"] or None,
+            state=fields["state"] or None,
             limit_key=fields["key"] or None,
         )
     except InvalidInputError as error:
