@@ -21,7 +21,14 @@ import redis
 from click.testing import CliRunner
 
 from duetime import Queue
-from duetime.cli import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_VIOLATIONS, main
+from duetime.cli import (
+    EXIT_NOT_FOUND,
+    EXIT_NOTHING_DONE,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    EXIT_VIOLATIONS,
+    main,
+)
 from duetime.cli import daemons as cli_daemons
 from duetime.codec import ErrorRecord, encode_error
 from duetime.embedded import stop_server
@@ -506,3 +513,31 @@ def fetched_once_up(served: subprocess.Popen[bytes], url: str) -> str:
             assert served.poll() is None, "the process exited"
             assert time.monotonic() < deadline, f"nothing answered at {url}"
             time.sleep(0.1)
+
+
+def test_dead_requeue_and_purge_name_the_ids_that_were_not_dead(
+    cli: CliRunner, raw: redis.Redis, redis_url: str, queue_name: str
+) -> None:
+    keys = QueueKeys(queue_name)
+    with Queue(queue_name, redis_url) as queue:
+        ids = [queue.schedule_now({"n": n}) for n in range(2)]
+        waiting = queue.schedule_in(3600, {"n": 2})
+        for task_id in ids:  # what fail_task leaves for a dead task
+            raw.lrem(keys.ready, 1, task_id)
+            raw.zadd(keys.dead, {task_id: 1_795_000_000_000})
+    requeued = cli.invoke(main, ["dead", "requeue", "-q", queue_name, "nosuchid", ids[0]])
+    assert requeued.exit_code == 0, requeued.output
+    assert requeued.stdout.strip() == "requeued 1; skipped 1 (1 not dead)"
+    assert "skipped nosuchid: no dead task has this id" in requeued.stderr
+    # Nothing to do: every id named is unknown or not dead (a waiting task is left alone).
+    nothing = cli.invoke(main, ["dead", "purge", "-q", queue_name, "nosuchid", waiting, "--yes"])
+    assert nothing.exit_code == EXIT_NOTHING_DONE
+    assert nothing.stdout.strip() == "purged 0; skipped 2 (2 not dead)"
+    assert f"skipped {waiting}: no dead task has this id" in nothing.stderr
+    as_json = cli.invoke(
+        main, ["dead", "purge", "-q", queue_name, ids[1], "nosuchid", "--yes", "--json"]
+    )
+    report = json.loads(as_json.stdout)
+    assert (report["purged"], report["ids"], report["not_dead"]) == (1, [ids[1]], ["nosuchid"])
+    with Queue(queue_name, redis_url) as queue:
+        assert queue.status(waiting) is not None and queue.stats().dead == 0

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from duetime import Job, Queue
-from duetime.cli import EXIT_DECLINED, EXIT_USAGE, main
+from duetime.cli import EXIT_DECLINED, EXIT_NOTHING_DONE, EXIT_USAGE, main
 from duetime.states import TaskState
 
 
@@ -92,7 +92,9 @@ def test_bulk_actions_on_named_ids_and_on_a_search(
     search = ["--data", "customer=zeta", "--id", "order-00"]  # 50 of the 100 order-00..
     dry = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, *search, "--dry-run"])
     assert dry.exit_code == 0, dry.output
-    assert "would cancel 49 scheduled tasks matching" in dry.stdout  # order-0001 is ready
+    # order-0001 is ready now: not started either, so taken too.
+    assert "would cancel 50 of 50 matching tasks in" in dry.stdout
+    assert "(1 ready, 49 scheduled)" in dry.stdout
     declined = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, *search], input="n\n")
     assert declined.exit_code == EXIT_DECLINED and "nothing changed" in declined.output
     with Queue(queue_name, redis_url) as queue:
@@ -105,9 +107,10 @@ def test_bulk_actions_on_named_ids_and_on_a_search(
     )  # fmt: skip
     assert moved.exit_code == 0, moved.output
     report = json.loads(moved.stdout[moved.stdout.index("{") :])
-    assert report["done"] == 49 and report["skipped"] == {}
+    assert report["done"] == 50 and report["skipped"] == {}
+    assert report["run_at"] == pytest.approx(later, abs=0.001)
     cancelled = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, *search, "--yes"])
-    assert cancelled.stdout.strip() == "cancelled 49"
+    assert cancelled.stdout.strip() == "50 matched: 50 cancelled"
     with Queue(queue_name, redis_url) as queue:
         assert queue.stats().scheduled == 1150
         status = queue.status("order-0002")  # acme's: left alone
@@ -118,3 +121,54 @@ def test_bulk_actions_on_named_ids_and_on_a_search(
     assert both.exit_code == EXIT_USAGE
     when = cli.invoke(main, ["bulk", "reschedule", "-q", queue_name, "order-0002"])
     assert when.exit_code == EXIT_USAGE and "--at or --in" in when.output
+
+
+def test_search_keeps_to_its_limit_and_lists_by_run_at(
+    cli: CliRunner, redis_url: str, queue_name: str
+) -> None:
+    # Written latest run-at first: a small hash walks in the order it was written.
+    now = time.time()
+    with Queue(queue_name, redis_url) as queue:
+        ids = queue.schedule_many(
+            [Job({"n": n}, at=now + 3600 * (10 - n), id=f"job-{n}", task="t") for n in range(10)]
+        )
+    by_run_at = ids[::-1]
+    listed = cli.invoke(main, ["search", "-q", queue_name, "--task", "t", "--json"])
+    assert [task["id"] for task in json.loads(listed.stdout)["tasks"]] == by_run_at
+
+    three = cli.invoke(main, ["search", "-q", queue_name, "--task", "t", "--limit", "3"])
+    assert three.exit_code == 0, three.output
+    assert "3 matches;" in three.stderr and "--cursor" in three.stderr
+    assert sum(line.startswith("job-") for line in three.stdout.splitlines()) == 3
+    seen: list[str] = []
+    cursor = None
+    while True:  # the cursor goes on after the last match given: each once, none lost
+        arguments = ["search", "-q", queue_name, "--task", "t", "--limit", "3", "--json"]
+        page = json.loads(
+            cli.invoke(main, arguments + (["--cursor", cursor] if cursor else [])).stdout
+        )
+        assert len(page["tasks"]) <= 3
+        seen += [task["id"] for task in page["tasks"]]
+        if (cursor := page["cursor"]) is None:
+            break
+    assert sorted(seen) == sorted(ids)
+
+
+def test_bulk_says_when_it_moved_tasks_to_and_exits_8_when_it_did_nothing(
+    cli: CliRunner, redis_url: str, queue_name: str, orders: list[str]
+) -> None:
+    at = "2030-01-02T03:04:05Z"
+    moved = cli.invoke(main, ["bulk", "reschedule", "-q", queue_name, "order-0001", "--at", at])
+    assert moved.exit_code == 0, moved.output
+    assert moved.stdout.strip() == "rescheduled 1 to 2030-01-02 03:04:05+00:00"
+
+    skipped = cli.invoke(main, ["bulk", "run-now", "-q", queue_name, "order-ready", "ghost"])
+    assert skipped.exit_code == EXIT_NOTHING_DONE
+    assert skipped.stdout.strip() == "made due now 0; skipped 2 (1 gone, 1 ready)"
+    by_search = cli.invoke(
+        main, ["bulk", "run-now", "-q", queue_name, "--id", "order-ready", "--yes"]
+    )
+    assert by_search.exit_code == EXIT_NOTHING_DONE
+    assert by_search.stdout.strip() == "1 matched: 0 made due now, 1 skipped (1 ready)"
+    none = cli.invoke(main, ["bulk", "cancel", "-q", queue_name, "--id", "nothing-", "--yes"])
+    assert none.exit_code == 0 and none.stdout.strip() == "0 matched: 0 cancelled"

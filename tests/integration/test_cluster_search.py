@@ -1,6 +1,7 @@
 """Search and bulk actions on a real 3-master Redis Cluster: a sharded queue whose shards
 live on three masters is walked shard by shard (HSCAN and the matches' status calls
-reach each shard's master), and a bulk action on tasks of every shard, sync and asyncio."""
+reach each shard's master), and a bulk action on tasks of every shard, sync and asyncio,
+also on tasks that wait under flow control."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 from duetime import AsyncQueue, Job, Queue, TaskSearch
 from duetime.client import select_matching, select_matching_async
 from duetime.states import TaskState
+from tests.integration.test_bulk_flow import assert_reached_on_every_shard, backlog_on_shards
 from tests.integration.test_cluster import SHARDED, clean_cluster, cluster
 from tests.servers import Cluster
 
@@ -43,3 +45,10 @@ def test_a_sharded_queue_on_three_masters_is_searched_and_acted_on(clean_cluster
     asyncio.run(scenario())
     with Queue(name, url, shards=3) as queue:
         assert queue.stats().scheduled == 900 and queue.check() == []
+
+
+def test_a_sharded_queue_under_flow_control_is_reached_on_three_masters(
+    clean_cluster: Cluster,
+) -> None:
+    with Queue(SHARDED.queue, clean_cluster.url, shards=3) as queue:
+        assert_reached_on_every_shard(queue, backlog_on_shards(queue))

@@ -132,7 +132,7 @@ def test_bulk_actions_on_ticked_tasks_and_on_every_match(
         later = time.time() + 7200
         chosen = {"action": "reschedule", "to": "2h", "ids": ["order-0002"], "back": page}
         done = post(client, page, f"{q}/search/act", chosen)
-        assert "Rescheduled 1." in done.text
+        assert "Rescheduled 1 to 20" in done.text  # says to when
         status = queue.status("order-0002")
         assert status is not None and status.run_at == pytest.approx(later, abs=5)
         done = post(client, page, f"{q}/search/act",
@@ -143,12 +143,12 @@ def test_bulk_actions_on_ticked_tasks_and_on_every_match(
 
         criteria = "field=customer&value=zeta&id=order-00"
         confirm = client.get(f"{q}/search/confirm?action=cancel&{criteria}").text
-        assert 'data-count="matching">49<' in confirm  # order-0001 is ready now
+        assert 'data-count="matching">50<' in confirm  # order-0001 (ready now) too
         fields = {"action": "cancel", "field": "customer", "value": "zeta", "id": "order-00"}
         done = post(client, f"{q}/search/confirm?action=cancel&{criteria}",
                     f"{q}/search/matching", fields)  # fmt: skip
-        assert "Cancelled 49." in done.text
-        assert queue.stats().scheduled == 1200 - 1 - 49
+        assert "50 matched: 50 cancelled." in done.text
+        assert queue.stats().scheduled == 1200 - 1 - 49 and queue.stats().ready == 2
         assert queue.status("order-0003") is None and queue.status("order-0004") is not None
         assert queue.check() == []
 

@@ -5,10 +5,12 @@ how the JSON API writes what msgpack data can hold."""
 from __future__ import annotations
 
 import math
+from datetime import UTC
 
 import pytest
 
 from duetime import BulkOutcome, TaskSearch, codec
+from duetime.client.matching import NOT_STARTED, MatchSelection, states_for
 from duetime.client.searching import SearchCursor, value_text
 from duetime.codec import ErrorRecord
 from duetime.dashboard.api import jsonable
@@ -66,6 +68,9 @@ def test_a_cursor_names_the_hash_the_shard_and_the_place_in_it() -> None:
     following = going.next(0, 3)  # the end of shard 0: shard 1 from its start
     assert following is not None and following.text == "t1.0"
     assert SearchCursor("errors", 2, 9).next(0, 3) is None  # the end of the last shard
+    inside = going.within(1034, "job-7")  # a call stopped at its limit inside a page
+    assert inside.text == f"t0.517.1034.{b'job-7'.hex()}"
+    assert SearchCursor.parse(inside.text, "tasks", 3) == inside
     for bad in ("t3.0", "x0.1", "t0.", "t0.1 "):
         with pytest.raises(InvalidInputError):
             SearchCursor.parse(bad, "tasks", 3)
@@ -75,6 +80,17 @@ def test_a_bulk_outcome_says_what_was_done_and_why_the_rest_was_skipped() -> Non
     outcome = BulkOutcome("cancel", ["a", "b"], {"c": "running", "d": "gone", "e": "running"})
     assert outcome.summary == "cancelled 2; skipped 3 (1 gone, 2 running)"
     assert BulkOutcome("run_now", ["a"], {}).summary == "made due now 1"
+    moved = BulkOutcome("reschedule", ["a", "b"], {}, run_at=1_796_112_000.0)
+    assert moved.summary == "rescheduled 2 to 2026-12-01 08:00:00+00:00"  # says to when
+    picked = MatchSelection(["a", "b"], [], 5, True, 1, {"waiting": 2}, {"running": 3})
+    assert moved.of_matches(picked, UTC) == (
+        "6 matched: 2 rescheduled to 2026-12-01 08:00:00+00:00, 3 running (not touched), "
+        "1 with an id duetime does not accept (not touched)"
+    )
+    assert states_for("cancel", None) == NOT_STARTED and states_for("cancel", "running")
+    for action, state in (("run_now", "running"), ("cancel", "dead"), ("cancel", "later")):
+        with pytest.raises(InvalidInputError):
+            states_for(action, state)
 
 
 def test_the_api_writes_what_task_data_can_hold_as_json() -> None:
@@ -88,4 +104,5 @@ def test_the_api_writes_what_task_data_can_hold_as_json() -> None:
         "action": "cancel",
         "done": ["a"],
         "skipped": {},
+        "run_at": None,
     }

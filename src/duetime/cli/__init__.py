@@ -10,7 +10,7 @@ Times are shown in this host's local zone (cron times in their job's zone), or i
 with ``duetime --utc``; JSON output keeps epoch seconds, except ``status``.
 
 This module is the ``main`` group; the commands live in one module per group (daemons,
-tasks, search, queues, dead, cron, limits, server), what they share in ``exits``,
+tasks, search, bulk, queues, dead, cron, limits, server), what they share in ``exits``,
 ``options``, ``output`` and ``values``.
 """
 
@@ -21,13 +21,14 @@ import sys
 
 import click
 
-from duetime.cli import cron, daemons, dead, limits, queues, search, server, tasks
+from duetime.cli import bulk, cron, daemons, dead, limits, queues, search, server, tasks
 from duetime.cli.daemons import load_app
 from duetime.cli.exits import (
     EXIT_DAEMON_FAILED,
     EXIT_DECLINED,
     EXIT_ERROR,
     EXIT_NOT_FOUND,
+    EXIT_NOTHING_DONE,
     EXIT_OK,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -38,6 +39,7 @@ __all__ = [
     "EXIT_DAEMON_FAILED",
     "EXIT_DECLINED",
     "EXIT_ERROR",
+    "EXIT_NOTHING_DONE",
     "EXIT_NOT_FOUND",
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
@@ -78,6 +80,6 @@ def main(context: click.Context, log_level: str, utc: bool) -> None:
     _setup_logging(log_level)
 
 
-for _group in (daemons, tasks, search, queues, dead, cron, limits, server):
+for _group in (daemons, tasks, search, bulk, queues, dead, cron, limits, server):
     for _command in _group.COMMANDS:
         main.add_command(_command)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ import click
 from rich.table import Column
 
 from duetime import validation
-from duetime.cli.exits import confirm_or_decline
+from duetime.cli.exits import EXIT_NOTHING_DONE, confirm_or_decline
 from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import (
     DEFAULT_HANDLER_SHOWN,
@@ -25,7 +26,7 @@ from duetime.cli.output import (
     stdout_console,
 )
 from duetime.cli.values import MOMENT
-from duetime.client import DeadTask, selection
+from duetime.client import BulkOutcome, DeadTask, Queue, selection
 from duetime.errors import TaskNotFoundError
 from duetime.states import TaskState
 
@@ -227,20 +228,22 @@ def _act_on_dead(request: _DeadRequest, redis_url: str | None) -> None:
     shift the pages), confirm, then act on them in batches."""
     with open_queue(request.queue, redis_url) as client:
         if request.ids and request.chosen.selects_everything and not request.dry_run:
-            # Named ids need no scan: the server ignores those that are not dead.
-            picked = selection.DeadSelection(request.ids, [])
-        else:
-            chosen = request.chosen
-            if request.ids:
-                chosen = dataclasses.replace(chosen, ids=frozenset(request.ids))
-            with progress_bar() as progress:
-                reading = progress.add_task("reading dead tasks", total=None)
-                picked = selection.select_dead(
-                    client,
-                    chosen,
-                    page_size=request.batch_size,
-                    on_page=lambda count: progress.advance(reading, count),
-                )
+            # Named ids need no scan: each step says which of them were not dead.
+            if request.destructive and not request.yes:
+                _confirm(request, selection.DeadSelection(request.ids, []))
+            _act_on_named_dead(client, request)
+            return
+        chosen = request.chosen
+        if request.ids:
+            chosen = dataclasses.replace(chosen, ids=frozenset(request.ids))
+        with progress_bar() as progress:
+            reading = progress.add_task("reading dead tasks", total=None)
+            picked = selection.select_dead(
+                client,
+                chosen,
+                page_size=request.batch_size,
+                on_page=lambda count: progress.advance(reading, count),
+            )
         if picked.unnameable:
             say(
                 f"duetime: {picked.unnameable:,} matching dead task(s) have ids duetime does "
@@ -261,6 +264,33 @@ def _act_on_dead(request: _DeadRequest, redis_url: str | None) -> None:
                 on_batch=lambda count: progress.advance(acting, count),
             )
     _report_dead(request, picked, done)
+
+
+def _act_on_named_dead(client: Queue, request: _DeadRequest) -> None:
+    """Requeue or purge the ids named, batch by batch, and name those that were not dead
+    (exit 8 when none was)."""
+    action = client.purge_many if request.verb == "purge" else client.requeue_many
+    done: list[str] = []
+    skipped: dict[str, str] = {}
+    with progress_bar() as progress:
+        acting = progress.add_task(f"{request.verb[:-1]}ing", total=len(request.ids))
+        for start in range(0, len(request.ids), request.batch_size):
+            outcome = action(request.ids[start : start + request.batch_size])
+            done += outcome.done
+            skipped |= outcome.skipped
+            progress.advance(acting, len(outcome.done) + len(outcome.skipped))
+    outcome = BulkOutcome(request.verb, done, skipped)
+    if request.as_json:
+        report: dict[str, Any] = {"queue": request.queue, "action": request.verb}
+        report |= {"dry_run": False, "selected": len(request.ids), request.past: len(done)}
+        report |= {"skipped": 0, "not_dead": list(skipped), "ids": done}
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(outcome.summary)
+        for task_id in list(skipped)[:_DRY_RUN_SHOWN]:
+            say(f"skipped {task_id}: no dead task has this id")
+    if not done:
+        sys.exit(EXIT_NOTHING_DONE)
 
 
 def _confirm(request: _DeadRequest, picked: selection.DeadSelection) -> None:

@@ -30,6 +30,9 @@ EXIT_NOT_FOUND = 4
 EXIT_ERROR = 5
 EXIT_DAEMON_FAILED = 6
 EXIT_DECLINED = 7
+#: A bulk action (``bulk``, ``dead requeue``/``purge`` of named ids) changed nothing:
+#: every task it was given or matched was skipped, or not touched, for the reasons said.
+EXIT_NOTHING_DONE = 8
 
 log = logging.getLogger("duetime")
 

@@ -1,6 +1,6 @@
-"""``duetime search`` (tasks by id prefix, handler, error text or a field of their data,
-in a bounded walk a cursor continues) and ``duetime bulk`` (cancel, reschedule or run now
-many scheduled tasks, named or chosen by a search; each task its own atomic step)."""
+"""``duetime search``: tasks by id prefix, handler, error text, limit key or a field of
+their data, in a bounded walk a cursor continues; its options and its table are shared
+with ``duetime bulk`` (``cli.bulk``)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ from typing import Any
 import click
 from rich.table import Column
 
-from duetime import validation
-from duetime.cli.exits import confirm_or_decline
 from duetime.cli.options import open_queue, queue_command
-from duetime.cli.output import DEFAULT_HANDLER_SHOWN, Table, progress_bar, say, shown_time
+from duetime.cli.output import (
+    DEFAULT_HANDLER_SHOWN,
+    Table,
+    progress_bar,
+    say,
+    shown_time,
+)
 from duetime.cli.output import stdout_console as console
-from duetime.cli.values import DURATION, TIME
-from duetime.client import BulkOutcome, Queue, SearchPage, TaskSearch, TaskStatus
-from duetime.client.bulk import select_matching
-from duetime.client.searching import DEFAULT_BUDGET, MOST_BUDGET
+from duetime.client import SearchPage, TaskSearch, TaskStatus
+from duetime.client.searching import DEFAULT_BUDGET, MOST_BUDGET, SEARCH_STATES, by_run_at
 from duetime.states import TaskState
 
 #: Matches a dry run shows in its table (--json lists every id).
@@ -79,7 +81,7 @@ def criteria_of(
     return TaskSearch(id_prefix or None, task, error or None, field, value, state, limit_key)
 
 
-def _status_table(found: Sequence[TaskStatus]) -> Table:
+def status_table(found: Sequence[TaskStatus]) -> Table:
     table = Table(
         "id",
         "state",
@@ -111,13 +113,18 @@ def _read(page: SearchPage) -> str:
 # Long: its options and their help are most of it; the body is short.
 @queue_command()
 @search_options
-@click.option("--state", type=click.Choice(["scheduled", "ready", "running", "dead"]))
+@click.option(
+    "--state",
+    type=click.Choice([str(state) for state in SEARCH_STATES]),
+    help="Only tasks in this state (waiting: the ready tasks that wait under flow control "
+    "for their turn or a limit).",
+)
 @click.option(
     "--limit",
     default=50,
     show_default=True,
     type=click.IntRange(1, 10_000),
-    help="Stop once this many matched (a page begun is finished).",
+    help="Stop once this many matched (--cursor goes on after the last one).",
 )
 @click.option(
     "--budget",
@@ -173,6 +180,7 @@ def search(
             if cursor is None or not to_the_end:
                 break
     seconds = time.monotonic() - started
+    found = by_run_at(found)  # each page is in order; --all joins them
     page = dataclasses.replace(page, tasks=found, scanned=scanned)
     if as_json:
         report: dict[str, Any] = {"queue": queue}
@@ -182,205 +190,10 @@ def search(
         click.echo(json.dumps(report, default=str, indent=2))
         return
     if found:
-        console().print(_status_table(found))
+        console().print(status_table(found))
     matched = f"{len(found):,} match{'' if len(found) == 1 else 'es'}"
     more = "" if cursor is None else f"; go on with --cursor {cursor}"
     say(f"{matched}; {_read(page)} in {seconds:.2f} s{more}")
 
 
-@click.group()
-def bulk() -> None:
-    """Cancel, reschedule or run now many scheduled tasks: the ids named, or every
-    scheduled task a search matches (cancel --state running: every running one, whose
-    workers are asked to stop them). Each task is its own atomic step; tasks that
-    started, died or finished meanwhile are skipped and counted.
-
-    \b
-    Examples:
-      duetime bulk run-now -q emails --data customer.id=42 --dry-run
-      duetime bulk reschedule -q emails --in 1h --task send_digest --yes
-      duetime bulk cancel -q emails ID1 ID2 ID3
-      duetime bulk cancel -q emails --state running --task send_digest --yes
-      duetime bulk cancel -q api --state running --limit-key customer-42 --yes
-    """
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BulkRequest:
-    action: str  # cancel | reschedule | run_now
-    queue: str
-    ids: list[str]  # named, or chosen by ``criteria``
-    criteria: TaskSearch | None
-    dry_run: bool
-    yes: bool
-    as_json: bool
-    moment: tuple[float | None, float | None] = (None, None)  # reschedule: --at, --in
-
-
-def bulk_action(action: str, summary: str) -> click.Command:
-    """``duetime bulk cancel``, ``run-now`` or ``reschedule`` (one body, three verbs)."""
-    name = action.replace("_", "-")
-
-    def command(
-        queue: str,
-        task_ids: tuple[str, ...],
-        id_prefix: str | None,
-        task_name: str | None,
-        error: str | None,
-        data: str | None,
-        limit_key: str | None,
-        dry_run: bool,
-        yes: bool,
-        as_json: bool,
-        redis_url: str | None,
-        at: float | None = None,
-        delay: float | None = None,
-        state: str = "scheduled",
-    ) -> None:
-        criteria = criteria_of(id_prefix, task_name, error, data, state, limit_key)
-        ids = validation.task_ids(list(task_ids))
-        if bool(ids) == (criteria is not None):
-            raise click.UsageError(
-                "name task ids, or choose with --id, --task, --error, --limit-key or --data"
-            )
-        if action == "reschedule" and (at is None) == (delay is None):
-            raise click.UsageError("give exactly one of --at or --in")
-        request = BulkRequest(action, queue, ids, criteria, dry_run, yes, as_json, (at, delay))
-        act_in_bulk(request, redis_url)
-
-    decorated: Callable[..., Any] = command
-    for option in reversed(_bulk_options(action)):
-        decorated = option(decorated)
-    return queue_command(name, group=bulk, help_text=summary)(decorated)
-
-
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-
-
-def _bulk_options(action: str) -> list[Decorator]:
-    """The arguments and options of ``duetime bulk ACTION``."""
-    options: list[Decorator] = [
-        click.argument("task_ids", nargs=-1),
-        search_options,
-    ]
-    if action == "cancel":
-        options.append(
-            click.option(
-                "--state",
-                type=click.Choice(["scheduled", "running"]),
-                default="scheduled",
-                show_default=True,
-                help="With a search: the state of the tasks it picks (running ones are "
-                "asked to stop, and end as cancelled).",
-            )
-        )
-    if action == "reschedule":
-        options += [
-            click.option("--at", "at", type=TIME, metavar="TIME", help="The new run-at time."),
-            click.option(
-                "--in", "delay", type=DURATION, metavar="DURATION", help="The new delay from now."
-            ),
-        ]
-    options += [
-        click.option(
-            "--dry-run", is_flag=True, help="Say which tasks it would take; change nothing."
-        ),
-        click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation."),
-        click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON."),
-    ]
-    return options
-
-
-def act_in_bulk(request: BulkRequest, redis_url: str | None) -> None:
-    """Choose the tasks (by a search, walked to its end), confirm, act in batches."""
-    with open_queue(request.queue, redis_url) as client:
-        ids, sample = request.ids, []
-        if request.criteria is not None:
-            with progress_bar() as progress:
-                reading = progress.add_task("searching", total=None)
-                picked = select_matching(
-                    client,
-                    request.criteria,
-                    on_page=lambda page: progress.advance(reading, page.scanned),
-                )
-            ids, sample = picked.ids, picked.sample
-            if picked.unnameable:
-                say(
-                    f"duetime: {picked.unnameable:,} matching task(s) have ids duetime does "
-                    "not accept (written by hand?) and are left alone"
-                )
-        if request.dry_run:
-            _report_dry_run(request, ids, sample)
-            return
-        if ids and not request.yes and (request.action == "cancel" or request.criteria):
-            verb = {"cancel": "Cancel", "reschedule": "Reschedule", "run_now": "Run now"}
-            plural = "" if len(ids) == 1 else "s"
-            question = f"{verb[request.action]} {len(ids):,} task{plural} in queue {request.queue}?"
-            confirm_or_decline(question, "nothing changed")
-        outcome = _acted(client, request, ids)
-    if request.as_json:
-        report: dict[str, Any] = {"queue": request.queue, "action": request.action}
-        report |= {"dry_run": False, "selected": len(ids), "done": len(outcome.done)}
-        report |= {"skipped": outcome.skipped, "ids": outcome.done}
-        click.echo(json.dumps(report, indent=2))
-        return
-    click.echo(outcome.summary)
-    for task_id, reason in list(outcome.skipped.items())[:DRY_RUN_SHOWN]:
-        say(f"skipped {task_id}: {reason}")
-
-
-def _acted(client: Queue, request: BulkRequest, ids: list[str]) -> BulkOutcome:
-    """The action on ``ids``, a batch per call, with a progress bar."""
-    at, delay = request.moment
-    done: list[str] = []
-    skipped: dict[str, str] = {}
-    with progress_bar() as progress:
-        acting = progress.add_task(request.action.replace("_", " "), total=len(ids))
-        for start in range(0, len(ids), BULK_BATCH):
-            batch = ids[start : start + BULK_BATCH]
-            if request.action == "cancel":
-                outcome = client.cancel_many(batch)
-            elif request.action == "run_now":
-                outcome = client.run_now_many(batch)
-            elif at is not None:
-                outcome = client.reschedule_many(batch, at)
-            else:
-                assert delay is not None
-                outcome = client.reschedule_many_in(batch, delay)
-            done += outcome.done
-            skipped |= outcome.skipped
-            progress.advance(acting, len(batch))
-    return BulkOutcome(request.action, done, skipped)
-
-
-def _report_dry_run(request: BulkRequest, ids: list[str], sample: list[TaskStatus]) -> None:
-    if request.as_json:
-        report = {"queue": request.queue, "action": request.action, "dry_run": True}
-        click.echo(json.dumps(report | {"selected": len(ids), "ids": ids}, indent=2))
-        return
-    chosen = "scheduled tasks matching" if request.criteria else "tasks named"
-    click.echo(f"would {request.action.replace('_', ' ')} {len(ids):,} {chosen} in {request.queue}")
-    if sample:
-        console().print(_status_table(sample[:DRY_RUN_SHOWN]))
-    if len(sample) and len(ids) > DRY_RUN_SHOWN:
-        click.echo(f"... and {len(ids) - DRY_RUN_SHOWN:,} more (--json lists every id)")
-
-
-bulk_cancel = bulk_action(
-    "cancel",
-    """Cancel many tasks that have not started: the TASK_IDS named, or the scheduled
-    tasks a search matches. Asks first; --yes does not. Running and dead tasks are
-    skipped.""",
-)
-bulk_run_now = bulk_action(
-    "run_now",
-    """Make many scheduled tasks due now: the TASK_IDS named, or those a search matches
-    (which asks first; --yes does not).""",
-)
-bulk_reschedule = bulk_action(
-    "reschedule",
-    """Give many waiting tasks a new run-at (--at or --in): the TASK_IDS named, or the
-    scheduled tasks a search matches (which asks first; --yes does not).""",
-)
-
-COMMANDS = (search, bulk)
+COMMANDS = (search,)

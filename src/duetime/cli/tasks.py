@@ -22,7 +22,7 @@ from duetime.cli.output import (
 from duetime.cli.values import DURATION, TIME, json_argument
 from duetime.client import FinishedAttempt, TaskSummary
 from duetime.errors import TaskNotFoundError
-from duetime.states import HistoryOutcome
+from duetime.states import HistoryOutcome, TaskState
 from duetime.times import TIME_WIDTH, format_duration
 
 #: ``duetime tasks --task``: tasks read per page, and how far a filtered listing reads.
@@ -322,7 +322,9 @@ def reschedule(
         else:
             assert delay is not None
             client.reschedule_in(task_id, delay)
-    click.echo(f"{task_id} rescheduled")
+        moved = client.status(task_id)  # says to when (None: due now, or started since)
+    when = moved.run_at if moved is not None and moved.state == TaskState.SCHEDULED else None
+    click.echo(f"{task_id} rescheduled " + (f"to {shown_time(when)}" if when else "(due now)"))
 
 
 COMMANDS = (schedule, status, cancel, tasks, task, run_now, reschedule)

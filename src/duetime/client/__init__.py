@@ -9,19 +9,21 @@ task checked and ready to write), ``shards``, ``preparing``, ``producing``,
 ``history`` (the plans, joined by ``core.QueueCore``), ``reports`` (records read from
 the store's replies), ``queue`` (``Queue``, ``AsyncQueue``, with ``search_methods``
 and ``cron_methods``), ``handles`` (typed schedule calls of one handler),
-``registry`` (the queues a server knows), ``selection`` and ``coalescing``.
+``registry`` (the queues a server knows), ``selection`` and ``matching`` (choosing
+dead tasks by filters, and tasks by a search for a bulk action) and ``coalescing``.
 """
 
-from duetime.client.bulk import (
-    BulkOutcome,
-    MatchSelection,
-    select_matching,
-    select_matching_async,
-)
+from duetime.client.bulk import BulkOutcome
 from duetime.client.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
 from duetime.client.handles import AsyncTaskHandle, HandleOptions, TaskHandle
 from duetime.client.ids import new_task_id, new_task_ids
+from duetime.client.matching import (
+    NOT_STARTED,
+    MatchSelection,
+    select_matching,
+    select_matching_async,
+)
 from duetime.client.models import (
     LISTED_STATES,
     CronBackfillInfo,
@@ -43,7 +45,7 @@ from duetime.client.models import (
 )
 from duetime.client.queue import AsyncQueue, Queue
 from duetime.client.registry import known_queues
-from duetime.client.searching import SearchPage, TaskSearch
+from duetime.client.searching import WAITING, SearchPage, TaskSearch
 from duetime.client.selection import (
     BATCH_SIZE,
     DeadFilter,
@@ -60,6 +62,8 @@ __all__ = [
     "BATCH_SIZE",
     "LISTED_STATES",
     "MOST_PER_ROUND_TRIP",
+    "NOT_STARTED",
+    "WAITING",
     "AsyncQueue",
     "AsyncTaskHandle",
     "BulkOutcome",

@@ -1,6 +1,8 @@
 """Acting on many waiting tasks at once: cancel, reschedule or run now each task of a
-list of ids, chosen by hand or by a search (``select_matching``), and say what was done
-and what was skipped, and why.
+list of ids, chosen by hand or by a search (``matching.select_matching``), and say what
+was done and what was skipped, and why (requeue or purge named dead tasks too). A task
+that has not started is scheduled, ready, or due and waiting under flow control (for
+its turn or a limit): a bulk action reaches each.
 
 Each task is its own atomic step (the same script as for one task), so a task that
 started, died or finished meanwhile is skipped, never half-changed; nothing is held
@@ -10,20 +12,33 @@ is checked before the first step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from datetime import UTC, tzinfo
 
-from duetime import codec, validation
-from duetime.client.control import Control
-from duetime.client.models import Duration, TaskIds, TaskStatus, Timestamp
-from duetime.client.searching import DEFAULT_BUDGET, MOST_LIMIT, SearchPage, TaskSearch
+from duetime import codec, times, validation
+from duetime.client.control import Control, DeadStep
+from duetime.client.matching import MatchSelection, counted
+from duetime.client.models import Duration, TaskIds, Timestamp
+from duetime.client.searching import WAITING
 from duetime.errors import InvalidInputError
 from duetime.states import RescheduleOutcome, TaskState
+from duetime.store.operations import QueueOperations
 from duetime.store.requests import Plan
 
-#: Why a task was skipped: it was running, dead, already due (run now), or not live.
+#: Why a task was skipped: it was running, dead, already due (run now: ``ready``, or
+#: ``waiting`` under flow control for its turn or a limit, which a run now does not
+#: pass), or not live.
 GONE = "gone"
+#: What each action did, as an outcome says it.
+DONE = {
+    "cancel": "cancelled",
+    "reschedule": "rescheduled",
+    "run_now": "made due now",
+    "requeue": "requeued",
+    "purge": "purged",
+}
+#: Why a dead-letter action skipped an id: no dead task has it (unknown, or not dead).
+NOT_DEAD = "not dead"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,22 +47,48 @@ class BulkOutcome:
     ``skipped``, each other id with why (``running``, ``dead``, ``ready`` for a task
     already due that was to run now, or ``gone``: finished, cancelled, never there)."""
 
-    action: str  # cancel | reschedule | run_now
+    action: str  # cancel | reschedule | run_now | requeue | purge (dead tasks)
     done: list[str]
     skipped: dict[str, str]
+    #: A reschedule's new run-at (epoch seconds; one not in the future made them due now).
+    run_at: float | None = None
 
     @property
     def summary(self) -> str:
-        """One line for people: ``cancelled 12; skipped 3 (2 running, 1 gone)``."""
-        verb = {"cancel": "cancelled", "reschedule": "rescheduled", "run_now": "made due now"}
-        said = f"{verb[self.action]} {len(self.done):,}"
+        """One line for people: ``cancelled 12; skipped 3 (2 running, 1 gone)``; a
+        reschedule says to when (in UTC)."""
+        return self.described(UTC)
+
+    def described(self, zone: tzinfo | None) -> str:
+        """``summary`` with a reschedule's time in ``zone`` (None: this host's)."""
+        said = f"{DONE[self.action]} {len(self.done):,}"
+        if self.run_at is not None:
+            said += f" to {times.format_time(self.run_at, zone)}"
         if not self.skipped:
             return said
         reasons: dict[str, int] = {}
         for reason in self.skipped.values():
             reasons[reason] = reasons.get(reason, 0) + 1
-        parts = ", ".join(f"{count:,} {reason}" for reason, count in sorted(reasons.items()))
-        return f"{said}; skipped {len(self.skipped):,} ({parts})"
+        return f"{said}; skipped {len(self.skipped):,} ({counted(reasons)})"
+
+    def of_matches(self, picked: MatchSelection, zone: tzinfo | None) -> str:
+        """What an action on a search's matches did, every match accounted for: ``21
+        matched: 18 cancelled, 3 running (not touched)`` (and ``2 skipped (2 running)``
+        for chosen tasks that changed before their step)."""
+        said = f"{len(self.done):,} {DONE[self.action]}"
+        if self.run_at is not None:
+            said += f" to {times.format_time(self.run_at, zone)}"
+        parts = [said]
+        if self.skipped:
+            reasons: dict[str, int] = {}
+            for reason in self.skipped.values():
+                reasons[reason] = reasons.get(reason, 0) + 1
+            parts.append(f"{len(self.skipped):,} skipped ({counted(reasons)})")
+        if picked.left_alone:
+            parts.append(f"{counted(picked.left_alone)} (not touched)")
+        if picked.unnameable:
+            parts.append(f"{picked.unnameable:,} with an id duetime does not accept (not touched)")
+        return f"{picked.matched:,} matched: {', '.join(parts)}"
 
 
 @dataclass
@@ -55,9 +96,10 @@ class _Tally:
     action: str
     done: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    run_at: float | None = None
 
     def outcome(self) -> BulkOutcome:
-        return BulkOutcome(self.action, self.done, self.skipped)
+        return BulkOutcome(self.action, self.done, self.skipped, self.run_at)
 
 
 def _checked_ids(task_ids: TaskIds) -> list[str]:
@@ -71,13 +113,18 @@ def _checked_ids(task_ids: TaskIds) -> list[str]:
 class BulkControl(Control):
     """The plans of ``QueueCore`` that act on many waiting tasks, one atomic step each."""
 
-    def cancel_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
-        """Cancel each task that has not started (scheduled or ready), and ask each running
-        one's worker to stop it (it ends as cancelled); a dead one is left alone (a dead
-        task is purged with ``purge_dead``)."""
+    def cancel_many_plan(self, task_ids: TaskIds, stop_running: bool = True) -> Plan[BulkOutcome]:
+        """Cancel each task that has not started (scheduled, ready, or waiting under flow
+        control), and ask each running one's worker to stop it (it ends as cancelled);
+        without ``stop_running`` a running one is skipped and runs (a task claimed while
+        the action goes is then cancelled or runs, never both). A dead one is left alone
+        (a dead task is purged with ``purge_dead``)."""
         tally = _Tally("cancel")
         for task_id in _checked_ids(task_ids):
-            place = yield from self._cancel_live(task_id)
+            place = yield from self._cancel_live(task_id, stop_running)
+            if place == TaskState.RUNNING and not stop_running:
+                tally.skipped[task_id] = str(place)
+                continue
             if place in (TaskState.SCHEDULED, TaskState.READY, TaskState.RUNNING):
                 tally.done.append(task_id)
             else:
@@ -85,11 +132,12 @@ class BulkControl(Control):
         return tally.outcome()
 
     def reschedule_many_plan(self, task_ids: TaskIds, at: Timestamp) -> Plan[BulkOutcome]:
-        """Give each waiting task (scheduled or ready) the run-at ``at``; a time not in
-        the future makes it due now."""
+        """Give each task that has not started (scheduled, ready, or waiting under flow
+        control) the run-at ``at``; a time not in the future makes it due now (under
+        flow control: due in its key's turn, as a promoted task)."""
         ids = _checked_ids(task_ids)
         run_at_ms = validation.timestamp_ms(at)
-        tally = _Tally("reschedule")
+        tally = _Tally("reschedule", run_at=run_at_ms / 1000)
         for task_id in ids:
             outcome = yield from self._reschedule_one(task_id, run_at_ms)
             if outcome == RescheduleOutcome.OK:
@@ -105,8 +153,26 @@ class BulkControl(Control):
         now_ms = yield from self.operations.now()
         return (yield from self.reschedule_many_plan(ids, (now_ms + delay_ms) / 1000))
 
-    def _cancel_live(self, task_id: str) -> Plan[TaskState | None]:
-        return (yield from self._first_found(task_id, lambda shard: shard.cancel(task_id, True)))
+    def requeue_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
+        """``requeue_dead`` of the ids named, saying which were not dead (``NOT_DEAD``)."""
+        return (yield from self._dead_many("requeue", task_ids, QueueOperations.requeue_dead))
+
+    def purge_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
+        """``purge_dead`` of the ids named, saying which were not dead (``NOT_DEAD``)."""
+        return (yield from self._dead_many("purge", task_ids, QueueOperations.purge_dead))
+
+    def _dead_many(self, action: str, task_ids: TaskIds, step: DeadStep) -> Plan[BulkOutcome]:
+        ids = _checked_ids(task_ids)
+        done = yield from self._named_dead(ids, step)
+        taken = set(done)
+        return BulkOutcome(action, done, {i: NOT_DEAD for i in ids if i not in taken})
+
+    def _cancel_live(self, task_id: str, stop_running: bool) -> Plan[TaskState | None]:
+        return (
+            yield from self._first_found(
+                task_id, lambda shard: shard.cancel(task_id, True, stop_running)
+            )
+        )
 
     def _reschedule_one(self, task_id: str, run_at_ms: float) -> Plan[RescheduleOutcome | None]:
         return (
@@ -117,14 +183,17 @@ class BulkControl(Control):
         )
 
     def run_now_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
-        """Make each scheduled task due now (its run-at becomes the server's now); a
-        task already due (ready) is skipped, as are running, dead and gone ones."""
+        """Make each scheduled task due now (its run-at becomes the server's now; under
+        flow control it is then due in its key's turn); a task already due is skipped:
+        ``ready``, or ``waiting`` under flow control (a run now passes no limit), as are
+        running, dead and gone ones."""
         tally = _Tally("run_now")
         for task_id in _checked_ids(task_ids):
             shard, reply = yield from self._locate(task_id)
             if reply.state != TaskState.SCHEDULED:
                 live = reply.state in (TaskState.READY, TaskState.RUNNING, TaskState.DEAD)
-                tally.skipped[task_id] = str(reply.state) if live else GONE
+                reason = str(reply.state) if live else GONE
+                tally.skipped[task_id] = WAITING if reply.waiting else reason
                 continue
             now_ms = yield from shard.now()
             # The step is atomic: a task claimed since the look above is refused by it.
@@ -134,119 +203,3 @@ class BulkControl(Control):
             else:
                 tally.skipped[task_id] = GONE if outcome is None else str(outcome)
         return tally.outcome()
-
-
-# --- choosing by a search ----------------------------------------------------------------
-
-
-class Searchable(Protocol):
-    """What ``select_matching`` needs of a queue: ``duetime.Queue`` has it."""
-
-    def search(
-        self, criteria: TaskSearch, *, cursor: str | None = ..., budget: int = ..., limit: int = ...
-    ) -> SearchPage: ...
-
-
-class AsyncSearchable(Protocol):
-    """What ``select_matching_async`` needs of a queue: ``duetime.AsyncQueue`` has it."""
-
-    async def search(
-        self, criteria: TaskSearch, *, cursor: str | None = ..., budget: int = ..., limit: int = ...
-    ) -> SearchPage: ...
-
-
-@dataclass(frozen=True, slots=True)
-class MatchSelection:
-    """The tasks a search matched, walked to its end or to a bound: every id (once),
-    the first ``sample`` in full, how many entries were read, and whether the walk got
-    to its end (False: it stopped at the bound; later tasks were not looked at).
-    ``unnameable`` matches carry an id duetime does not accept (written by hand), which
-    the bulk actions would refuse: they are left out of ``ids``."""
-
-    ids: list[str]
-    sample: list[TaskStatus]
-    scanned: int
-    complete: bool
-    unnameable: int = 0
-
-
-@dataclass
-class _Collecting:
-    sample: int
-    most_scanned: int | None
-    on_page: Callable[[SearchPage], None] | None
-    ids: dict[str, None] = field(default_factory=dict)  # ordered, once each
-    shown: list[TaskStatus] = field(default_factory=list)
-    scanned: int = 0
-    looked: int = 0
-    unnameable: set[str] = field(default_factory=set)
-
-    def budget(self, per_call: int) -> int:
-        if self.most_scanned is None:
-            return per_call
-        return max(1, min(per_call, self.most_scanned - self.looked))
-
-    def add(self, page: SearchPage, budget: int) -> bool:
-        """Take a page in; True while the walk should go on."""
-        self.scanned += page.scanned
-        self.looked += budget
-        for status in page.tasks:
-            if status.id in self.ids or status.id in self.unnameable:
-                continue  # a walk may meet a task twice
-            try:
-                self.ids[validation.task_id(status.id)] = None
-            except InvalidInputError:
-                self.unnameable.add(status.id)
-                continue
-            if len(self.shown) < self.sample:
-                self.shown.append(status)
-        if self.on_page is not None:
-            self.on_page(page)
-        within = self.most_scanned is None or self.looked < self.most_scanned
-        return page.cursor is not None and within
-
-    def selection(self, cursor: str | None) -> MatchSelection:
-        return MatchSelection(
-            list(self.ids), self.shown, self.scanned, cursor is None, len(self.unnameable)
-        )
-
-
-def select_matching(
-    queue: Searchable,
-    criteria: TaskSearch,
-    *,
-    most_scanned: int | None = None,
-    sample: int = 20,
-    budget: int = DEFAULT_BUDGET,
-    on_page: Callable[[SearchPage], None] | None = None,
-) -> MatchSelection:
-    """Every task ``criteria`` match, walking the whole queue ``budget`` entries per
-    call (or until ``most_scanned`` were looked at); ``on_page`` hears of each call."""
-    collecting = _Collecting(sample, most_scanned, on_page)
-    cursor: str | None = None
-    while True:
-        asked = collecting.budget(budget)
-        page = queue.search(criteria, cursor=cursor, budget=asked, limit=MOST_LIMIT)
-        cursor = page.cursor
-        if not collecting.add(page, asked):
-            return collecting.selection(cursor)
-
-
-async def select_matching_async(
-    queue: AsyncSearchable,
-    criteria: TaskSearch,
-    *,
-    most_scanned: int | None = None,
-    sample: int = 20,
-    budget: int = DEFAULT_BUDGET,
-    on_page: Callable[[SearchPage], None] | None = None,
-) -> MatchSelection:
-    """``select_matching`` for an ``AsyncQueue``."""
-    collecting = _Collecting(sample, most_scanned, on_page)
-    cursor: str | None = None
-    while True:
-        asked = collecting.budget(budget)
-        page = await queue.search(criteria, cursor=cursor, budget=asked, limit=MOST_LIMIT)
-        cursor = page.cursor
-        if not collecting.add(page, asked):
-            return collecting.selection(cursor)

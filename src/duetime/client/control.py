@@ -15,6 +15,9 @@ from duetime.states import RescheduleOutcome, TaskState
 from duetime.store.operations import QueueOperations
 from duetime.store.requests import Plan
 
+#: A dead-letter step of the store (requeue or purge), on one shard: the ids it took.
+DeadStep = Callable[[QueueOperations, Sequence[str]], Plan[list[str]]]
+
 
 class Control(Inspection):
     """The plans that change tasks already written, or the whole queue (a task's state is
@@ -87,17 +90,26 @@ class Control(Inspection):
         """Delete the given dead tasks (one id, or a sequence), or all when None."""
         return (yield from self._each_dead(task_ids, QueueOperations.purge_dead))
 
-    def _each_dead(
-        self, task_ids: TaskIds, step: Callable[[QueueOperations, Sequence[str]], Plan[int]]
-    ) -> Plan[int]:
+    def _each_dead(self, task_ids: TaskIds, step: DeadStep) -> Plan[int]:
         """Apply a dead-letter step to the given ids, or to every dead task, in every
         shard (a step leaves ids it does not find alone); returns how many it applied to."""
-        ids = None if task_ids is None else validation.task_ids(task_ids)
+        if task_ids is not None:
+            return len((yield from self._named_dead(validation.task_ids(task_ids), step)))
         total = 0
         for shard in self.shards:
-            if ids is not None:
-                total += yield from step(shard, ids)
-                continue
             while batch := (yield from shard.dead_ids(1000)):
-                total += yield from step(shard, batch)
+                total += len((yield from step(shard, batch)))
         return total
+
+    def _named_dead(self, ids: Sequence[str], step: DeadStep) -> Plan[list[str]]:
+        """A dead-letter step on ``ids`` in every shard, each id once (a task written
+        under another shard count is found where it is): the ids it applied to."""
+        done: list[str] = []
+        left = list(ids)
+        for shard in self.shards:
+            if not left:
+                break
+            taken = set((yield from step(shard, left)))
+            done += [task_id for task_id in left if task_id in taken]
+            left = [task_id for task_id in left if task_id not in taken]
+        return done

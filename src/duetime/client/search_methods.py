@@ -61,9 +61,13 @@ class SearchMethods:
         ``cursor`` (None: the start); go on with the page's ``cursor``."""
         return self.runner.run(self.core.search_plan(criteria, cursor, budget, limit))
 
-    def cancel_many(self: HasRunner, task_ids: TaskIds) -> BulkOutcome:
-        """Cancel each task that has not started; running and dead ones are skipped."""
-        return self.runner.run(self.core.cancel_many_plan(task_ids))
+    def cancel_many(
+        self: HasRunner, task_ids: TaskIds, *, stop_running: bool = True
+    ) -> BulkOutcome:
+        """Cancel each task that has not started, and ask the workers of running ones to
+        stop them (``stop_running`` False: running ones are skipped); dead ones are
+        skipped."""
+        return self.runner.run(self.core.cancel_many_plan(task_ids, stop_running))
 
     def reschedule_many(self: HasRunner, task_ids: TaskIds, at: Timestamp) -> BulkOutcome:
         """Give each waiting task the run-at ``at``; running and dead ones are skipped."""
@@ -76,6 +80,14 @@ class SearchMethods:
     def run_now_many(self: HasRunner, task_ids: TaskIds) -> BulkOutcome:
         """Make each scheduled task due now; others are skipped."""
         return self.runner.run(self.core.run_now_many_plan(task_ids))
+
+    def requeue_many(self: HasRunner, task_ids: TaskIds) -> BulkOutcome:
+        """``requeue_dead`` of the ids given, with the ids that were not dead skipped."""
+        return self.runner.run(self.core.requeue_many_plan(task_ids))
+
+    def purge_many(self: HasRunner, task_ids: TaskIds) -> BulkOutcome:
+        """``purge_dead`` of the ids given, with the ids that were not dead skipped."""
+        return self.runner.run(self.core.purge_many_plan(task_ids))
 
 
 class AsyncSearchMethods:
@@ -91,8 +103,10 @@ class AsyncSearchMethods:
     ) -> SearchPage:
         return await self.runner.run(self.core.search_plan(criteria, cursor, budget, limit))
 
-    async def cancel_many(self: HasAsyncRunner, task_ids: TaskIds) -> BulkOutcome:
-        return await self.runner.run(self.core.cancel_many_plan(task_ids))
+    async def cancel_many(
+        self: HasAsyncRunner, task_ids: TaskIds, *, stop_running: bool = True
+    ) -> BulkOutcome:
+        return await self.runner.run(self.core.cancel_many_plan(task_ids, stop_running))
 
     async def reschedule_many(
         self: HasAsyncRunner, task_ids: TaskIds, at: Timestamp
@@ -106,3 +120,9 @@ class AsyncSearchMethods:
 
     async def run_now_many(self: HasAsyncRunner, task_ids: TaskIds) -> BulkOutcome:
         return await self.runner.run(self.core.run_now_many_plan(task_ids))
+
+    async def requeue_many(self: HasAsyncRunner, task_ids: TaskIds) -> BulkOutcome:
+        return await self.runner.run(self.core.requeue_many_plan(task_ids))
+
+    async def purge_many(self: HasAsyncRunner, task_ids: TaskIds) -> BulkOutcome:
+        return await self.runner.run(self.core.purge_many_plan(task_ids))

@@ -9,12 +9,16 @@ entries per round trip, and stops once it has asked the server to look at ``budg
 entries or found ``limit`` matches. Envelopes are msgpack, so the criteria are checked
 here, on the client; only the matches cost more: where each one is, read in one round
 trip per page (a task_status call each). What a call looked at is in its answer, and its
-cursor goes on from there.
+cursor goes on from there. A call returns ``limit`` matches at most, earliest run-at
+first: when a page holds more, the cursor goes on inside that page (see
+``SearchCursor``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,7 +45,16 @@ MOST_LIMIT = 10_000
 #: How long each criterion may be (characters).
 MOST_CRITERION = 1000
 
-_CURSOR = re.compile(r"([tek])([0-9]{1,3})\.([0-9]{1,20})")
+#: The cursor's text: hash, shard, HSCAN cursor; inside a page, also where that page
+#: ended when read and the last id returned from it (hex of its bytes).
+_CURSOR = re.compile(
+    r"([tek])([0-9]{1,3})\.([0-9]{1,20})(?:\.([0-9]{1,20})\.((?:[0-9a-f]{2}){1,500}))?"
+)
+#: A state a search takes besides those of ``LISTED_STATES``: ready tasks that wait under
+#: flow control, in the due set, for their turn or a limit (``waiting_for`` says which).
+WAITING = "waiting"
+#: The states a search can be asked for.
+SEARCH_STATES = (*LISTED_STATES, WAITING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +68,8 @@ class TaskSearch:
     ``data_value``, the value there, as text (a string as it is, a number, true, false
     or null as JSON), must equal it; without, the field must exist. ``limit_key``: the
     task's flow control key, exactly. ``state``: only tasks in this state (scheduled,
-    ready, running or dead), checked on the matches.
+    ready, running or dead; or ``waiting``: the ready tasks that wait under flow control
+    for their turn or a limit), checked on the matches.
     """
 
     id_prefix: str | None = None
@@ -92,10 +106,11 @@ class TaskSearch:
             )
         object.__setattr__(self, "path", path)
         if self.state is not None:
-            if self.state not in LISTED_STATES:
-                states = ", ".join(LISTED_STATES)
+            if self.state not in SEARCH_STATES:
+                states = ", ".join(SEARCH_STATES)
                 raise InvalidInputError(f"state must be one of {states}, got {self.state!r}")
-            object.__setattr__(self, "state", TaskState(self.state))
+            if self.state != WAITING:
+                object.__setattr__(self, "state", TaskState(self.state))
         given_one = self.task is not None or self.limit_key is not None
         if not (given_one or self.id_prefix or self.error or self.data_field):
             raise InvalidInputError(
@@ -126,6 +141,12 @@ class TaskSearch:
 
     def matches_id(self, task_id: str) -> bool:
         return task_id.startswith(self.id_prefix or "")
+
+    def matches_state(self, status: TaskStatus) -> bool:
+        """Whether a match is in the state asked (any, when none is)."""
+        if self.state == WAITING:
+            return status.waiting_for is not None
+        return self.state is None or status.state == self.state
 
     def matches_error(self, record: bytes) -> bool:
         if not self.error:
@@ -178,8 +199,9 @@ def value_text(value: Any) -> str | None:
 @dataclass(frozen=True, slots=True)
 class SearchPage:
     """What one search call found. ``tasks``: the matches, each as ``status`` reads
-    it (a page of the walk is finished once begun, so there may be a few more than the
-    limit). ``cursor``: give it to the next call to go on, None once the walk is over.
+    it, at most the limit asked, earliest run-at first (time of death for a dead task;
+    those without a time last). ``cursor``: give it to the next call to go on, None
+    once the walk is over.
     ``scanned``: entries this call read; ``total``: entries the whole walk covers now
     (tasks, or last errors: see ``walked``)."""
 
@@ -192,11 +214,18 @@ class SearchPage:
 
 @dataclass(frozen=True, slots=True)
 class SearchCursor:
-    """Where a walk stands: the hash, the shard, and HSCAN's cursor in it."""
+    """Where a walk stands: the hash, the shard, and HSCAN's cursor in it. A call that
+    reached its limit inside a page stays at that page: ``returned`` is the last id it
+    returned of it (in id order) and ``ended`` where the page ended. Read again, the page
+    gives the ids after ``returned`` only if it ends at ``ended`` again (it covered the
+    same part of the hash); if not, the hash changed meanwhile, and the page is given
+    whole (a match may then come twice, as after a resize, never not at all)."""
 
     walked: Walked
     shard: int
     position: int
+    ended: int | None = None
+    returned: str | None = None
 
     @classmethod
     def parse(cls, text: str | None, walked: Walked, shards: int) -> SearchCursor:
@@ -213,7 +242,14 @@ class SearchCursor:
                 "this cursor belongs to a search by another kind of criteria (with or "
                 "without an error text): start again without a cursor"
             )
-        return cls(walked, int(found[2]), int(found[3]))
+        if found[4] is None:
+            return cls(walked, int(found[2]), int(found[3]))
+        returned = bytes.fromhex(found[5]).decode("utf-8", "surrogateescape")
+        return cls(walked, int(found[2]), int(found[3]), int(found[4]), returned)
+
+    def within(self, position: int, returned: str) -> SearchCursor:
+        """Where a call that stopped inside the page it read from here goes on."""
+        return SearchCursor(self.walked, self.shard, self.position, position, returned)
 
     def next(self, position: int, shards: int) -> SearchCursor | None:
         """Where the walk goes after a page that answered ``position``."""
@@ -225,7 +261,22 @@ class SearchCursor:
 
     @property
     def text(self) -> str:
-        return f"{self.walked[0]}{self.shard}.{self.position}"
+        text = f"{self.walked[0]}{self.shard}.{self.position}"
+        if self.returned is None:
+            return text
+        return f"{text}.{self.ended}.{self.returned.encode('utf-8', 'surrogateescape').hex()}"
+
+
+def _moment(status: TaskStatus) -> float:
+    """What results are sorted by: the run-at (the time of death of a dead task)."""
+    moment = status.died_at if status.state == TaskState.DEAD else status.run_at
+    return math.inf if moment is None else moment
+
+
+def by_run_at(found: Sequence[TaskStatus]) -> list[TaskStatus]:
+    """Search results in the order they are shown: earliest run-at first (a dead task by
+    its time of death), those without a time last, then by id."""
+    return sorted(found, key=lambda status: (_moment(status), status.id))
 
 
 class Searching(Inspection):
@@ -253,9 +304,22 @@ class Searching(Inspection):
             position, entries = yield from shard.scan_page(walked, at.position, count)
             looked += count
             scanned += len(entries)
-            found += yield from self._matches(shard, criteria, entries)
+            if at.returned is not None and position == at.ended:
+                returned = at.returned  # the same part of the hash: go on after that id
+                entries = [entry for entry in entries if entry[0] > returned]
+            matches = yield from self._matches(shard, criteria, entries)
+            room = limit - len(found)
+            if len(matches) > room:
+                # Stop inside this page: the matches first in id order, and the cursor
+                # goes on after the last of them.
+                matches = sorted(matches, key=lambda status: status.id)[:room]
+                found += matches
+                at = at.within(position, matches[-1].id)
+                break
+            found += matches
             at = at.next(position, len(self.shards))
-        return SearchPage(found, None if at is None else at.text, scanned, total, walked)
+        cursor_text = None if at is None else at.text
+        return SearchPage(by_run_at(found), cursor_text, scanned, total, walked)
 
     def _matches(
         self,
@@ -284,14 +348,23 @@ class Searching(Inspection):
                 if criteria.matches_id(task_id) and criteria.matches_envelope(envelope)
             ]
         replies = yield from shard.statuses(candidates)
-        found = []
+        found: list[TaskStatus] = []
+        waiting: list[int] = []  # where the matches that wait under flow control are
         for task_id, reply in zip(candidates, replies, strict=True):
             status = task_status(task_id, reply)
-            # Gone since the page was read (finished, cancelled), or not in the state asked.
+            # Gone since the page was read (finished, cancelled).
             if status is None or status.state not in LISTED_STATES:
                 continue
             if criteria.limit_key is not None and status.limit_key != criteria.limit_key:
                 continue  # an error walk's match with another key
-            if criteria.state is None or status.state == criteria.state:
-                found.append(status)
-        return found
+            if reply.waiting:
+                waiting.append(len(found))
+            found.append(status)
+        if waiting:
+            # What holds them, as ``status`` says it: one read per limit key among them.
+            keys = list(dict.fromkeys(found[n].limit_key or "" for n in waiting))
+            holds = dict(zip(keys, (yield from shard.holds(keys)), strict=True))
+            for n in waiting:
+                hold = holds[found[n].limit_key or ""]
+                found[n] = dataclasses.replace(found[n], waiting_for=hold.reason())
+        return [status for status in found if criteria.matches_state(status)]

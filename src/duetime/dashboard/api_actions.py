@@ -6,6 +6,7 @@ every API route. docs/dashboard.md describes each body and answer."""
 from __future__ import annotations
 
 import time
+from datetime import UTC
 from typing import Any
 
 from starlette.datastructures import FormData, UploadFile
@@ -13,12 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from duetime import AsyncQueue, KeyLimits, validation
-from duetime.client import in_batches_async, select_matching_async
+from duetime import AsyncQueue, BulkOutcome, KeyLimits, validation
+from duetime.client import in_batches_async
 from duetime.dashboard import views
 from duetime.dashboard.api import ApiReads, answer, json_errors
 from duetime.dashboard.inputs import dead_filter, key_limits, limit_key_field, queue_limits
-from duetime.dashboard.search_view import MATCHING_SCAN, asked, matching_state, new_run_at
+from duetime.dashboard.search_view import act, act_on_matches, matching, new_run_at
 from duetime.dashboard.site import Dashboard
 from duetime.errors import InvalidInputError
 from duetime.times import parse_time
@@ -68,30 +69,23 @@ class ApiActions(ApiReads):
         return await self._bulk(request, "reschedule")
 
     async def _bulk(self, request: Request, action: str) -> Response:
-        """A bulk action on the body's ``ids``, or on every scheduled task its
-        ``search`` (the Search page's fields) matches, walked up to MATCHING_SCAN (a
-        cancel's search with ``"state": "running"``: every running match)."""
+        """A bulk action on the body's ``ids``, or on every task its ``search`` (the
+        Search page's fields) matches that has not started (scheduled, ready, or waiting
+        under flow control; the search's ``state`` narrows it, and a cancel's ``"state":
+        "running"`` takes the running ones), walked up to MATCHING_SCAN. The answer counts
+        every match: ``matched``, ``selected``, ``not_touched`` by state."""
         queue = self.queue(request)[1]
         body = await self.body(request)
         run_at = self._run_at(body) if action == "reschedule" else None
-        report: dict[str, Any] = {}
-        if "search" in body:
-            search = body["search"] if isinstance(body["search"], dict) else {}
-            wanted = asked(search, state=matching_state(action, search))
-            if wanted.criteria is None:
-                raise InvalidInputError(wanted.error or 'give "search" some fields to match')
-            picked = await select_matching_async(queue, wanted.criteria, most_scanned=MATCHING_SCAN)
-            ids, report = picked.ids, {"selected": len(picked.ids), "complete": picked.complete}
-        else:
-            ids = _ids(body)
-        if action == "run_now":
-            outcome = await queue.run_now_many(ids)
-        elif action == "cancel":
-            outcome = await queue.cancel_many(ids)
-        else:
-            assert run_at is not None
-            outcome = await queue.reschedule_many(ids, run_at)
-        return answer({**report, **_outcome(outcome)})
+        if "search" not in body:
+            outcome = await act(queue, action, _ids(body), run_at)
+            return answer(_outcome(outcome, outcome.summary))
+        search = body["search"] if isinstance(body["search"], dict) else {}
+        picked, outcome = await act_on_matches(queue, action, matching(action, search), run_at)
+        report: dict[str, Any] = {"matched": picked.matched, "selected": len(picked.ids)}
+        report |= {"chosen": picked.chosen, "not_touched": picked.left_alone}
+        report |= {"unnameable": picked.unnameable, "complete": picked.complete}
+        return answer({**report, **_outcome(outcome, outcome.of_matches(picked, UTC))})
 
     @staticmethod
     def _run_at(body: dict[str, Any]) -> float:
@@ -184,12 +178,13 @@ def _dead_step(queue: AsyncQueue, action: str) -> Any:
     return queue.requeue_dead if action == "requeue" else queue.purge_dead
 
 
-def _outcome(outcome: Any) -> dict[str, Any]:
+def _outcome(outcome: BulkOutcome, summary: str) -> dict[str, Any]:
     return {
         "action": outcome.action,
         "done": outcome.done,
         "skipped": outcome.skipped,
-        "summary": outcome.summary,
+        "run_at": outcome.run_at,
+        "summary": summary,
     }
 
 

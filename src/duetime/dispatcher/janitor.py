@@ -41,7 +41,7 @@ class Janitor:
             )
         )
         if purged:
-            log.info("queue %s: %d dead task(s) past retention purged", self.queue, purged)
+            log.info("queue %s: %d dead task(s) past retention purged", self.queue, len(purged))
         await run(self.operations.trim_minutes(now // MINUTE_MS - MINUTES_KEPT + 1))
         await run(self.operations.sweep_keyed(recheck_ms(self.settings.maintenance_interval)))
         self.next_at_ms = now + round(self.settings.maintenance_interval * 1000)

@@ -152,30 +152,42 @@ class FlowPlans(QueueBase):
 
     def hold(self, key: str) -> Plan[Hold]:
         """What holds the due tasks of limit key ``key`` ("" for tasks without one)."""
+        [found] = yield from self.holds([key])
+        return found
+
+    def holds(self, keys: Sequence[str]) -> Plan[list[Hold]]:
+        """``hold`` of each of ``keys``, read in one round trip."""
         k = self.keys
-        concurrency = [f"concurrency:{key}", "each_concurrency"] if key else []
-        replies = yield Batch(
-            (
+        commands: list[Command] = []
+        for key in keys:
+            concurrency = [f"concurrency:{key}", "each_concurrency"] if key else []
+            commands += (
                 Command(("ZSCORE", k.throttled, key)),
                 Command(("ZSCORE", k.throttled, QUEUE_GROUP)),
                 Command(("ZLEXCOUNT", k.running, *_group_range(key))),
                 Command(("ZCARD", k.running)),
                 Command(("HMGET", k.limits, "cap", *concurrency)),
-            ),
-            read_only=True,
-        )
-        key_wait, queue_wait, key_running, queue_running, limits = replies
-        most = next((int(v) for v in limits[1:] if v is not None and as_text(v).isdigit()), None)
-        cap = as_text(limits[0]) if limits[0] is not None else ""
-        return Hold(
-            key,
-            None if key_wait is None else float(key_wait),
-            None if queue_wait is None else float(queue_wait),
-            int(key_running),
-            most,
-            int(queue_running),
-            int(cap) if cap.isdigit() else None,
-        )
+            )
+        replies = (yield Batch(tuple(commands), read_only=True)) if commands else []
+        found = []
+        for n, key in enumerate(keys):
+            key_wait, queue_wait, key_running, queue_running, limits = replies[5 * n : 5 * n + 5]
+            most = next(
+                (int(v) for v in limits[1:] if v is not None and as_text(v).isdigit()), None
+            )
+            cap = as_text(limits[0]) if limits[0] is not None else ""
+            found.append(
+                Hold(
+                    key,
+                    None if key_wait is None else float(key_wait),
+                    None if queue_wait is None else float(queue_wait),
+                    int(key_running),
+                    most,
+                    int(queue_running),
+                    int(cap) if cap.isdigit() else None,
+                )
+            )
+        return found
 
     def _group_names(self, most: int) -> Plan[list[str]]:
         """The limit keys with due or running tasks, in key order, up to ``most``: the

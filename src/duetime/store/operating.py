@@ -187,11 +187,12 @@ class OperatorPlans(QueueBase):
             for i, task_id in enumerate(ids)
         ]
 
-    def requeue_dead(self, task_ids: Sequence[str]) -> Plan[int]:
+    def requeue_dead(self, task_ids: Sequence[str]) -> Plan[list[str]]:
+        """Requeue those of ``task_ids`` that are dead: the ids requeued."""
         now = yield from self.now()
         k = self.keys
         keys = (k.dead, k.attempts, k.errors, k.ready, k.stats, k.early, k.tasks)
-        return int((yield Eval(scripts.REQUEUE_DEAD, keys, (now, *task_ids))))
+        return [as_text(i) for i in (yield Eval(scripts.REQUEUE_DEAD, keys, (now, *task_ids)))]
 
     def purge_dead(
         self,
@@ -199,17 +200,16 @@ class OperatorPlans(QueueBase):
         died_before_ms: int = -1,
         keep_at_most: int = -1,
         limit: int = 1000,
-    ) -> Plan[int]:
+    ) -> Plan[list[str]]:
+        """Purge those of ``task_ids`` that are dead, and those past retention: the ids
+        purged."""
         k = self.keys
-        return int(
-            (
-                yield Eval(
-                    scripts.PURGE_DEAD,
-                    (k.dead, k.tasks, k.attempts, k.errors, k.flow_records),
-                    (died_before_ms, keep_at_most, limit, *task_ids),
-                )
-            )
+        purged = yield Eval(
+            scripts.PURGE_DEAD,
+            (k.dead, k.tasks, k.attempts, k.errors, k.flow_records),
+            (died_before_ms, keep_at_most, limit, *task_ids),
         )
+        return [as_text(i) for i in purged]
 
     def dead_ids(self, count: int) -> Plan[list[str]]:
         return [as_text(i) for i in (yield Command(("ZRANGE", self.keys.dead, 0, count - 1)))]

@@ -223,6 +223,7 @@ class ProducerPlans(QueueBase):
             k.due,
             *k.history_keys,
             k.cancelling,
+            k.wake,
         )
         place = yield from self._looked_up(
             task_id,
@@ -253,6 +254,7 @@ class ProducerPlans(QueueBase):
             k.delayed_layout,
             k.flow_records,
             k.due,
+            k.limits,
         )
         while True:
             current = yield Command(("HGET", k.tasks, task_id))

@@ -15,7 +15,8 @@
 -- KEYS[14] history       LIST  (history.lua)
 -- KEYS[15] history tasks ZSET  (history.lua)
 -- KEYS[16] cancelling HASH  task id -> when its cancel was asked (cancelling.lua)
--- KEYS[17..] the task's delayed bucket in each generation, 0 to ARGV[2]
+-- KEYS[17] wake         LIST  the dispatchers' alarm (wake.lua)
+-- KEYS[18..] the task's delayed bucket in each generation, 0 to ARGV[2]
 -- ARGV[1] task id
 -- ARGV[2] the current generation of delayed buckets, as the caller knows it
 -- ARGV[3] now (ms): when the history records the cancel
@@ -33,6 +34,9 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- A cancelled task is recorded in the history (attempt: the attempts it had started).
+-- Under flow control ready holds one due task, there for a blocked worker to wake to: a
+-- cancel that takes it while others are due rings KEYS[17], and the dispatcher's pass
+-- puts another in its place.
 -- @include generation
 -- @include delayed_buckets
 -- @include flow_records
@@ -56,9 +60,10 @@ redis.call('HGET', KEYS[6], '')
 redis.call('HGET', KEYS[8], '')
 redis.call('HGET', KEYS[11], '')
 redis.call('HGET', KEYS[16], '')
+redis.call('LLEN', KEYS[17])
 local due = due_member_of(KEYS[11], KEYS[12], id)
 local place
-if remove_delayed(id, 17, KEYS[9], KEYS[10]) then
+if remove_delayed(id, 18, KEYS[9], KEYS[10]) then
   place = 'scheduled'
   forget_layout_if_empty(KEYS[9], KEYS[10])
 elseif redis.call('ZREM', KEYS[2], id) == 1 then
@@ -69,6 +74,10 @@ elseif redis.call('ZREM', KEYS[4], id) == 1 then
   place = 'dead'
 elseif redis.call('LREM', KEYS[3], 1, id) == 1 then
   place = 'ready'
+  if redis.call('LLEN', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[12]) == 1
+      and redis.call('LLEN', KEYS[17]) == 0 then
+    redis.call('RPUSH', KEYS[17], 1)
+  end
 elseif due then
   redis.call('ZREM', KEYS[12], due)
   place = 'ready'

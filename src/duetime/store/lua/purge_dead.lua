@@ -8,7 +8,8 @@
 -- ARGV[2] keep at most this many dead tasks (oldest purged first, up to ARGV[3]); -1 = no cap
 -- ARGV[3] most tasks purged by retention in one call
 -- ARGV[4..] task ids to purge explicitly
--- Returns: number purged.
+-- Returns: the ids purged (those named first, in their order; ids not in dead are left
+-- alone).
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('HGET', KEYS[2], '')
@@ -38,14 +39,14 @@ if tonumber(ARGV[2]) >= 0 then
     end
   end
 end
-local count = 0
+local purged = {}
 for _, id in ipairs(ids) do
   if redis.call('ZREM', KEYS[1], id) == 1 then
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     redis.call('HDEL', KEYS[5], id)
-    count = count + 1
+    purged[#purged + 1] = id
   end
 end
-return count
+return purged

@@ -8,7 +8,7 @@
 -- KEYS[7] tasks      HASH  task id -> envelope: a snooze count in it is dropped (snoozes.lua)
 -- ARGV[1] now (ms)
 -- ARGV[2..] task ids
--- Returns: number requeued (ids not in dead are ignored).
+-- Returns: the ids requeued, in the order given (ids not in dead are left alone).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include snoozes
@@ -20,7 +20,7 @@ if #ARGV > 0 then
   redis.call('HGET', KEYS[3], '')
   redis.call('LLEN', KEYS[4])
 end
-local count = 0
+local requeued = {}
 for i = 2, #ARGV do
   local id = ARGV[i]
   if redis.call('ZREM', KEYS[1], id) == 1 then
@@ -32,10 +32,10 @@ for i = 2, #ARGV do
     end
     redis.call('RPUSH', KEYS[4], id)
     redis.pcall('HSET', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
-    count = count + 1
+    requeued[#requeued + 1] = id
   end
 end
-if count > 0 then
-  redis.pcall('HINCRBY', KEYS[5], 'requeued', count)
+if #requeued > 0 then
+  redis.pcall('HINCRBY', KEYS[5], 'requeued', #requeued)
 end
-return count
+return requeued

@@ -9,7 +9,8 @@
 -- KEYS[8] delayed_layout  HASH  generation, tasks
 -- KEYS[9] flow records   HASH  task id -> its flow record (flow_records.lua)
 -- KEYS[10] due           ZSET  due tasks of a queue under flow control (flow.lua)
--- KEYS[11..] the task's delayed bucket in each generation, 0 to ARGV[6]; the last one
+-- KEYS[11] limits         HASH  flow control (flow.lua: config_key)
+-- KEYS[12..] the task's delayed bucket in each generation, 0 to ARGV[6]; the last one
 --         (the current generation's) is where it goes when it is due later
 -- ARGV[1] now (ms)
 -- ARGV[2] task id
@@ -22,6 +23,12 @@
 -- retry); 'running' or 'dead' when the task is not waiting; false when there is no such
 -- task; or the current generation (an integer) when ARGV[6] is not it: call again with
 -- its buckets.
+-- Under flow control (KEYS[11] exists) a task made due now goes to scheduled at its
+-- run-at and wakes a dispatcher, which files it among its key's due tasks by rank and
+-- gives its key a turn, as schedule_task does (into ready it would skip the turns).
+-- Ready holds one due task there for a blocked worker: when the task taken from ready
+-- leaves it empty while tasks are due, the script rings KEYS[5] too, and the
+-- dispatcher's pass puts one that may start there.
 -- @include generation
 -- @include delayed_buckets
 -- @include microseconds
@@ -48,8 +55,9 @@ redis.call('ZSCORE', KEYS[#KEYS], '')
 redis.call('LLEN', KEYS[3])
 redis.call('LLEN', KEYS[5])
 redis.call('HGET', KEYS[6], '')
+local flowing = redis.call('EXISTS', KEYS[11]) == 1
 local due = due_member_of(KEYS[9], KEYS[10], id)
-if not remove_delayed(id, 11, KEYS[7], KEYS[8]) and redis.call('ZREM', KEYS[2], id) == 0 then
+if not remove_delayed(id, 12, KEYS[7], KEYS[8]) and redis.call('ZREM', KEYS[2], id) == 0 then
   if redis.call('ZSCORE', KEYS[4], id) then
     return 'dead'
   end
@@ -61,7 +69,11 @@ if not remove_delayed(id, 11, KEYS[7], KEYS[8]) and redis.call('ZREM', KEYS[2], 
 end
 redis.pcall('HDEL', KEYS[6], id) -- a note of a ready, retried or re-entered task
 redis.call('HSET', KEYS[1], id, ARGV[5])
-if run_at <= now then
+if run_at <= now and flowing then
+  redis.call('ZADD', KEYS[2], run_at, id)
+  forget_layout_if_empty(KEYS[7], KEYS[8])
+  wake_if(KEYS[5], true)
+elseif run_at <= now then
   redis.call('RPUSH', KEYS[3], id)
   forget_layout_if_empty(KEYS[7], KEYS[8])
 else
@@ -78,5 +90,8 @@ else
     redis.pcall('HINCRBY', KEYS[8], 'tasks', 1)
   end
   wake_if(KEYS[5], run_at < earliest)
+end
+if flowing then
+  wake_if(KEYS[5], redis.call('LLEN', KEYS[3]) == 0 and redis.call('EXISTS', KEYS[10]) == 1)
 end
 return 'ok'
