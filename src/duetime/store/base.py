@@ -52,6 +52,12 @@ class QueueBase:
             keys.delayed_layout,
             keys.limits,
             keys.flow_records,
+            keys.due,
+            keys.turns,
+            keys.throttled,
+            keys.rate_state,
+            keys.running,
+            keys.leases,
         )
 
     def now(self) -> Plan[int]:

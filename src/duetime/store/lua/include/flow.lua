@@ -119,6 +119,16 @@ local function refile(records_key, due_key, id, now)
   return group
 end
 
+-- Put tasks taken back from a worker (a lease that ran out, a reaped worker) among the
+-- due at once, each at the rank it had: a task that started once keeps its place, as one
+-- handed back does, rather than queueing behind its key's whole backlog. Their groups get
+-- their turn from release(), which frees their slots.
+local function reenter_due(records_key, due_key, ids, now)
+  for _, id in ipairs(ids) do
+    refile(records_key, due_key, id, now)
+  end
+end
+
 -- Lease members of the tasks this call started: their leases are written at its end.
 local started_here = {}
 
