@@ -483,9 +483,7 @@ def test_a_due_now_task_is_due_at_once_and_keeps_the_limits(flow: Harness) -> No
 
 
 @pytest.mark.parametrize("how", ["lease", "worker"])
-def test_a_task_taken_back_from_a_killed_worker_keeps_its_place(
-    flow: Harness, how: str
-) -> None:
+def test_a_task_taken_back_from_a_killed_worker_keeps_its_place(flow: Harness, how: str) -> None:
     """Issue #41, point 9: a task recovered from a killed worker (its lease reaped, or
     the worker reaped) keeps the rank it had, as a handed-back one does; before, it
     ranked from its re-entry and waited behind its key's whole backlog."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -101,6 +102,13 @@ class _QueueFamilies:
             "task start",
             labels=["queue"],
         )
+        self.flow_oldest_held = GaugeMetricFamily(
+            "duetime_queue_flow_oldest_held_seconds",
+            "Of a queue under flow control, how long the oldest task a limit holds (its "
+            "key's concurrency or rate, the queue's cap or rate) has waited since it was "
+            "due, over the first 50 limit keys with work: a wait asked for, not lateness",
+            labels=["queue"],
+        )
         self.events = CounterMetricFamily(
             "duetime_queue_events",
             "What happened to the queue's tasks, counted in Redis by the scripts: the same "
@@ -118,10 +126,11 @@ class _QueueFamilies:
             self.workers,
             self.flow_waiting,
             self.flow_throttled,
+            self.flow_oldest_held,
             self.events,
         ]
 
-    def add(self, name: str, stats: QueueStats, worker_ttl: float) -> None:
+    def add(self, name: str, stats: QueueStats, oldest_held: float, worker_ttl: float) -> None:
         self.up.add_metric([name], 1)
         for state in ("scheduled", "ready", "running", "dead"):
             self.tasks.add_metric([name, state], getattr(stats, state))
@@ -131,6 +140,7 @@ class _QueueFamilies:
         if stats.flow_control:
             self.flow_waiting.add_metric([name], stats.waiting)
             self.flow_throttled.add_metric([name], stats.throttled)
+            self.flow_oldest_held.add_metric([name], oldest_held)
         alive = sum(1 for age in stats.workers.values() if age < worker_ttl)
         self.workers.add_metric([name, "alive"], alive)
         self.workers.add_metric([name, "silent"], len(stats.workers) - alive)
@@ -138,6 +148,15 @@ class _QueueFamilies:
         for event, value in sorted(counters.items()):
             if value >= 0:  # -1: not a number in Redis (edited by hand); the checker says so
                 self.events.add_metric([name, event], value)
+
+
+def oldest_held_age(queue: Queue, most_keys: int = 50) -> float:
+    """Seconds the oldest task a limit holds has waited since it was due, over the first
+    ``most_keys`` limit keys with work (0 when none is held), by this process's clock."""
+    state = queue.flow(most_keys)
+    held = [state.held_since_ms(group) for group in state.groups]
+    since = min((ms for ms in held if ms is not None), default=None)
+    return 0.0 if since is None else max(0.0, time.time() - since / 1000)
 
 
 class QueueCollector(Collector):
@@ -204,15 +223,15 @@ class QueueCollector(Collector):
             with self._lock:
                 sources = list(self._sources.values())
             for source in sources:
-                stats = self._read(source)
-                if stats is None:
+                read = self._read(source)
+                if read is None:
                     families.up.add_metric([source.name], 0)
                 else:
-                    families.add(source.name, stats, source.settings.worker_ttl)
+                    families.add(source.name, *read, source.settings.worker_ttl)
         return families.all()
 
     @staticmethod
-    def _read(source: _Source) -> QueueStats | None:
+    def _read(source: _Source) -> tuple[QueueStats, float] | None:
         try:
             if source.queue is None:
                 source.queue = Queue(  # it only reads: never durable (see Durability)
@@ -223,6 +242,7 @@ class QueueCollector(Collector):
                     durable=False,
                 )
             stats = source.queue.stats()
+            oldest_held = oldest_held_age(source.queue) if stats.flow_control else 0.0
         except Exception as error:  # whatever it is, the scrape must answer
             level = logging.DEBUG if source.down else logging.WARNING
             source.down = True
@@ -237,4 +257,4 @@ class QueueCollector(Collector):
         if source.down:
             source.down = False
             log.info("metrics: queue %s can be read again", source.name)
-        return stats
+        return stats, oldest_held

@@ -58,6 +58,7 @@ class QueueBase:
             keys.rate_state,
             keys.running,
             keys.leases,
+            keys.flow_holds,
         )
 
     def now(self) -> Plan[int]:

@@ -55,6 +55,7 @@ class Attempt:
     timeout = 0.0
     started_ms = 0
     lateness = 0.0  # seconds after it was due (AttemptInfo.due_at) that the handler started
+    held = 0.0  # seconds flow control's limits held it before it was due (AttemptInfo.held)
     ran_for = 0.0  # seconds the handler ran, once it ended
     due_ms = 0.0  # when the queue owed it its start (server clock, ms)
     deadline = 0.0  # monotonic; while the handler runs under a timeout, else 0
@@ -108,6 +109,7 @@ class Attempt:
                 due_at + self.lateness,
                 self.shard.worker_id,
                 due_at,
+                self.held,
             )
         return self.info
 

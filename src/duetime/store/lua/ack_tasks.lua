@@ -27,6 +27,9 @@
 -- ARGV[3] msgpack array, flat sextets: task id, attempt, result TTL (ms, 0 = keep none),
 --         result blob, start lateness (µs, how long after its run-at the attempt started),
 --         the attempt's record for the history (history.lua, packed by the worker)
+-- ARGV[4] (optional) msgpack array, one per sextet: how long (µs) flow control's limits
+--         held the task before it could start (metrics.md): added up per minute apart
+--         from lateness, as held_sum_us and held_max_us
 -- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
 -- superseded: the outcome is dropped and counted), 2 = ended as cancelled (its cancel
 -- was asked while it ran).
@@ -52,6 +55,8 @@ local done, done_members = {}, {}
 local finished = {} -- ids acked earlier in this batch: a second outcome finds no lease
 local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
+local held_sum, held_max = 0, 0
+local helds = ARGV[4] and cmsgpack.unpack(ARGV[4]) or {}
 local result_index = 21
 local sextets = cmsgpack.unpack(ARGV[3])
 if #sextets == 0 then
@@ -81,6 +86,9 @@ for n = 1, #ids do
     local late = math.max(0, tonumber(sextets[i + 4]) or 0)
     late_sum = late_sum + late
     late_max = math.max(late_max, late)
+    local held = math.max(0, tonumber(helds[n]) or 0)
+    held_sum = held_sum + held
+    held_max = math.max(held_max, held)
     out[#out + 1] = 1
   else
     fenced = fenced + 1
@@ -100,15 +108,19 @@ if #done > 0 then
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
+local known_held = held_sum > 0 and redis.pcall('HGET', KEYS[7], minute .. 'held_max_us')
 local asked = cancels_asked(KEYS[20], done)
 local cancelled = next(asked) and split_cancelled(done, asked, true) or {}
 if #cancelled > 0 then -- rare: the lateness figures are of the completed ones only
-  late_sum, late_max = 0, 0
+  late_sum, late_max, held_sum, held_max = 0, 0, 0, 0
   for n = 1, #ids do
     if out[n] == 1 and not asked[ids[n]] then
       local late = math.max(0, tonumber(sextets[6 * n - 1]) or 0)
       late_sum = late_sum + late
       late_max = math.max(late_max, late)
+      local held = math.max(0, tonumber(helds[n]) or 0)
+      held_sum = held_sum + held
+      held_max = math.max(held_max, held)
     end
   end
 end
@@ -158,6 +170,13 @@ if completed > 0 then
   redis.pcall('HINCRBY', KEYS[7], minute .. 'late_sum_us', late_sum)
   if type(known) ~= 'table' and (not tonumber(known) or late_max > tonumber(known)) then
     redis.pcall('HSET', KEYS[7], minute .. 'late_max_us', late_max)
+  end
+end
+if completed > 0 and held_sum > 0 then
+  redis.pcall('HINCRBY', KEYS[7], minute .. 'held_sum_us', held_sum)
+  if type(known_held) ~= 'table'
+      and (not tonumber(known_held) or held_max > tonumber(known_held)) then
+    redis.pcall('HSET', KEYS[7], minute .. 'held_max_us', held_max)
   end
 end
 if fenced > 0 then

@@ -18,14 +18,17 @@
 -- KEYS[15] rate state   ZSET  (flow.lua)
 -- KEYS[16] running      ZSET  (flow.lua)
 -- KEYS[17] wake      LIST  the dispatchers' alarm, rung when a rate limit's wait begins
+-- KEYS[18] holds     HASH  (flow.lua): a key refused for a slot is noted; read as tasks start
 -- ARGV[1] now (ms)
 -- ARGV[2] lease deadline (ms)
 -- ARGV[3] worker id
 -- ARGV[4] most ids to move from ready (under flow control: to start, from ready first,
 --         then from the due set)
 -- ARGV[5..] ids the worker already moved into its list with BLMOVE
--- Returns: flat quintuples {task id, attempt, envelope, run-at, problem}. run-at (ms) is
--- given for an id promoted ahead of it (the worker waits until then), false otherwise.
+-- Returns: flat sextuples {task id, attempt, envelope, run-at, problem, held until}.
+-- run-at (ms) is given for an id promoted ahead of it (the worker waits until then), false
+-- otherwise. held until (ms, text) is, under flow control, when the limits let the task
+-- go (its lateness counts from then, the wait before is "held": metrics.md), or false.
 -- problem is false, or says which of the task's records held garbage (a count or a time
 -- that is not a number, written by hand): the task is still leased, with its attempt
 -- counter reset to a count, and the worker sends it to dead with that reason, so
@@ -77,6 +80,7 @@ if flowing then
   redis.call('ZSCORE', KEYS[14], '')
   redis.call('ZSCORE', KEYS[15], '')
   redis.call('ZSCORE', KEYS[16], '')
+  redis.call('HGET', KEYS[18], '')
 end
 -- What becomes of an id taken from ready. One with a rank was among the due already (put
 -- in ready to wake a blocked worker, or handed back by one): it goes back among the due
@@ -133,7 +137,7 @@ if flowing then
   end
   if #moved < most + given_back then
     local picked = pick_many(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
-      KEYS[16], KEYS[3], KEYS[17], now, worker, most + given_back - #moved)
+      KEYS[16], KEYS[3], KEYS[17], now, worker, most + given_back - #moved, KEYS[18])
     for _, id in ipairs(picked) do
       moved[#moved + 1] = id
     end
@@ -200,11 +204,13 @@ for n, id in ipairs(ids) do
     out[#out + 1] = envelope
     out[#out + 1] = run_at and note or false
     out[#out + 1] = problem
+    out[#out + 1] = held_until[id] and string.format('%.3f', held_until[id]) or false
   else
     redis.call('LREM', KEYS[2], 1, id)
     unknown = unknown + 1
     out[#out + 1] = id
     out[#out + 1] = 0
+    out[#out + 1] = false
     out[#out + 1] = false
     out[#out + 1] = false
     out[#out + 1] = false
@@ -225,6 +231,6 @@ if unknown > 0 then
 end
 if flowing then
   feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[3], KEYS[17],
-    KEYS[1], now)
+    KEYS[1], now, KEYS[18])
 end
 return out

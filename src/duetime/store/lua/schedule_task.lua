@@ -18,7 +18,8 @@
 -- KEYS[13] rate state     ZSET  (flow.lua)
 -- KEYS[14] running        ZSET  (flow.lua)
 -- KEYS[15] leases         ZSET  "<worker>|<task id>" -> lease deadline (ms)
--- KEYS[16] the task's delayed bucket in generation ARGV[6] (ZSET task id -> run-at in
+-- KEYS[16] holds          HASH  (flow.lua): a key refused for a slot is noted
+-- KEYS[17] the task's delayed bucket in generation ARGV[6] (ZSET task id -> run-at in
 --         µs), named KEYS[6] .. ':' .. "<generation>:<bucket>"
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] task id
@@ -59,11 +60,12 @@ if run_at <= now then
   redis.call('LLEN', KEYS[4])
   redis.call('ZSCORE', KEYS[15], '')
   probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
+  redis.call('HGET', KEYS[16], '')
   enter_flow(KEYS[8], KEYS[9], id, record, now)
   redis.call('HSET', KEYS[1], id, ARGV[4])
   file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], {id}, {run_at})
   feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
-    KEYS[3], now)
+    KEYS[3], now, KEYS[16])
   count_scheduled(KEYS[5], 1)
   return {count_delayed(asked, 0, layout, KEYS[7], KEYS[6]), 1, {}}
 end
@@ -73,9 +75,9 @@ enter_flow(KEYS[8], KEYS[9], id, record, now)
 if run_at * 1000 >= MOST_US then
   redis.call('ZADD', KEYS[2], run_at, id)
 else
-  redis.call('ZADD', KEYS[16], ARGV[5], id)
+  redis.call('ZADD', KEYS[17], ARGV[5], id)
   -- LT: a bucket's score only ever moves earlier here (a new bucket is added).
-  redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[16], #KEYS[6] + 2))
+  redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[17], #KEYS[6] + 2))
   delayed = 1
 end
 redis.call('HSET', KEYS[1], id, ARGV[4])

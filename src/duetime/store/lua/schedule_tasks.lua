@@ -15,7 +15,8 @@
 -- KEYS[13] rate state     ZSET  (flow.lua)
 -- KEYS[14] running        ZSET  (flow.lua)
 -- KEYS[15] leases         ZSET  "<worker>|<task id>" -> lease deadline (ms)
--- KEYS[16..] the delayed buckets of this batch (ZSET task id -> run-at in µs), named
+-- KEYS[16] holds          HASH  (flow.lua): a key refused for a slot is noted
+-- KEYS[17..] the delayed buckets of this batch (ZSET task id -> run-at in µs), named
 --         KEYS[6] .. ':' .. "<generation>:<bucket>"
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] the tasks, msgpack: a flat array of six per task: task id, run-at (ms),
@@ -126,6 +127,7 @@ if #filed > 0 then
   redis.call('LLEN', KEYS[4])
   redis.call('ZSCORE', KEYS[15], '')
   probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
+  redis.call('HGET', KEYS[16], '')
 end
 if #late > 0 and #order > 0 then
   redis.call('ZSCORE', KEYS[2], '')
@@ -174,7 +176,7 @@ if #filed > 0 then
   -- ready: a worker can start them (within their limits) with no dispatcher pass.
   file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], filed, filed_run_ats)
   feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
-    KEYS[3], now)
+    KEYS[3], now, KEYS[16])
 end
 local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then

@@ -19,6 +19,8 @@
 --                       member "\0" is the queue's own rate limit
 --   tats_key      ZSET  group (or "\0") -> its theoretical arrival time (GCRA, ms)
 --   running_key   ZSET  all scores 0: "<group>\0<worker>|<task id>" per started task
+--   holds_key     HASH  group (or "\0") -> when its latest hold by a limit ended (ms), or
+--                       'slot' (see note_holds)
 -- A limit key holds no control character, so "\0" and "\1" bound a group's range.
 local QUEUE_GROUP = '\0'
 -- Groups looked at per pick before giving up for this call (each one refused leaves the
@@ -131,6 +133,39 @@ end
 
 -- Lease members of the tasks this call started: their leases are written at its end.
 local started_here = {}
+
+-- Until when limits held each task this call started (task id -> ms; none: not held),
+-- for its lateness to count from then rather than from when it was due (metrics.md).
+local held_until = {}
+
+-- The holds noted in holds_key, per group ("\0" the queue): when its latest hold ended,
+-- for a rate's wait or a snooze of the whole key (noted by the dispatcher as it gives
+-- the turn back: the wait's end, not its own pass); or SLOT while the group (the queue,
+-- at its cap) runs all it may with tasks due: its next start waited for a slot, until
+-- that start. A group's note is dropped when it has no due task left.
+local SLOT = 'slot'
+
+-- Until when the noted holds held a task of ``group`` that starts ``now`` (or false),
+-- and the group's and the queue's notes as stored (false for none).
+local function noted_hold(holds_key, group, now)
+  local until_ms = false
+  local notes = redis.call('HMGET', holds_key, group, QUEUE_GROUP)
+  for n = 1, 2 do
+    local at = notes[n] == SLOT and now or tonumber(notes[n])
+    if at and (not until_ms or at > until_ms) then
+      until_ms = math.min(at, now)
+    end
+  end
+  return until_ms, notes[1] or false, notes[2] or false
+end
+
+-- The later of two times, either of which may be false.
+local function later(a, b)
+  if not a or (b and b > a) then
+    return b
+  end
+  return a
+end
 
 -- At least as many as run in the queue as a call goes (read once, counted up at each
 -- start; entries left by gone leases only make it larger): no key runs more, so a key
@@ -316,11 +351,13 @@ local queue_running = false
 -- Take the next due tasks of one group, best rank first, as many of ``candidates`` (its
 -- due members, in order) as may start now; ``room`` holds what this call may still
 -- start ({cap room or false}); the queue's rate state is ``queue`` ({tat, changed}).
--- What it takes goes in ``writes`` (write_round writes a round's at once). Returns how
+-- What it takes goes in ``writes`` (write_round writes a round's at once); each start
+-- notes in held_until when limits let it go: ``held_from`` (noted_hold), or the time its
+-- rate (or the queue's) allowed it, whichever is later. Returns how
 -- many it took, and why it stopped short: false, 'cap' or 'queue' (which hold every
 -- group), 'busy' or 'rate' (with the time it may start).
 local function take_group(config_key, records_key, running_key, leases_key, tats_key,
-                          group, candidates, room, queue, now, worker, writes)
+                          group, candidates, room, queue, now, worker, writes, held_from)
   local limits = limits_of(config_key, group)
   local key_room = false
   if limits[1] and not running_bound then -- the round's starts are not written yet
@@ -361,12 +398,14 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
     end
     local cost = costs[n] or 1
     local next_tat, next_queue_tat
+    local allowed = held_from
     if interval then
       at, next_tat = gcra(tat, interval, burst, cost, now)
       if at > now then
         why = 'rate'
         break
       end
+      allowed = later(allowed, at)
     end
     if queue_interval then
       at, next_queue_tat = gcra(queue[1], queue_interval, queue_burst, cost, now)
@@ -374,11 +413,13 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
         why = 'queue'
         break
       end
+      allowed = later(allowed, at)
       queue[1], queue[2] = next_queue_tat, true
     end
     tat = next_tat or tat
     taken[#taken + 1] = candidates[n]
     if worker then
+      held_until[id] = allowed
       running[#running + 1] = 0
       running[#running + 1] = group .. '\0' .. worker .. '|' .. id
       started_here[worker .. '|' .. id] = true
@@ -399,6 +440,28 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
     writes.tats[#writes.tats + 1] = group
   end
   return #taken, why, at
+end
+
+-- Keep the notes of holds_key after take_group looked at ``group``: a refusal for a slot
+-- (``why``: 'busy' for the group, 'cap' for the queue) is noted SLOT; after a start
+-- (``started``), a group with no due task left (``drained``) loses its note, and a SLOT
+-- note whose group (or queue) had room again is dropped: its hold is over.
+local function note_holds(holds_key, group, why, started, drained, group_note, queue_note,
+                          room)
+  if why == 'busy' then
+    redis.call('HSET', holds_key, group, SLOT)
+  elseif why == 'cap' then
+    redis.call('HSET', holds_key, QUEUE_GROUP, SLOT)
+  end
+  if not started then
+    return
+  end
+  if group_note and why ~= 'busy' and (drained or group_note == SLOT) then
+    redis.call('HDEL', holds_key, group)
+  end
+  if queue_note == SLOT and why ~= 'cap' and (not room[1] or room[1] > 0) then
+    redis.call('HDEL', holds_key, QUEUE_GROUP)
+  end
 end
 
 -- Write what a round of take_group took: out of the due set, into running, the rates
@@ -422,8 +485,10 @@ end
 -- to ready: they are checked again when claimed). A key refused leaves the turns (until
 -- a slot frees, or at its rate's time); a refusal of the whole queue (its cap or rate)
 -- ends the call. Also returns 'tries' when too many keys were refused in this call.
+-- ``holds_key`` (or false): a key (or the queue) refused for a slot is noted SLOT there,
+-- and each start notes in held_until until when limits held it (note_holds).
 local function pick_many(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
-                         running_key, leases_key, wake_key, now, worker, need)
+                         running_key, leases_key, wake_key, now, worker, need, holds_key)
   local picked, tries = {}, 0
   limits_of(config_key, '')  -- reads the queue's own limits (queue_limits)
   local room = {false}
@@ -461,9 +526,17 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
         candidates[#candidates] = nil
       end
       local took, why, at = 0, false, nil
+      local held_from, group_note, queue_note = false, false, false
+      if holds_key and worker and #candidates > 0 then
+        held_from, group_note, queue_note = noted_hold(holds_key, group, now)
+      end
       if #candidates > 0 then
         took, why, at = take_group(config_key, records_key, running_key, leases_key, tats_key,
-          group, candidates, room, queue, now, worker, writes)
+          group, candidates, room, queue, now, worker, writes, held_from)
+      end
+      if holds_key then
+        note_holds(holds_key, group, why, worker and took > 0, not more and took == #candidates,
+          group_note, queue_note, room)
       end
       if why == 'cap' or why == 'queue' then
         if why == 'queue' then
@@ -507,14 +580,15 @@ end
 
 -- Keep one due task in ready while any may start, so that a worker blocked on ready
 -- wakes for it (its claim checks it again, and takes more by turns). A call that gave
--- up after too many refused groups wakes a dispatcher to go on.
+-- up after too many refused groups wakes a dispatcher to go on. ``holds_key`` (optional):
+-- a refusal for a slot is noted there (pick_many).
 local function feed(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
-                    running_key, leases_key, wake_key, ready_key, now)
+                    running_key, leases_key, wake_key, ready_key, now, holds_key)
   if redis.call('LLEN', ready_key) > 0 then
     return
   end
   local ids, why = pick_many(config_key, records_key, due_key, turns_key, throttled_key,
-    tats_key, running_key, leases_key, wake_key, now, false, 1)
+    tats_key, running_key, leases_key, wake_key, now, false, 1, holds_key or false)
   if #ids > 0 then
     redis.call('RPUSH', ready_key, ids[1])
   elseif why == 'tries' and redis.call('LLEN', wake_key) == 0 then
