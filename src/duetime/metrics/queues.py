@@ -54,6 +54,7 @@ class _Source:
 class _QueueFamilies:
     """The metric families of one scrape of the queues."""
 
+    # Long: one family per metric, each with its help text; no logic.
     def __init__(self) -> None:
         self.up = GaugeMetricFamily(
             "duetime_queue_up",

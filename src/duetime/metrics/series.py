@@ -180,6 +180,7 @@ class TaskMetrics(Collector):
 class _TaskFamilies:
     """The metric families of the hook-fed metrics, for one scrape."""
 
+    # Long: one family per metric, each with its help text; no logic.
     def __init__(self) -> None:
         by_task = ["queue", "task"]
         self.scheduled = CounterMetricFamily(

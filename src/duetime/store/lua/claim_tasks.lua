@@ -137,11 +137,12 @@ if flowing then
   end
   if #moved < most + given_back then
     local picked = pick_many(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
-      KEYS[16], KEYS[3], KEYS[17], now, worker, most + given_back - #moved, KEYS[18])
+      KEYS[16], KEYS[3], KEYS[17], now, worker, most + given_back - #moved)
     for _, id in ipairs(picked) do
       moved[#moved + 1] = id
     end
   end
+  note_holds(KEYS[18], now)
 end
 for _, id in ipairs(moved) do
   ids[#ids + 1] = id
@@ -231,6 +232,7 @@ if unknown > 0 then
 end
 if flowing then
   feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[3], KEYS[17],
-    KEYS[1], now, KEYS[18])
+    KEYS[1], now)
+  note_holds(KEYS[18], now)
 end
 return out

@@ -191,7 +191,8 @@ if flowing then
   -- clock reads behind this dispatcher's still finds every one that holds it back.
   redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', now - 60000)
   feed(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[3], KEYS[18],
-    KEYS[2], now, KEYS[20])
+    KEYS[2], now)
+  note_holds(KEYS[20], now)
   local throttled = redis.call('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')[2]
   if throttled and (next_due == '-1' or tonumber(throttled) < tonumber(next_due)) then
     next_due = throttled

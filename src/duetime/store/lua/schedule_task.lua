@@ -65,7 +65,8 @@ if run_at <= now then
   redis.call('HSET', KEYS[1], id, ARGV[4])
   file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], {id}, {run_at})
   feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
-    KEYS[3], now, KEYS[16])
+    KEYS[3], now)
+  note_holds(KEYS[16], now)
   count_scheduled(KEYS[5], 1)
   return {count_delayed(asked, 0, layout, KEYS[7], KEYS[6]), 1, {}}
 end

@@ -176,7 +176,8 @@ if #filed > 0 then
   -- ready: a worker can start them (within their limits) with no dispatcher pass.
   file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], filed, filed_run_ats)
   feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
-    KEYS[3], now, KEYS[16])
+    KEYS[3], now)
+  note_holds(KEYS[16], now)
 end
 local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then

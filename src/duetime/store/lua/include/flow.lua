@@ -135,8 +135,13 @@ end
 local started_here = {}
 
 -- Until when limits held each task this call started (task id -> ms; none: not held),
--- for its lateness to count from then rather than from when it was due (metrics.md).
+-- for its lateness to count from then rather than from when it was due (metrics.md):
+-- the time its rate (or the queue's) allowed it, or what holds_key says (note_holds).
 local held_until = {}
+-- The group of each task this call started, and what pick_many found of each group it
+-- looked at ({why it stopped, whether it started any, whether none is left due}) and of
+-- the queue: what note_holds reads.
+local started_group, looked, queue_look = {}, {}, {}
 
 -- The holds noted in holds_key, per group ("\0" the queue): when its latest hold ended,
 -- for a rate's wait or a snooze of the whole key (noted by the dispatcher as it gives
@@ -145,26 +150,21 @@ local held_until = {}
 -- that start. A group's note is dropped when it has no due task left.
 local SLOT = 'slot'
 
--- Until when the noted holds held a task of ``group`` that starts ``now`` (or false),
--- and the group's and the queue's notes as stored (false for none).
-local function noted_hold(holds_key, group, now)
-  local until_ms = false
-  local notes = redis.call('HMGET', holds_key, group, QUEUE_GROUP)
-  for n = 1, 2 do
-    local at = notes[n] == SLOT and now or tonumber(notes[n])
-    if at and (not until_ms or at > until_ms) then
-      until_ms = math.min(at, now)
-    end
-  end
-  return until_ms, notes[1] or false, notes[2] or false
-end
-
 -- The later of two times, either of which may be false.
 local function later(a, b)
   if not a or (b and b > a) then
     return b
   end
   return a
+end
+
+-- Until when a note (false for none) held a task that starts ``now``, or false.
+local function held_by(note, now)
+  if note == SLOT then
+    return now
+  end
+  local at = tonumber(note)
+  return at and math.min(at, now) or false
 end
 
 -- At least as many as run in the queue as a call goes (read once, counted up at each
@@ -352,12 +352,11 @@ local queue_running = false
 -- due members, in order) as may start now; ``room`` holds what this call may still
 -- start ({cap room or false}); the queue's rate state is ``queue`` ({tat, changed}).
 -- What it takes goes in ``writes`` (write_round writes a round's at once); each start
--- notes in held_until when limits let it go: ``held_from`` (noted_hold), or the time its
--- rate (or the queue's) allowed it, whichever is later. Returns how
+-- notes in held_until the time its rate (or the queue's) allowed it. Returns how
 -- many it took, and why it stopped short: false, 'cap' or 'queue' (which hold every
 -- group), 'busy' or 'rate' (with the time it may start).
 local function take_group(config_key, records_key, running_key, leases_key, tats_key,
-                          group, candidates, room, queue, now, worker, writes, held_from)
+                          group, candidates, room, queue, now, worker, writes)
   local limits = limits_of(config_key, group)
   local key_room = false
   if limits[1] and not running_bound then -- the round's starts are not written yet
@@ -398,7 +397,7 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
     end
     local cost = costs[n] or 1
     local next_tat, next_queue_tat
-    local allowed = held_from
+    local allowed = false
     if interval then
       at, next_tat = gcra(tat, interval, burst, cost, now)
       if at > now then
@@ -419,7 +418,7 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
     tat = next_tat or tat
     taken[#taken + 1] = candidates[n]
     if worker then
-      held_until[id] = allowed
+      held_until[id], started_group[id] = allowed, group
       running[#running + 1] = 0
       running[#running + 1] = group .. '\0' .. worker .. '|' .. id
       started_here[worker .. '|' .. id] = true
@@ -440,28 +439,6 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
     writes.tats[#writes.tats + 1] = group
   end
   return #taken, why, at
-end
-
--- Keep the notes of holds_key after take_group looked at ``group``: a refusal for a slot
--- (``why``: 'busy' for the group, 'cap' for the queue) is noted SLOT; after a start
--- (``started``), a group with no due task left (``drained``) loses its note, and a SLOT
--- note whose group (or queue) had room again is dropped: its hold is over.
-local function note_holds(holds_key, group, why, started, drained, group_note, queue_note,
-                          room)
-  if why == 'busy' then
-    redis.call('HSET', holds_key, group, SLOT)
-  elseif why == 'cap' then
-    redis.call('HSET', holds_key, QUEUE_GROUP, SLOT)
-  end
-  if not started then
-    return
-  end
-  if group_note and why ~= 'busy' and (drained or group_note == SLOT) then
-    redis.call('HDEL', holds_key, group)
-  end
-  if queue_note == SLOT and why ~= 'cap' and (not room[1] or room[1] > 0) then
-    redis.call('HDEL', holds_key, QUEUE_GROUP)
-  end
 end
 
 -- Write what a round of take_group took: out of the due set, into running, the rates
@@ -485,10 +462,9 @@ end
 -- to ready: they are checked again when claimed). A key refused leaves the turns (until
 -- a slot frees, or at its rate's time); a refusal of the whole queue (its cap or rate)
 -- ends the call. Also returns 'tries' when too many keys were refused in this call.
--- ``holds_key`` (or false): a key (or the queue) refused for a slot is noted SLOT there,
--- and each start notes in held_until until when limits held it (note_holds).
+-- What it finds of each key is kept for note_holds.
 local function pick_many(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
-                         running_key, leases_key, wake_key, now, worker, need, holds_key)
+                         running_key, leases_key, wake_key, now, worker, need)
   local picked, tries = {}, 0
   limits_of(config_key, '')  -- reads the queue's own limits (queue_limits)
   local room = {false}
@@ -526,17 +502,15 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
         candidates[#candidates] = nil
       end
       local took, why, at = 0, false, nil
-      local held_from, group_note, queue_note = false, false, false
-      if holds_key and worker and #candidates > 0 then
-        held_from, group_note, queue_note = noted_hold(holds_key, group, now)
-      end
       if #candidates > 0 then
         took, why, at = take_group(config_key, records_key, running_key, leases_key, tats_key,
-          group, candidates, room, queue, now, worker, writes, held_from)
+          group, candidates, room, queue, now, worker, writes)
       end
-      if holds_key then
-        note_holds(holds_key, group, why, worker and took > 0, not more and took == #candidates,
-          group_note, queue_note, room)
+      local started = worker and took > 0
+      looked[group] = {why, started or (looked[group] or {})[2], not more and took == #candidates}
+      queue_look.capped = queue_look.capped or why == 'cap'
+      if started then
+        queue_look.started, queue_look.room = true, room[1]
       end
       if why == 'cap' or why == 'queue' then
         if why == 'queue' then
@@ -578,17 +552,64 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
   return picked, (tries >= PICK_TRIES and #picked < need) and 'tries' or false
 end
 
+-- After this call's picks (pick_many, feed): complete held_until of the tasks it started
+-- with the notes of holds_key (as they were before the call), then keep the notes: a
+-- group (the queue, at its cap) refused for a slot is noted SLOT; after a start, a group
+-- with no due task left loses its note, and a SLOT note whose group (or queue) had room
+-- again is dropped, its hold over. A script without the key leaves them as they are.
+local function note_holds(holds_key, now)
+  local groups = {}
+  for group in pairs(looked) do
+    groups[#groups + 1] = group
+  end
+  if #groups == 0 then
+    return
+  end
+  local notes = redis.call('HMGET', holds_key, QUEUE_GROUP, unpack(groups))
+  local queue_note, note_of = notes[1] or false, {}
+  for n, group in ipairs(groups) do
+    note_of[group] = notes[n + 1] or false
+  end
+  for id, group in pairs(started_group) do
+    held_until[id] = later(held_until[id], later(held_by(note_of[group], now),
+      held_by(queue_note, now)))
+  end
+  local slots, gone = {}, {}
+  for group, look in pairs(looked) do
+    local why, started, drained = look[1], look[2], look[3]
+    if why == 'busy' then
+      slots[#slots + 1] = group
+      slots[#slots + 1] = SLOT
+    elseif started and note_of[group] and (drained or note_of[group] == SLOT) then
+      gone[#gone + 1] = group
+    end
+  end
+  if queue_look.capped then
+    slots[#slots + 1] = QUEUE_GROUP
+    slots[#slots + 1] = SLOT
+  elseif queue_look.started and queue_note == SLOT
+      and (not queue_look.room or queue_look.room > 0) then
+    gone[#gone + 1] = QUEUE_GROUP
+  end
+  if #slots > 0 then
+    redis.call('HSET', holds_key, unpack(slots))
+  end
+  if #gone > 0 then
+    redis.call('HDEL', holds_key, unpack(gone))
+  end
+  started_group, looked, queue_look = {}, {}, {}
+end
+
 -- Keep one due task in ready while any may start, so that a worker blocked on ready
 -- wakes for it (its claim checks it again, and takes more by turns). A call that gave
--- up after too many refused groups wakes a dispatcher to go on. ``holds_key`` (optional):
--- a refusal for a slot is noted there (pick_many).
+-- up after too many refused groups wakes a dispatcher to go on.
 local function feed(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
-                    running_key, leases_key, wake_key, ready_key, now, holds_key)
+                    running_key, leases_key, wake_key, ready_key, now)
   if redis.call('LLEN', ready_key) > 0 then
     return
   end
   local ids, why = pick_many(config_key, records_key, due_key, turns_key, throttled_key,
-    tats_key, running_key, leases_key, wake_key, now, false, 1, holds_key or false)
+    tats_key, running_key, leases_key, wake_key, now, false, 1)
   if #ids > 0 then
     redis.call('RPUSH', ready_key, ids[1])
   elseif why == 'tries' and redis.call('LLEN', wake_key) == 0 then
