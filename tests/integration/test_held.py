@@ -52,7 +52,8 @@ def test_a_binding_rate_limit_holds_tasks_and_does_not_make_them_late(
             runner = AsyncRunner(redis_url, FAST)
             operations = QueueOperations(keys, clock)
             try:
-                async with running(worker):  # the first starts with no dispatcher (point 8)
+                async with running(worker):
+                    await runner.run(operations.promote_due(10))  # (none due since point 8)
                     await wait_until(lambda: worker.counters.succeeded == 1, what="the first")
                     state = queue.flow()  # the Flow page's oldest held, and the gauge's
                     assert [state.held_since_ms(group) for group in state.groups] == [start]
@@ -101,11 +102,16 @@ def test_a_key_at_its_concurrency_holds_the_next_task_until_a_slot_frees(
         worker = Worker(app, queue_name, redis_url, settings=FAST, clock=clock)
 
         async def scenario() -> None:
-            async with running(worker):
-                await wait_until(lambda: len(starts.infos) == 1, what="the first")
-                clock.advance(0.5)
-                release.set()  # its ack frees the slot; the second starts at once
-                await wait_until(lambda: worker.counters.succeeded == 2, what="both")
+            runner = AsyncRunner(redis_url, FAST)
+            try:
+                async with running(worker):
+                    await runner.run(QueueOperations(keys, clock).promote_due(10))  # (no-op)
+                    await wait_until(lambda: len(starts.infos) == 1, what="the first")
+                    clock.advance(0.5)
+                    release.set()  # its ack frees the slot; the second starts at once
+                    await wait_until(lambda: worker.counters.succeeded == 2, what="both")
+            finally:
+                await runner.close()
 
         asyncio.run(scenario())
         first, second = starts.infos
