@@ -181,6 +181,7 @@ class WorkerPlans(QueueBase):
             k.ready,
             *k.history_keys,
             k.cancelling,
+            k.flow_holds,
         ]
         flat: list[Any] = []
         for outcome in outcomes:

@@ -21,7 +21,8 @@
 -- KEYS[19] history tasks ZSET  (history.lua)
 -- KEYS[20] cancelling HASH  task id -> when its cancel was asked (cancelling.lua): such a
 --          task ends as cancelled, not completed (its result, if kept, says so)
--- KEYS[21..] result keys, one per task whose result TTL is > 0, in the order of the sextets
+-- KEYS[21] holds      HASH  (flow.lua): a key the feed finds running all it may is noted
+-- KEYS[22..] result keys, one per task whose result TTL is > 0, in the order of the sextets
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] msgpack array, flat sextets: task id, attempt, result TTL (ms, 0 = keep none),
@@ -57,7 +58,7 @@ local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
 local held_sum, held_max = 0, 0
 local helds = ARGV[4] and cmsgpack.unpack(ARGV[4]) or {}
-local result_index = 21
+local result_index = 22
 local sextets = cmsgpack.unpack(ARGV[3])
 if #sextets == 0 then
   return out
@@ -129,6 +130,7 @@ local flowing = #done > 0 and flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[1
   KEYS[13], KEYS[14], KEYS[16])
 if flowing then
   redis.call('LLEN', KEYS[15])
+  redis.call('HGET', KEYS[21], '')
 end
 for n = 1, #ids do
   if out[n] == 1 then
@@ -154,6 +156,7 @@ end
 if flowing then
   release_and_feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],
     KEYS[2], KEYS[15], KEYS[16], done, done_members, true, now)
+  note_holds(KEYS[21], now)
 end
 if #cancelled > 0 then
   in_chunks(cancelled, function(first, last)
