@@ -42,8 +42,10 @@ class AttemptInfo:
     ``due_at`` are by the server's clock. ``due_at`` is when the queue owed the attempt
     its start: the run-at, or later when the attempt is a retry (when its back-off
     ended), or the task was requeued from dead or re-entered after its worker lost it
-    or stopped (then). ``lateness`` is how long after ``due_at`` it started: the queue's own delay,
-    never the caller's date nor a back-off."""
+    or stopped (then), or, under flow control, once its limits let it go (``held`` is
+    how long they held it after it was due: a rate, a cap, a concurrency limit, a snooze
+    of its key). ``lateness`` is how long after ``due_at`` it started: the queue's own
+    delay, never the caller's date, a back-off nor a wait its limits imposed."""
 
     queue: str
     task_id: str
@@ -54,6 +56,7 @@ class AttemptInfo:
     started_at: float
     worker_id: str
     due_at: float = 0.0  # 0 (made by hand): the run-at
+    held: float = 0.0  # seconds flow control's limits held it before due_at
 
     @property
     def lateness(self) -> float:

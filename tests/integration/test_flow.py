@@ -31,7 +31,7 @@ from duetime.states import TaskState
 from duetime.store import QueueKeys, SyncRunner
 from duetime.store.operations import QueueOperations
 from duetime.store.working import Claimed, Outcome
-from tests.helpers import running, wait_until
+from tests.helpers import FAST, running, wait_until
 from tests.integration.test_dispatch import dispatcher_steps
 
 T0 = 1_800_000_000_000  # ms; the server time the test sets
@@ -433,3 +433,88 @@ def test_a_cron_job_with_a_bad_flow_option_is_refused(flow: Harness) -> None:
     with pytest.raises(InvalidOptionError, match="limit_key"):
         flow.queue.add_cron("bad", "* * * * *", {}, limit_key="")
     assert flow.queue.list_cron() == []
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one", "many"])
+def test_a_task_due_now_on_a_flow_controlled_queue_runs_with_no_dispatcher(
+    redis_url: str, queue_name: str, batch: bool
+) -> None:
+    """Issue #41, point 8: a due-now task joins the due set in its schedule call, as a
+    plain one joins ready, so a worker starts it within its limits with no dispatcher
+    pass (before, it stayed scheduled until a dispatcher promoted it)."""
+    ran: list[object] = []
+
+    async def handler(data: object) -> None:
+        ran.append(data)
+
+    with Queue(queue_name, redis_url) as queue:
+        queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+        worker = Worker(App(default=handler), queue_name, redis_url, settings=FAST)
+
+        async def scenario() -> None:
+            async with running(worker):  # a worker, and no dispatcher at all
+                await wait_until(lambda: worker.counters.succeeded == 0, what="the worker")
+                if batch:
+                    queue.schedule_many(
+                        [Job(n, delay=0, limit_key="k", priority=n) for n in range(3)]
+                    )
+                else:
+                    for n in range(3):
+                        queue.schedule_now(n, limit_key="k", priority=n)
+                await wait_until(lambda: worker.counters.succeeded == 3, what="all three run")
+
+        asyncio.run(scenario())
+        assert sorted(ran) == [0, 1, 2]  # type: ignore[type-var]
+        assert queue.stats().scheduled == 0
+        assert queue.check() == []
+
+
+def test_a_due_now_task_is_due_at_once_and_keeps_the_limits(flow: Harness) -> None:
+    """Point 8, step by step: the schedule call files the task among the due (a worker
+    claims it with no promotion), and the key's concurrency still holds."""
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+    first = flow.queue.schedule_task(T0 / 1000, "a", limit_key="k")
+    second = flow.queue.schedule_task(T0 / 1000, "b", limit_key="k", priority=5)
+    assert flow.queue.status(first).state == TaskState.READY  # type: ignore[union-attr]
+    assert flow.claim(most=5) == [second]  # its priority holds: no promotion ran
+    assert flow.claim("w2", most=5) == []  # and the key's concurrency of 1
+    flow.ack(second)
+    assert flow.claim("w2", most=5) == [first]
+
+
+@pytest.mark.parametrize("how", ["lease", "worker"])
+def test_a_task_taken_back_from_a_killed_worker_keeps_its_place(flow: Harness, how: str) -> None:
+    """Issue #41, point 9: a task recovered from a killed worker (its lease reaped, or
+    the worker reaped) keeps the rank it had, as a handed-back one does; before, it
+    ranked from its re-entry and waited behind its key's whole backlog."""
+    flow.queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
+    started = flow.queue.schedule_task(T0 / 1000, "first", limit_key="k")
+    flow.promote()  # (a no-op since point 8: the task is due from its schedule call)
+    assert flow.claim("dies") == [started]
+    flow.clock.set(T0 + 1000)
+    backlog = flow.queue.schedule_many([Job(n, delay=0, limit_key="k") for n in range(5)])
+    flow.promote()
+    flow.clock.set(T0 + 61_000)  # the lease ran out; the worker went silent
+    if how == "lease":
+        assert flow.runner.run(flow.operations.reap_expired_leases(100)) == 1
+    else:
+        assert flow.runner.run(flow.operations.reap_worker("dies", T0 + 60_000)) == 1
+    flow.promote()
+    assert flow.claim("w2", most=5) == [started]  # ahead of the backlog due after it
+    flow.ack(started, "w2", attempt=2)
+    assert flow.claim("w2", most=5)[0] in backlog
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["one", "many"])
+def test_an_explicit_priority_0_or_cost_1_keeps_a_queue_off_flow_control(
+    flow: Harness, raw: redis.Redis, batch: bool
+) -> None:
+    """Point 10: priority=0 and cost=1 are the defaults, given or not: they write no flow
+    record, and the queue keeps the plain path (due tasks straight to ready)."""
+    if batch:
+        flow.queue.schedule_many([Job("x", at=T0 / 1000, priority=0, cost=1)])
+    else:
+        flow.queue.schedule_task(T0 / 1000, "x", priority=0, cost=1)
+    assert not flow.queue.stats().flow_control
+    assert raw.exists(flow.keys.limits, flow.keys.flow_records, flow.keys.due) == 0
+    assert raw.llen(flow.keys.ready) == 1

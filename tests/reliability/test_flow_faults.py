@@ -414,7 +414,10 @@ def test_kill_storm_on_a_limited_queue(
     )
     assert problems + broken == [], f"seed {SEED}:\n" + "\n".join(problems + broken)
     assert counters.get("completed") == len(plan.jobs), counters
-    assert promotion_surplus(counters) == 0, counters
+    # A task taken back from a killed worker goes straight back among the due at its rank
+    # (issue #41, point 9), never through scheduled: every other entry is promoted once.
+    re_entered = counters.get("reaped_tasks", 0) + counters.get("expired_leases", 0)
+    assert promotion_surplus(counters) == -re_entered, counters
     assert counters.get("reaped_workers", 0) <= len(killed_ms), counters
     # Each kind of limit held the queue back at some point: else the scenario proved
     # nothing of it.

@@ -24,7 +24,7 @@ KEY_ARGUMENTS = {
     "LINDEX": 1, "LLEN": 1, "LMOVE": 2, "LPOS": 1, "LPUSH": 1, "LRANGE": 1, "LREM": 1, "LSET": 1,
     "LTRIM": 1,
     "PEXPIRE": 1, "RPUSH": 1, "ZADD": 1, "ZCARD": 1, "ZMSCORE": 1, "ZRANGE": 1, "ZREM": 1,
-    "ZSCORE": 1, "HKEYS": 1, "ZLEXCOUNT": 1, "ZREMRANGEBYSCORE": 1,
+    "ZSCORE": 1, "HKEYS": 1, "ZLEXCOUNT": 1, "ZREMRANGEBYSCORE": 1, "HRANDFIELD": 1,
     "PUBLISH": 0,  # a channel, not a key
 }  # fmt: skip
 CALL = re.compile(r"redis\.p?call\(")

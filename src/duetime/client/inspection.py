@@ -165,16 +165,16 @@ class Inspection(QueueShards):
         validation.whole_number(minutes, "minutes", 1, MINUTES_KEPT - 1)
         now_minute = (yield from self.operations.now()) // MINUTE_MS
         totals: dict[str, int] = {}
-        late_max: dict[int, int] = {}
+        maxima: dict[str, int] = {}  # "<minute>:late_max_us" or ":held_max_us" -> µs
         for shard in self.shards:
             for name, count in (yield from shard.minute_figures()).items():
                 number, _, figure = name.partition(":")
-                if figure == "late_max_us" and number.isdigit():
-                    late_max[int(number)] = max(count, late_max.get(int(number), 0))
+                if figure in ("late_max_us", "held_max_us") and number.isdigit():
+                    maxima[name] = max(count, maxima.get(name, 0))
                 else:
                     totals[name] = totals.get(name, 0) + count
         return [
-            minute_figures(minute, totals, late_max)
+            minute_figures(minute, totals, maxima)
             for minute in range(now_minute - minutes + 1, now_minute + 1)
         ]
 

@@ -64,12 +64,14 @@ class Limiting(QueueShards):
                     merged[group.key] = group
                     continue
                 waits = [w for w in (seen.throttled_until_ms, group.throttled_until_ms) if w]
+                heads = [h for h in (seen.head_due_ms, group.head_due_ms) if h is not None]
                 merged[group.key] = GroupFlow(
                     group.key,
                     seen.due + group.due,
                     seen.running + group.running,
                     min(waits) if waits else None,
                     seen.has_turn or group.has_turn,
+                    min(heads) if heads else None,
                 )
         queue_waits = [s.queue_throttled_until_ms for s in states if s.queue_throttled_until_ms]
         return FlowState(

@@ -174,7 +174,9 @@ class TaskSummary:
 @dataclass(frozen=True, slots=True)
 class MinuteFigures:
     """What a queue did in one minute (server clock): attempts completed, retried and
-    gone dead, and how late the completed ones started (seconds; None if none did)."""
+    gone dead, how late the completed ones started (seconds; None if none did), and how
+    long flow control's limits held them before (seconds; 0 when none was held; see
+    metrics.md, what lateness measures)."""
 
     start: float  # epoch seconds
     completed: int
@@ -182,6 +184,8 @@ class MinuteFigures:
     dead: int
     lateness_mean: float | None
     lateness_max: float | None
+    held_mean: float | None = None
+    held_max: float | None = None
 
 
 #: The states Queue.tasks lists.

@@ -278,16 +278,22 @@ def dead_task(entry: DeadEntry) -> DeadTask:
     )
 
 
-def minute_figures(minute: int, totals: dict[str, int], late_max: dict[int, int]) -> MinuteFigures:
+def minute_figures(minute: int, totals: dict[str, int], maxima: dict[str, int]) -> MinuteFigures:
     """One minute's figures, from every shard's counts summed (``totals``, by
-    "<minute>:<figure>") and the largest lateness of each minute (``late_max``, µs)."""
+    "<minute>:<figure>") and the largest of each minute (``maxima``, µs, by
+    "<minute>:late_max_us" and "<minute>:held_max_us")."""
     completed = totals.get(f"{minute}:completed", 0)
     late_sum = totals.get(f"{minute}:late_sum_us", 0)
+    late_max = maxima.get(f"{minute}:late_max_us")
+    held_sum = totals.get(f"{minute}:held_sum_us", 0)
+    held_max = maxima.get(f"{minute}:held_max_us", 0)
     return MinuteFigures(
         start=minute * MINUTE_MS / 1000,
         completed=completed,
         retried=totals.get(f"{minute}:retried", 0),
         dead=totals.get(f"{minute}:dead", 0),
         lateness_mean=late_sum / completed / 1e6 if completed else None,
-        lateness_max=late_max[minute] / 1e6 if completed and minute in late_max else None,
+        lateness_max=late_max / 1e6 if completed and late_max is not None else None,
+        held_mean=held_sum / completed / 1e6 if completed else None,
+        held_max=held_max / 1e6 if completed else None,
     )

@@ -9,10 +9,12 @@ Nothing here writes; the forms that change limits are read in ``inputs`` and act
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from duetime import AsyncQueue, KeyLimits, Limits
+from duetime.client import MinuteFigures
 from duetime.store.flow_control import FlowState
 
 #: Limit keys listed (the first ones in key order, as ``AsyncQueue.flow`` reads them).
@@ -54,6 +56,7 @@ class KeyRow:
     own: bool  # it has limits of its own
     throttled_until: float | None  # epoch seconds: its rate lets the next start then
     has_turn: bool
+    held_since: float | None = None  # epoch seconds: its next task is held since then
 
     @property
     def state(self) -> str:
@@ -71,6 +74,37 @@ class KeyRow:
 
 
 @dataclass(frozen=True, slots=True)
+class Waits:
+    """How long the attempts completed in a window waited (seconds, None when none
+    completed): late, the queue's own delay, and held by flow control's limits, the wait
+    they asked for (metrics.md, what lateness measures)."""
+
+    lateness_mean: float | None = None
+    lateness_max: float | None = None
+    held_mean: float | None = None
+    held_max: float | None = None
+
+
+def _weighted_mean(pairs: Sequence[tuple[float | None, int]]) -> float | None:
+    counted = [(value, count) for value, count in pairs if value is not None and count]
+    if not counted:
+        return None
+    return sum(value * count for value, count in counted) / sum(count for _, count in counted)
+
+
+def window_waits(figures: Sequence[MinuteFigures]) -> Waits:
+    """The waits of the attempts completed over ``figures`` (per minute)."""
+    late_maxima = [minute.lateness_max for minute in figures if minute.lateness_max is not None]
+    held_maxima = [minute.held_max for minute in figures if minute.held_max is not None]
+    return Waits(
+        _weighted_mean([(minute.lateness_mean, minute.completed) for minute in figures]),
+        max(late_maxima, default=None),
+        _weighted_mean([(minute.held_mean, minute.completed) for minute in figures]),
+        max(held_maxima, default=None),
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class FlowView:
     enabled: bool
     limits: Limits
@@ -83,6 +117,8 @@ class FlowView:
     overrides: list[tuple[str, KeyLimits]]  # named keys' own limits, the first ones
     overrides_total: int
     seen: str  # queue_wide(limits), sent back by the queue form
+    waits: Waits = Waits()  # of the last hour's completed attempts
+    oldest_held: float | None = None  # epoch seconds: the listed keys' oldest held task
 
 
 def _seconds(milliseconds: float | None) -> float | None:
@@ -96,7 +132,7 @@ def _since(fields: Mapping[str, str]) -> float | None:
         return None
 
 
-def flow_view(state: FlowState, most_keys: int = KEYS_SHOWN) -> FlowView:
+def flow_view(state: FlowState, most_keys: int = KEYS_SHOWN, waits: Waits = Waits()) -> FlowView:
     """The page's view of ``state``, read with ``most_keys`` + 1 keys (to know of more)."""
     limits = Limits.from_fields(state.fields)
     rows = [
@@ -108,9 +144,11 @@ def flow_view(state: FlowState, most_keys: int = KEYS_SHOWN) -> FlowView:
             group.key in limits.keys,
             _seconds(group.throttled_until_ms),
             group.has_turn,
+            _seconds(state.held_since_ms(group)),
         )
         for group in state.groups[:most_keys]
     ]
+    held = [row.held_since for row in rows if row.held_since is not None]
     overrides = sorted(limits.keys.items())
     return FlowView(
         enabled=state.enabled,
@@ -124,9 +162,13 @@ def flow_view(state: FlowState, most_keys: int = KEYS_SHOWN) -> FlowView:
         overrides=overrides[:OVERRIDES_SHOWN],
         overrides_total=len(overrides),
         seen=queue_wide(limits if state.enabled else None),
+        waits=waits,
+        oldest_held=min(held, default=None),
     )
 
 
 async def read_flow(queue: AsyncQueue, most_keys: int = KEYS_SHOWN) -> FlowView:
-    """The flow control of ``queue``: one ``flow`` call, for one key more than shown."""
-    return flow_view(await queue.flow(most_keys + 1), most_keys)
+    """The flow control of ``queue``: one ``flow`` call, for one key more than shown, and
+    the last hour's waits."""
+    state, figures = await asyncio.gather(queue.flow(most_keys + 1), queue.throughput(60))
+    return flow_view(state, most_keys, window_waits(figures))

@@ -35,6 +35,7 @@ from duetime.client import (
     select_dead_async,
 )
 from duetime.dashboard.charts import Chart, Column, Series, render_svg
+from duetime.dashboard.flow_view import Waits, window_waits
 from duetime.store.flow_control import FlowState
 
 #: Tasks shown per page of a listing.
@@ -69,8 +70,7 @@ class QueueCard:
     completed: int  # in the chart's window
     retried: int
     dead: int
-    lateness_mean: float | None  # seconds, over the completed attempts of the window
-    lateness_max: float | None
+    waits: Waits  # late and held, over the completed attempts of the window
     flow: FlowState  # its flow control's totals (no limit keys read)
 
 
@@ -97,21 +97,13 @@ async def queue_card(queue: AsyncQueue) -> QueueCard:
         queue.stats(), queue.throughput(60), queue.flow(most_keys=0)
     )
     completed = sum(minute.completed for minute in figures)
-    weighted = [
-        (minute.lateness_mean, minute.completed)
-        for minute in figures
-        if minute.lateness_mean is not None and minute.completed
-    ]
-    mean = sum(m * n for m, n in weighted) / sum(n for _, n in weighted) if weighted else None
-    maxima = [minute.lateness_max for minute in figures if minute.lateness_max is not None]
     return QueueCard(
         stats=stats,
         chart=render_svg(throughput_chart(figures)),
         completed=completed,
         retried=sum(minute.retried for minute in figures),
         dead=sum(minute.dead for minute in figures),
-        lateness_mean=mean,
-        lateness_max=max(maxima, default=None),
+        waits=window_waits(figures),
         flow=flow,
     )
 

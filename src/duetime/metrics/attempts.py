@@ -27,6 +27,7 @@ from duetime.hooks import (
 )
 from duetime.metrics.series import (
     DURATION_BUCKETS,
+    HELD_BUCKETS,
     LATENESS_BUCKETS,
     TaskMetrics,
     process_registry,
@@ -68,6 +69,11 @@ class PrometheusHooks(Hooks):
         lateness = attempt.started_at - max(attempt.run_at, attempt.due_at)  # .lateness, inlined
         series.lateness[bisect_left(LATENESS_BUCKETS, lateness)] += 1  # le is inclusive
         series.lateness_sum += lateness
+        if held := attempt.held:
+            series.held[bisect_left(HELD_BUCKETS, held)] += 1
+            series.held_sum += held
+        else:
+            series.held[0] += 1
 
     def after_attempt(self, attempt: AttemptInfo, result: AttemptResult) -> None:
         series = self._mine(attempt.queue, attempt.task)
@@ -102,7 +108,15 @@ class AttemptTally:
     histogram), not a Python call per attempt. A scrape sees an attempt once the next
     flush has run: within a heartbeat interval."""
 
-    __slots__ = ("_metrics", "_queue", "ended", "ended_tasks", "started", "started_tasks")
+    __slots__ = (
+        "_metrics",
+        "_queue",
+        "ended",
+        "ended_tasks",
+        "held",
+        "started",
+        "started_tasks",
+    )
 
     def __init__(self, metrics: TaskMetrics, queue: str) -> None:
         self._metrics = metrics
@@ -110,6 +124,8 @@ class AttemptTally:
         # Parallel lists: task name, and lateness (seconds after its run-at) at the start.
         self.started_tasks: list[str] = []
         self.started: list[float] = []
+        # (task name, seconds flow control's limits held it) of the starts that were held.
+        self.held: list[tuple[str, float]] = []
         # Task name, and (how it ended, seconds the handler ran) at the end.
         self.ended_tasks: list[str] = []
         self.ended: list[tuple[AttemptOutcome, float]] = []
@@ -123,11 +139,19 @@ class AttemptTally:
         if self.started:
             tasks, values = self.started_tasks, self.started
             self.started_tasks, self.started = [], []
+            held, self.held = self.held, []
+            held_by_task = (
+                _by_task([task for task, _ in held], [wait for _, wait in held]) if held else {}
+            )
             for task, latenesses in _by_task(tasks, values).items():
                 series = self._metrics.mine(self._queue, task)
                 series.started += len(latenesses)
                 series.lateness_sum += sum(latenesses)
                 _add_to_buckets(series.lateness, LATENESS_BUCKETS, latenesses)
+                waits = held_by_task.get(task, [])
+                series.held[0] += len(latenesses) - len(waits)  # not held: 0, the first bucket
+                series.held_sum += sum(waits)
+                _add_to_buckets(series.held, HELD_BUCKETS, waits)
         if self.ended:
             tasks, ends = self.ended_tasks, self.ended
             self.ended_tasks, self.ended = [], []

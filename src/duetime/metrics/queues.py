@@ -56,6 +56,7 @@ class _Source:
 class _QueueFamilies:
     """The metric families of one scrape of the queues."""
 
+    # Long: one family per metric, each with its help text; no logic.
     def __init__(self) -> None:
         self.up = GaugeMetricFamily(
             "duetime_queue_up",
@@ -105,6 +106,13 @@ class _QueueFamilies:
             "task start",
             labels=["queue"],
         )
+        self.flow_oldest_held = GaugeMetricFamily(
+            "duetime_queue_flow_oldest_held_seconds",
+            "Of a queue under flow control, how long the oldest task a limit holds (its "
+            "key's concurrency or rate, the queue's cap or rate) has waited since it was "
+            "due, over the first 50 limit keys with work: a wait asked for, not lateness",
+            labels=["queue"],
+        )
         self.events = CounterMetricFamily(
             "duetime_queue_events",
             "What happened to the queue's tasks, counted in Redis by the scripts: the same "
@@ -122,10 +130,11 @@ class _QueueFamilies:
             self.workers,
             self.flow_waiting,
             self.flow_throttled,
+            self.flow_oldest_held,
             self.events,
         ]
 
-    def add(self, name: str, stats: QueueStats, settings: Settings) -> None:
+    def add(self, name: str, stats: QueueStats, oldest_held: float, settings: Settings) -> None:
         self.up.add_metric([name], 1)
         for state in ("scheduled", "ready", "running", "dead"):
             self.tasks.add_metric([name, state], getattr(stats, state))
@@ -135,6 +144,7 @@ class _QueueFamilies:
         if stats.flow_control:
             self.flow_waiting.add_metric([name], stats.waiting)
             self.flow_throttled.add_metric([name], stats.throttled)
+            self.flow_oldest_held.add_metric([name], oldest_held)
         states = [
             worker_state(age, settings.heartbeat_interval, settings.worker_ttl)
             for age in stats.workers.values()
@@ -147,6 +157,15 @@ class _QueueFamilies:
         for event, value in sorted(counters.items()):
             if value >= 0:  # -1: not a number in Redis (edited by hand); the checker says so
                 self.events.add_metric([name, event], value)
+
+
+def oldest_held_age(queue: Queue, most_keys: int = 50) -> float:
+    """Seconds the oldest task a limit holds has waited since it was due, over the first
+    ``most_keys`` limit keys with work (0 when none is held), by this process's clock."""
+    state = queue.flow(most_keys)
+    held = [state.held_since_ms(group) for group in state.groups]
+    since = min((ms for ms in held if ms is not None), default=None)
+    return 0.0 if since is None else max(0.0, time.time() - since / 1000)
 
 
 class QueueCollector(Collector):
@@ -213,15 +232,15 @@ class QueueCollector(Collector):
             with self._lock:
                 sources = list(self._sources.values())
             for source in sources:
-                stats = self._read(source)
-                if stats is None:
+                read = self._read(source)
+                if read is None:
                     families.up.add_metric([source.name], 0)
                 else:
-                    families.add(source.name, stats, source.settings)
+                    families.add(source.name, *read, source.settings)
         return families.all()
 
     @staticmethod
-    def _read(source: _Source) -> QueueStats | None:
+    def _read(source: _Source) -> tuple[QueueStats, float] | None:
         try:
             if source.queue is None:
                 source.queue = Queue(  # it only reads: never durable (see Durability)
@@ -232,6 +251,7 @@ class QueueCollector(Collector):
                     durable=False,
                 )
             stats = source.queue.stats()
+            oldest_held = oldest_held_age(source.queue) if stats.flow_control else 0.0
         except Exception as error:  # whatever it is, the scrape must answer
             level = logging.DEBUG if source.down else logging.WARNING
             source.down = True
@@ -246,4 +266,4 @@ class QueueCollector(Collector):
         if source.down:
             source.down = False
             log.info("metrics: queue %s can be read again", source.name)
-        return stats
+        return stats, oldest_held

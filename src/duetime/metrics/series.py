@@ -28,6 +28,8 @@ DURATION_BUCKETS = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
 )  # fmt: skip
+#: A wait flow control imposes is as long as the limits make it: milliseconds to an hour.
+HELD_BUCKETS = DURATION_BUCKETS
 #: The task label of the default handler (tasks scheduled without a name), and of a
 #: dead task whose envelope could not be read. Neither can be a task name.
 DEFAULT_TASK = "(default)"
@@ -65,13 +67,24 @@ class _Series:
     a lock per bucket walked, too dear on the path of every attempt); a scrape reads it
     from another thread, one number at a time."""
 
-    __slots__ = ("duration", "duration_sum", "lateness", "lateness_sum", "outcomes", "started")
+    __slots__ = (
+        "duration",
+        "duration_sum",
+        "held",
+        "held_sum",
+        "lateness",
+        "lateness_sum",
+        "outcomes",
+        "started",
+    )
 
     def __init__(self) -> None:
         self.started = 0
         self.outcomes = dict.fromkeys(AttemptOutcome, 0)
         self.lateness = [0] * (len(LATENESS_BUCKETS) + 1)  # per bucket; the last is +Inf
         self.lateness_sum = 0.0
+        self.held = [0] * (len(HELD_BUCKETS) + 1)
+        self.held_sum = 0.0
         self.duration = [0] * (len(DURATION_BUCKETS) + 1)
         self.duration_sum = 0.0
 
@@ -84,6 +97,8 @@ class _Total:
         self.outcomes = dict.fromkeys(AttemptOutcome, 0)
         self.lateness = [0] * (len(LATENESS_BUCKETS) + 1)
         self.lateness_sum = 0.0
+        self.held = [0] * (len(HELD_BUCKETS) + 1)
+        self.held_sum = 0.0
         self.duration = [0] * (len(DURATION_BUCKETS) + 1)
         self.duration_sum = 0.0
 
@@ -93,6 +108,8 @@ class _Total:
             self.outcomes[outcome] += count
         self.lateness = [a + b for a, b in zip(self.lateness, list(series.lateness), strict=True)]
         self.lateness_sum += series.lateness_sum
+        self.held = [a + b for a, b in zip(self.held, list(series.held), strict=True)]
+        self.held_sum += series.held_sum
         self.duration = [a + b for a, b in zip(self.duration, list(series.duration), strict=True)]
         self.duration_sum += series.duration_sum
 
@@ -153,6 +170,7 @@ class TaskMetrics(Collector):
             families.lateness.add_metric(
                 labels, _cumulative(LATENESS_BUCKETS, total.lateness), total.lateness_sum
             )
+            families.held.add_metric(labels, _cumulative(HELD_BUCKETS, total.held), total.held_sum)
             families.duration.add_metric(
                 labels, _cumulative(DURATION_BUCKETS, total.duration), total.duration_sum
             )
@@ -162,6 +180,7 @@ class TaskMetrics(Collector):
 class _TaskFamilies:
     """The metric families of the hook-fed metrics, for one scrape."""
 
+    # Long: one family per metric, each with its help text; no logic.
     def __init__(self) -> None:
         by_task = ["queue", "task"]
         self.scheduled = CounterMetricFamily(
@@ -212,7 +231,14 @@ class _TaskFamilies:
         )
         self.lateness = HistogramMetricFamily(
             "duetime_task_lateness_seconds",
-            "How long after its run-at each attempt started (server clock)",
+            "How long after it was due each attempt started (server clock): the queue's "
+            "own delay, not a wait its limits imposed (see duetime_task_held_seconds)",
+            labels=by_task,
+        )
+        self.held = HistogramMetricFamily(
+            "duetime_task_held_seconds",
+            "How long flow control's limits (a rate, a cap, a concurrency limit, a "
+            "snooze of its key) held each attempt after it was due, before it could start",
             labels=by_task,
         )
         self.duration = HistogramMetricFamily(
@@ -246,6 +272,7 @@ class _TaskFamilies:
             self.cancelled,
             self.dead_unstarted,
             self.lateness,
+            self.held,
             self.duration,
         ]
 

@@ -52,6 +52,13 @@ class QueueBase:
             keys.delayed_layout,
             keys.limits,
             keys.flow_records,
+            keys.due,
+            keys.turns,
+            keys.throttled,
+            keys.rate_state,
+            keys.running,
+            keys.leases,
+            keys.flow_holds,
         )
 
     def now(self) -> Plan[int]:

@@ -56,6 +56,7 @@ class DispatcherPlans(QueueBase):
             *k.flow_keys,
             k.wake,
             k.cron_backfill_due,
+            k.flow_holds,
         )
         moved, staged, passed = 0, 0, set[str]()
         # A script touches only the keys it is given: the buckets passed are those the

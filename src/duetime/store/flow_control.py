@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from duetime.flow import record_parts
 from duetime.store import scripts
 from duetime.store.base import QueueBase
 from duetime.store.replies import as_text
@@ -28,6 +29,8 @@ class GroupFlow:
     running: int  # started tasks holding their lease
     throttled_until_ms: float | None  # its rate limit lets the next start then
     has_turn: bool  # in the turns: a claim looks at it
+    #: When the key's next task in line was due (ms; its rank less its priority), or None.
+    head_due_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,18 @@ class FlowState:
     running: int
     queue_throttled_until_ms: float | None
     groups: list[GroupFlow]  # the keys with due or running tasks (up to the count asked)
+
+    def held_since_ms(self, group: GroupFlow) -> float | None:
+        """When the next task of ``group`` became due, while a limit holds it (its key's
+        concurrency or rate, out of the turns, or the queue's cap or rate); else None:
+        its due tasks wait for a worker, not for a limit (metrics.md)."""
+        if not group.due or group.head_due_ms is None:
+            return None
+        cap = self.fields.get("cap", "")
+        queue_held = self.queue_throttled_until_ms is not None or (
+            cap.isdigit() and self.running >= int(cap)
+        )
+        return group.head_due_ms if queue_held or not group.has_turn else None
 
 
 def _group_range(key: str) -> tuple[str, str]:
@@ -130,6 +145,7 @@ class FlowPlans(QueueBase):
                 ),
                 read_only=True,
             )
+            heads = yield from self._head_due(names)
             for n, name in enumerate(names):
                 waiting, started, until, turn = replies[4 * n : 4 * n + 4]
                 groups.append(
@@ -139,6 +155,7 @@ class FlowPlans(QueueBase):
                         int(started),
                         None if until is None else float(until),
                         turn is not None,
+                        heads[n],
                     )
                 )
         return FlowState(
@@ -188,6 +205,31 @@ class FlowPlans(QueueBase):
                 )
             )
         return found
+
+    def _head_due(self, names: Sequence[str]) -> Plan[list[float | None]]:
+        """When each key's next task in line (its best-ranked due task) was due, in ms:
+        its rank (run-at less 1000 ms per point of priority) plus its priority's share."""
+        k = self.keys
+        firsts = yield Batch(
+            tuple(
+                Command(("ZRANGE", k.due, *_group_range(name), "BYLEX", "LIMIT", 0, 1))
+                for name in names
+            ),
+            read_only=True,
+        )
+        members = [as_text(first[0]).split("\0", 2) if first else [] for first in firsts]
+        ranked = [m for m in members if len(m) == 3 and m[1].isdigit()]
+        records = (
+            (yield Command(("HMGET", k.flow_records, *(m[2] for m in ranked)))) if ranked else []
+        )
+        priority = {
+            m[2]: record_parts(as_text(record))[0] if record else 0
+            for m, record in zip(ranked, records, strict=True)
+        }
+        return [
+            float(m[1]) + 1000 * priority[m[2]] if len(m) == 3 and m[2] in priority else None
+            for m in members
+        ]
 
     def _group_names(self, most: int) -> Plan[list[str]]:
         """The limit keys with due or running tasks, in key order, up to ``most``: the

@@ -199,6 +199,13 @@ class QueueKeys:
         return self._key("rates")
 
     @property
+    def flow_holds(self) -> str:
+        """HASH limit key (or "\0", the queue) -> when its latest hold by a limit (a rate
+        wait, a snooze) ended (ms), or "slot" while it runs all it may: how long limits
+        held a task that starts, so that its lateness counts from then (flow.lua)."""
+        return self._key("holds")
+
+    @property
     def running(self) -> str:
         """ZSET, scores 0: "<limit key>\0<worker>|<task id>": started tasks of a queue
         under flow control, while they hold their lease (the slots its limits count)."""
@@ -323,7 +330,8 @@ _KEY_TYPES = {
     "cron_backfill_due": "zset", "minutes": "hash", "paused": "string",
     "resumed": "list", "active:": "list", "result:": "list", "limits": "hash",
     "flow": "hash", "due": "zset", "turns": "zset", "throttled": "zset", "rates": "zset",
-    "running": "zset", "keyed": "hash", "keyed_expiry": "zset", "keyed_tasks": "hash",
+    "running": "zset", "holds": "hash", "keyed": "hash", "keyed_expiry": "zset",
+    "keyed_tasks": "hash",
     "history_state": "hash", "history": "list", "history_tasks": "zset",
     "gone_workers": "list",
 }  # fmt: skip

@@ -115,6 +115,7 @@ class SnapshotPlans(QueueBase):
             k.delayed,
             k.delayed_layout,
             *k.flow_keys,
+            k.flow_holds,
             k.keyed,
             k.keyed_expiry,
             k.keyed_tasks,

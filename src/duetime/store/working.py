@@ -32,6 +32,9 @@ class Claimed:
     envelope: bytes | None  # None: the id had no envelope and was dropped
     early_run_at_ms: float | None = None  # due from (QueueKeys.early): wait for it
     problem: str | None = None  # garbage found in the task's records: it goes to dead
+    #: Under flow control, when the limits let the task go (a rate, a snooze, a free slot):
+    #: its lateness counts from then, and the wait before it is "held" (metrics.md).
+    held_until_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +62,10 @@ class Outcome:
     attempt: int
     result_ttl_ms: int = 0
     result: bytes = b""
-    lateness_us: int = 0  # how long after its run-at the attempt started
+    lateness_us: int = 0  # how long after it was due (and let go by its limits) it started
     duration_us: int = 0  # how long the handler ran (the history keeps it)
     task: str = ""  # the handler's name, for the history
+    held_us: int = 0  # how long its limits held it after it was due (flow control)
 
 
 class WorkerPlans(QueueBase):
@@ -115,6 +119,7 @@ class WorkerPlans(QueueBase):
                 k.stats,
                 *k.flow_keys,
                 k.wake,
+                k.flow_holds,
             ),
             (now, now + lease_ms, worker_id, most, *taken),
         )
@@ -127,8 +132,9 @@ class WorkerPlans(QueueBase):
                 reply[i + 2],
                 score_or_none(reply[i + 3]),
                 as_text(reply[i + 4]) if reply[i + 4] else None,
+                score_or_none(reply[i + 5]),
             )
-            for i in range(0, len(reply), 5)
+            for i in range(0, len(reply), 6)
         ]
 
     def heartbeat(
@@ -175,6 +181,7 @@ class WorkerPlans(QueueBase):
             k.ready,
             *k.history_keys,
             k.cancelling,
+            k.flow_holds,
         ]
         flat: list[Any] = []
         for outcome in outcomes:
@@ -199,6 +206,8 @@ class WorkerPlans(QueueBase):
         # One msgpack argument, not six per outcome: redis-py packs arguments one by one,
         # which cost the worker more per task than the rest of its ack.
         args: list[Any] = [now, worker_id, packed_arguments(flat)]
+        if any(outcome.held_us for outcome in outcomes):  # flow control held some
+            args.append(packed_arguments([outcome.held_us for outcome in outcomes]))
         if durability is not None:
             [flags] = yield from written_durably(
                 EvalMany(scripts.ACK_TASKS, [(keys, args)]), durability

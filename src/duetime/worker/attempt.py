@@ -261,6 +261,10 @@ class AttemptRunner:
         due_ms = envelope.run_at_ms
         if item.early_run_at_ms is not None and item.early_run_at_ms > due_ms:
             due_ms = item.early_run_at_ms
+        # Under flow control: a wait its limits imposed is not lateness, but held.
+        if item.held_until_ms is not None and item.held_until_ms > due_ms:
+            attempt.held = (item.held_until_ms - due_ms) / 1000
+            due_ms = item.held_until_ms
         attempt.due_ms = due_ms
         attempt.lateness = -clock.seconds_until(due_ms)
         attempt.ran = True
@@ -270,6 +274,8 @@ class AttemptRunner:
         if self._tally is not None:
             self._tally.started_tasks.append(envelope.task)
             self._tally.started.append(attempt.lateness)
+            if attempt.held:
+                self._tally.held.append((envelope.task, attempt.held))
         attempt.started = started = time.monotonic()
         if attempt.timeout:
             attempt.deadline = deadline = started + attempt.timeout
@@ -304,6 +310,7 @@ class AttemptRunner:
                     round(attempt.lateness * 1e6),
                     round(attempt.ran_for * 1e6),
                     envelope.task,
+                    round(attempt.held * 1e6),
                 ),
             )
         )

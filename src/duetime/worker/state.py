@@ -56,6 +56,7 @@ class Attempt:
     max_snoozes = 0  # how many times its task may snooze in all (its handler's or Settings')
     started_ms = 0
     lateness = 0.0  # seconds after it was due (AttemptInfo.due_at) that the handler started
+    held = 0.0  # seconds flow control's limits held it before it was due (AttemptInfo.held)
     ran_for = 0.0  # seconds the handler ran, once it ended
     due_ms = 0.0  # when the queue owed it its start (server clock, ms)
     deadline = 0.0  # monotonic; while the handler runs under a timeout, else 0
@@ -109,6 +110,7 @@ class Attempt:
                 due_at + self.lateness,
                 self.shard.worker_id,
                 due_at,
+                self.held,
             )
         return self.info
 

@@ -21,12 +21,16 @@
 -- KEYS[19] history tasks ZSET  (history.lua)
 -- KEYS[20] cancelling HASH  task id -> when its cancel was asked (cancelling.lua): such a
 --          task ends as cancelled, not completed (its result, if kept, says so)
--- KEYS[21..] result keys, one per task whose result TTL is > 0, in the order of the sextets
+-- KEYS[21] holds      HASH  (flow.lua): a key the feed finds running all it may is noted
+-- KEYS[22..] result keys, one per task whose result TTL is > 0, in the order of the sextets
 -- ARGV[1] now (ms)
 -- ARGV[2] worker id
 -- ARGV[3] msgpack array, flat sextets: task id, attempt, result TTL (ms, 0 = keep none),
 --         result blob, start lateness (µs, how long after its run-at the attempt started),
 --         the attempt's record for the history (history.lua, packed by the worker)
+-- ARGV[4] (optional) msgpack array, one per sextet: how long (µs) flow control's limits
+--         held the task before it could start (metrics.md): added up per minute apart
+--         from lateness, as held_sum_us and held_max_us
 -- Returns: one integer per task, 1 = acked, 0 = fenced (lease expired or attempt
 -- superseded: the outcome is dropped and counted), 2 = ended as cancelled (its cancel
 -- was asked while it ran).
@@ -52,7 +56,9 @@ local done, done_members = {}, {}
 local finished = {} -- ids acked earlier in this batch: a second outcome finds no lease
 local acked, fenced = 0, 0
 local late_sum, late_max = 0, 0
-local result_index = 21
+local held_sum, held_max = 0, 0
+local helds = ARGV[4] and cmsgpack.unpack(ARGV[4]) or {}
+local result_index = 22
 local sextets = cmsgpack.unpack(ARGV[3])
 if #sextets == 0 then
   return out
@@ -81,6 +87,9 @@ for n = 1, #ids do
     local late = math.max(0, tonumber(sextets[i + 4]) or 0)
     late_sum = late_sum + late
     late_max = math.max(late_max, late)
+    local held = math.max(0, tonumber(helds[n]) or 0)
+    held_sum = held_sum + held
+    held_max = math.max(held_max, held)
     out[#out + 1] = 1
   else
     fenced = fenced + 1
@@ -100,15 +109,19 @@ if #done > 0 then
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
 end
+local known_held = held_sum > 0 and redis.pcall('HGET', KEYS[7], minute .. 'held_max_us')
 local asked = cancels_asked(KEYS[20], done)
 local cancelled = next(asked) and split_cancelled(done, asked, true) or {}
 if #cancelled > 0 then -- rare: the lateness figures are of the completed ones only
-  late_sum, late_max = 0, 0
+  late_sum, late_max, held_sum, held_max = 0, 0, 0, 0
   for n = 1, #ids do
     if out[n] == 1 and not asked[ids[n]] then
       local late = math.max(0, tonumber(sextets[6 * n - 1]) or 0)
       late_sum = late_sum + late
       late_max = math.max(late_max, late)
+      local held = math.max(0, tonumber(helds[n]) or 0)
+      held_sum = held_sum + held
+      held_max = math.max(held_max, held)
     end
   end
 end
@@ -117,6 +130,7 @@ local flowing = #done > 0 and flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[1
   KEYS[13], KEYS[14], KEYS[16])
 if flowing then
   redis.call('LLEN', KEYS[15])
+  redis.call('HGET', KEYS[21], '')
 end
 for n = 1, #ids do
   if out[n] == 1 then
@@ -142,6 +156,7 @@ end
 if flowing then
   release_and_feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14],
     KEYS[2], KEYS[15], KEYS[16], done, done_members, true, now)
+  note_holds(KEYS[21], now)
 end
 if #cancelled > 0 then
   in_chunks(cancelled, function(first, last)
@@ -158,6 +173,13 @@ if completed > 0 then
   redis.pcall('HINCRBY', KEYS[7], minute .. 'late_sum_us', late_sum)
   if type(known) ~= 'table' and (not tonumber(known) or late_max > tonumber(known)) then
     redis.pcall('HSET', KEYS[7], minute .. 'late_max_us', late_max)
+  end
+end
+if completed > 0 and held_sum > 0 then
+  redis.pcall('HINCRBY', KEYS[7], minute .. 'held_sum_us', held_sum)
+  if type(known_held) ~= 'table'
+      and (not tonumber(known_held) or held_max > tonumber(known_held)) then
+    redis.pcall('HSET', KEYS[7], minute .. 'held_max_us', held_max)
   end
 end
 if fenced > 0 then

@@ -18,14 +18,17 @@
 -- KEYS[15] rate state   ZSET  (flow.lua)
 -- KEYS[16] running      ZSET  (flow.lua)
 -- KEYS[17] wake      LIST  the dispatchers' alarm, rung when a rate limit's wait begins
+-- KEYS[18] holds     HASH  (flow.lua): a key refused for a slot is noted; read as tasks start
 -- ARGV[1] now (ms)
 -- ARGV[2] lease deadline (ms)
 -- ARGV[3] worker id
 -- ARGV[4] most ids to move from ready (under flow control: to start, from ready first,
 --         then from the due set)
 -- ARGV[5..] ids the worker already moved into its list with BLMOVE
--- Returns: flat quintuples {task id, attempt, envelope, run-at, problem}. run-at (ms) is
--- given for an id promoted ahead of it (the worker waits until then), false otherwise.
+-- Returns: flat sextuples {task id, attempt, envelope, run-at, problem, held until}.
+-- run-at (ms) is given for an id promoted ahead of it (the worker waits until then), false
+-- otherwise. held until (ms, text) is, under flow control, when the limits let the task
+-- go (its lateness counts from then, the wait before is "held": metrics.md), or false.
 -- problem is false, or says which of the task's records held garbage (a count or a time
 -- that is not a number, written by hand): the task is still leased, with its attempt
 -- counter reset to a count, and the worker sends it to dead with that reason, so
@@ -77,12 +80,22 @@ if flowing then
   redis.call('ZSCORE', KEYS[14], '')
   redis.call('ZSCORE', KEYS[15], '')
   redis.call('ZSCORE', KEYS[16], '')
+  redis.call('HGET', KEYS[18], '')
 end
--- Whether an id taken from ready may start now: if so it is counted as started (its slot
--- and its cost of the rates); if not it goes back to the due set, and its group (or the
--- whole queue) waits as the limit says.
+-- What becomes of an id taken from ready. One with a rank was among the due already (put
+-- in ready to wake a blocked worker, or handed back by one): it goes back among the due
+-- at its rank, its key gets a turn, and the claim picks by turns and rank below, so that
+-- neither a better-ranked task of its key nor another key's turn is passed over: 'back'.
+-- One without (it reached ready before the queue came under flow control) starts first
+-- if it may: it is counted as started (its slot and its cost of the rates), true; if not
+-- it goes among the due, and its group (or the whole queue) waits as the limit says: false.
 local function admit(id)
-  local _, cost, _, group = parse_record(redis.call('HGET', KEYS[11], id))
+  local _, cost, rank, group = parse_record(redis.call('HGET', KEYS[11], id))
+  if rank ~= '' then
+    redis.call('ZADD', KEYS[12], 0, group .. '\0' .. rank .. '\0' .. id)
+    give_turn(KEYS[13], KEYS[14], group)
+    return 'back'
+  end
   local hold, at, queue_tat = hold_of(KEYS[10], KEYS[16], KEYS[3], KEYS[15], KEYS[14], group,
     cost, now)
   if not hold then
@@ -97,13 +110,16 @@ local function admit(id)
   return false
 end
 local ids = {}
+local given_back = 0 -- ids of the worker's BLMOVE put back among the due: picked again
 for i = 5, #ARGV do
   -- A dead-worker sweep may have taken the id back between BLMOVE and this call.
   if redis.call('LPOS', KEYS[2], ARGV[i]) then
-    if not flowing or admit(ARGV[i]) then
+    local admitted = not flowing or admit(ARGV[i])
+    if admitted == true then
       ids[#ids + 1] = ARGV[i]
     else
       redis.call('LREM', KEYS[2], 1, ARGV[i])
+      given_back = given_back + (admitted == 'back' and 1 or 0)
     end
   end
 end
@@ -115,17 +131,18 @@ if flowing then
   local waiting = moved
   moved = {}
   for _, id in ipairs(waiting) do
-    if admit(id) then
+    if admit(id) == true then
       moved[#moved + 1] = id
     end
   end
-  if #moved < most then
+  if #moved < most + given_back then
     local picked = pick_many(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
-      KEYS[16], KEYS[3], KEYS[17], now, worker, most - #moved)
+      KEYS[16], KEYS[3], KEYS[17], now, worker, most + given_back - #moved)
     for _, id in ipairs(picked) do
       moved[#moved + 1] = id
     end
   end
+  note_holds(KEYS[18], now)
 end
 for _, id in ipairs(moved) do
   ids[#ids + 1] = id
@@ -188,11 +205,13 @@ for n, id in ipairs(ids) do
     out[#out + 1] = envelope
     out[#out + 1] = run_at and note or false
     out[#out + 1] = problem
+    out[#out + 1] = held_until[id] and string.format('%.3f', held_until[id]) or false
   else
     redis.call('LREM', KEYS[2], 1, id)
     unknown = unknown + 1
     out[#out + 1] = id
     out[#out + 1] = 0
+    out[#out + 1] = false
     out[#out + 1] = false
     out[#out + 1] = false
     out[#out + 1] = false
@@ -214,5 +233,6 @@ end
 if flowing then
   feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[3], KEYS[17],
     KEYS[1], now)
+  note_holds(KEYS[18], now)
 end
 return out

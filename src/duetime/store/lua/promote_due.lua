@@ -21,7 +21,9 @@
 -- KEYS[17] running       ZSET  "<group>\0<lease member>" of started tasks
 -- KEYS[18] wake          LIST  the dispatchers' alarm: rung to go on feeding
 -- KEYS[19] cron_backfill_due ZSET cron job name -> when its backfill fires a tick (ms)
--- KEYS[20..] delayed buckets the caller saw due (ZSET task id -> run-at in µs), each named
+-- KEYS[20] holds         HASH  (flow.lua): a rate wait's or a snooze's end is noted as its
+--         group gets its turn back; notes of groups with no due task left are dropped
+-- KEYS[21..] delayed buckets the caller saw due (ZSET task id -> run-at in µs), each named
 --         KEYS[9] .. ':' .. its name in `delayed`
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] promote ids due up to this time (ms, >= now): moving a task a few ms ahead
@@ -89,7 +91,7 @@ local from_scheduled = take(redis.call('ZRANGE', KEYS[1], '-inf', upto, 'BYSCORE
 local stage_text = string.format('%d', stage_upto * 1000)
 local from_buckets = {}  -- KEYS index -> ids taken from that bucket
 local bucketed = 0
-for key = 20, #KEYS do
+for key = 21, #KEYS do
   local room = most - #ids - staged_count
   if room <= 0 then
     break
@@ -113,7 +115,7 @@ local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 if #ahead > 0 then
   redis.call('HGET', KEYS[7], '')
 end
-if #KEYS >= 20 then
+if #KEYS >= 21 then
   redis.call('ZSCORE', KEYS[9], '')
 end
 local flowing = flow_on(KEYS[11])
@@ -122,6 +124,7 @@ if flowing then
   redis.call('ZSCORE', KEYS[13], '')
   redis.call('ZSCORE', KEYS[14], '')
   redis.call('ZSCORE', KEYS[16], '')
+  redis.call('HGET', KEYS[20], '')
 end
 if #ids > 0 then
   if flowing then
@@ -153,22 +156,43 @@ if bucketed > 0 then
 end
 local next_due = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2] or '-1'
 if flowing then
-  local released = redis.call('ZRANGE', KEYS[15], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1000)
+  local released = redis.call('ZRANGE', KEYS[15], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1000,
+    'WITHSCORES')
   if #released > 0 then
-    redis.call('ZREM', KEYS[15], unpack(released))
-    local waiting = {}
-    for _, group in ipairs(released) do
-      if group ~= QUEUE_GROUP and first_of(KEYS[13], group) then
-        waiting[#waiting + 1] = group
+    local groups, waiting, ends = {}, {}, {}
+    for i = 1, #released, 2 do
+      local group = released[i]
+      groups[#groups + 1] = group
+      if group == QUEUE_GROUP or first_of(KEYS[13], group) then
+        -- The wait's end, not this pass: the dispatcher's own delay is lateness.
+        ends[#ends + 1] = group
+        ends[#ends + 1] = released[i + 1]
+        if group ~= QUEUE_GROUP then
+          waiting[#waiting + 1] = group
+        end
       end
     end
+    redis.call('ZREM', KEYS[15], unpack(groups))
     give_turns(KEYS[14], KEYS[15], waiting)
+    in_chunks(ends, function(first, last)
+      redis.call('HSET', KEYS[20], unpack(ends, first, last))
+    end)
+  end
+  -- A few notes at random: one of a group with no due task left means nothing (its
+  -- tasks were cancelled, say), and goes, so the notes stay as many as the held keys.
+  for _, group in ipairs(redis.call('HRANDFIELD', KEYS[20], 8)) do
+    local due = group == QUEUE_GROUP and redis.call('ZCARD', KEYS[13]) > 0
+      or group ~= QUEUE_GROUP and first_of(KEYS[13], group)
+    if not due then
+      redis.call('HDEL', KEYS[20], group)
+    end
   end
   -- Spent rates long past mean nothing: dropped, a minute late so that a worker whose
   -- clock reads behind this dispatcher's still finds every one that holds it back.
   redis.call('ZREMRANGEBYSCORE', KEYS[16], '-inf', now - 60000)
   feed(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16], KEYS[17], KEYS[3], KEYS[18],
     KEYS[2], now)
+  note_holds(KEYS[20], now)
   local throttled = redis.call('ZRANGE', KEYS[15], 0, 0, 'WITHSCORES')[2]
   if throttled and (next_due == '-1' or tonumber(throttled) < tonumber(next_due)) then
     next_due = throttled

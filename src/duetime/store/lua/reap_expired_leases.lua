@@ -7,7 +7,8 @@
 -- KEYS[6] early      HASH  task id -> now: the next attempt's lateness counts from here (a
 --          note already there, of an id never claimed, is the earlier due time: kept)
 -- KEYS[7] limits    HASH  flow control (flow.lua: config_key); while it exists, the
---          tasks' slots are freed and a task that may start is put in ready
+--          tasks' slots are freed, the tasks taken back go among the due at their rank,
+--          and a task that may start is put in ready
 -- KEYS[8] flow records HASH  (flow.lua)
 -- KEYS[9] due          ZSET  (flow.lua)
 -- KEYS[10] turns        ZSET  (flow.lua)
@@ -26,9 +27,10 @@
 -- ARGV[1] now (ms)
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
--- Returns: number of tasks re-entered into scheduled (due now). An id without an envelope
--- is not a task (written by hand or by another program): it leaves the holder's list
--- and is counted as dropped_unknown, never re-entered.
+-- Returns: number of tasks re-entered: into scheduled (due now), or under flow control
+-- straight among the due at the rank they had (flow.lua: reenter_due). An id without an
+-- envelope is not a task (written by hand or by another program): it leaves the holder's
+-- list and is counted as dropped_unknown, never re-entered.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- Each re-entered task's lost attempt is recorded in the history (a cancelled one's end).
@@ -55,6 +57,7 @@ local flowing = flow_to_release(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], K
 local ended, ended_leases = {}, {}
 local history = history_open(KEYS[16])
 local lost, records = {}, {}
+local reentered = {}
 local candidates = {}
 for i = 2, #ARGV, 2 do
   local bar = string.find(ARGV[i], '|', 1, true)
@@ -96,7 +99,11 @@ for i = 2, #ARGV, 2 do
             attempt, now, string.sub(member, 1, bar - 1))
         end
       elseif envelope then
-        redis.call('ZADD', KEYS[2], now, id)
+        if flowing then
+          reentered[#reentered + 1] = id
+        else
+          redis.call('ZADD', KEYS[2], now, id)
+        end
         redis.pcall('HSETNX', KEYS[6], id, ARGV[1]) -- pcall: a damaged key must not fail the step
         count = count + 1
         if history then
@@ -116,11 +123,12 @@ if flowing and #cancelled > 0 then
 end
 forget_cancelled(KEYS[19], KEYS[5], KEYS[15], KEYS[20], KEYS[6], KEYS[4], cancelled)
 if flowing and #ended + #cancelled > 0 then
+  reenter_due(KEYS[8], KEYS[9], reentered, now)
   release_and_feed(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
     KEYS[1], KEYS[3], KEYS[14], ended, ended_leases, false, now)
 end
 if count > 0 then
-  wake_if(KEYS[3], true) -- re-entered tasks are due now
+  wake_if(KEYS[3], not flowing) -- re-entered tasks are due now (among the due: fed)
   redis.pcall('HINCRBY', KEYS[4], 'expired_leases', count)
 end
 if unknown > 0 then

@@ -11,7 +11,8 @@
 -- KEYS[9] early      HASH  task id -> now: the next attempt's lateness counts from here (a
 --          note already there, of an id never claimed, is the earlier due time: kept)
 -- KEYS[10] limits    HASH  flow control (flow.lua: config_key); while it exists, the
---          tasks' slots are freed and a task that may start is put in ready
+--          tasks' slots are freed, the tasks taken back go among the due at their rank,
+--          and a task that may start is put in ready
 -- KEYS[11] flow records HASH  (flow.lua)
 -- KEYS[12] due          ZSET  (flow.lua)
 -- KEYS[13] turns        ZSET  (flow.lua)
@@ -34,9 +35,11 @@
 --         the server, which can move an id into its list after this reap; the list is
 --         looked at once more at this time (after the longest block), so such an id is
 --         re-entered then rather than at the next maintenance sweep
--- Returns: number of tasks re-entered, or -1 if the worker heartbeated meanwhile. An id
--- without an envelope is not a task (written by hand or by another program): it is
--- dropped with its lease, and counted as dropped_unknown, never re-entered.
+-- Returns: number of tasks re-entered (into scheduled, due now; under flow control
+-- straight among the due at the rank they had: flow.lua, reenter_due), or -1 if the
+-- worker heartbeated meanwhile. An id without an envelope is not a task (written by
+-- hand or by another program): it is dropped with its lease, and counted as
+-- dropped_unknown, never re-entered.
 -- reaped_workers counts a worker once, however many dispatchers reap it.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
@@ -106,12 +109,17 @@ if flowing and #cancelled > 0 then
   release(KEYS[11], KEYS[16], KEYS[12], KEYS[13], KEYS[14], cancelled, ended_members, true)
 end
 forget_cancelled(KEYS[22], KEYS[8], KEYS[18], KEYS[23], KEYS[9], KEYS[6], cancelled)
+if flowing then
+  reenter_due(KEYS[11], KEYS[12], ids, now)
+end
 if flowing and #listed > 0 then
   release_and_feed(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
     KEYS[3], KEYS[5], KEYS[17], kept, kept_members, false, now)
 end
 for _, id in ipairs(ids) do
-  redis.call('ZADD', KEYS[4], now, id)
+  if not flowing then
+    redis.call('ZADD', KEYS[4], now, id)
+  end
   note_due_at(KEYS[9], id, ARGV[1])
 end
 redis.call('DEL', KEYS[2])
@@ -124,7 +132,7 @@ else
   redis.call('ZREM', KEYS[7], worker)
 end
 if #ids > 0 then
-  wake_if(KEYS[5], true) -- re-entered tasks are due now
+  wake_if(KEYS[5], not flowing) -- re-entered tasks are due now (among the due: fed)
   redis.pcall('HINCRBY', KEYS[6], 'reaped_tasks', #ids)
 end
 if unknown > 0 then

@@ -10,9 +10,16 @@
 -- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[7] delayed_layout  HASH  generation, tasks (how many the buckets hold)
 -- KEYS[8] limits          HASH  flow control (flow.lua): while it exists, a task due now
---         goes to scheduled (a dispatcher files it among the due by rank and group)
+--         goes among the due, by rank and group, rather than to ready
 -- KEYS[9] flow records    HASH  task id -> "<priority>|<cost>||<group>" (flow.lua)
--- KEYS[10] the task's delayed bucket in generation ARGV[6] (ZSET task id -> run-at in
+-- KEYS[10] due            ZSET  (flow.lua)
+-- KEYS[11] turns          ZSET  (flow.lua)
+-- KEYS[12] throttled      ZSET  (flow.lua)
+-- KEYS[13] rate state     ZSET  (flow.lua)
+-- KEYS[14] running        ZSET  (flow.lua)
+-- KEYS[15] leases         ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[16] holds          HASH  (flow.lua): a key refused for a slot is noted
+-- KEYS[17] the task's delayed bucket in generation ARGV[6] (ZSET task id -> run-at in
 --         µs), named KEYS[6] .. ':' .. "<generation>:<bucket>"
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] task id
@@ -29,6 +36,9 @@
 -- @include wake
 -- @include scheduling
 -- @include flow_mode
+-- @include chunks
+-- @include flow_records
+-- @include flow
 local now, id, run_at, asked = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 if redis.call('HEXISTS', KEYS[1], id) == 1 then
   return {count_delayed(asked, 0, read_layout(KEYS[7]), KEYS[7], KEYS[6]), 1, {1}}
@@ -43,15 +53,32 @@ if run_at <= now and not flowing then
   count_scheduled(KEYS[5], 1)
   return {count_delayed(asked, 0, layout, KEYS[7], KEYS[6]), 1, {}}
 end
-local wake = must_wake(KEYS[4], run_at <= now or comes_first(run_at, KEYS[6], KEYS[2]))
+if run_at <= now then
+  -- Under flow control a task due now joins the due set in this call, as a plain one
+  -- joins ready: a worker can start it (within its limits) with no dispatcher pass.
+  redis.call('LLEN', KEYS[3])
+  redis.call('LLEN', KEYS[4])
+  redis.call('ZSCORE', KEYS[15], '')
+  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
+  redis.call('HGET', KEYS[16], '')
+  enter_flow(KEYS[8], KEYS[9], id, record, now)
+  redis.call('HSET', KEYS[1], id, ARGV[4])
+  file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], {id}, {run_at})
+  feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
+    KEYS[3], now)
+  note_holds(KEYS[16], now)
+  count_scheduled(KEYS[5], 1)
+  return {count_delayed(asked, 0, layout, KEYS[7], KEYS[6]), 1, {}}
+end
+local wake = must_wake(KEYS[4], comes_first(run_at, KEYS[6], KEYS[2]))
 local delayed = 0
 enter_flow(KEYS[8], KEYS[9], id, record, now)
-if run_at <= now or run_at * 1000 >= MOST_US then
+if run_at * 1000 >= MOST_US then
   redis.call('ZADD', KEYS[2], run_at, id)
 else
-  redis.call('ZADD', KEYS[10], ARGV[5], id)
+  redis.call('ZADD', KEYS[17], ARGV[5], id)
   -- LT: a bucket's score only ever moves earlier here (a new bucket is added).
-  redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[10], #KEYS[6] + 2))
+  redis.call('ZADD', KEYS[6], 'LT', ARGV[5], string.sub(KEYS[17], #KEYS[6] + 2))
   delayed = 1
 end
 redis.call('HSET', KEYS[1], id, ARGV[4])

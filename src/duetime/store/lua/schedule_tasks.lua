@@ -7,9 +7,16 @@
 -- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[7] delayed_layout  HASH  generation, tasks (how many the buckets hold)
 -- KEYS[8] limits          HASH  flow control (flow.lua): while it exists, tasks due now go
---         to scheduled (a dispatcher files them among the due by rank and group)
+--         among the due, by rank and group, rather than to ready
 -- KEYS[9] flow records    HASH  task id -> "<priority>|<cost>||<group>" (flow.lua)
--- KEYS[10..] the delayed buckets of this batch (ZSET task id -> run-at in µs), named
+-- KEYS[10] due            ZSET  (flow.lua)
+-- KEYS[11] turns          ZSET  (flow.lua)
+-- KEYS[12] throttled      ZSET  (flow.lua)
+-- KEYS[13] rate state     ZSET  (flow.lua)
+-- KEYS[14] running        ZSET  (flow.lua)
+-- KEYS[15] leases         ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[16] holds          HASH  (flow.lua): a key refused for a slot is noted
+-- KEYS[17..] the delayed buckets of this batch (ZSET task id -> run-at in µs), named
 --         KEYS[6] .. ':' .. "<generation>:<bucket>"
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] the tasks, msgpack: a flat array of six per task: task id, run-at (ms),
@@ -36,6 +43,9 @@
 -- @include wake
 -- @include scheduling
 -- @include flow_mode
+-- @include chunks
+-- @include flow_records
+-- @include flow
 local now = tonumber(ARGV[1])
 local tasks = cmsgpack.unpack(ARGV[2])
 local asked = tonumber(ARGV[3])
@@ -53,6 +63,7 @@ local soonest = math.huge  -- the earliest run-at (ms) of this batch's delayed t
 local refused = {}
 local taken = {}  -- ids of this batch already given a place: a repeat is live too
 local fields, due, late = {}, {}, {}
+local filed, filed_run_ats = {}, {}  -- due now under flow control: among the due at once
 local written = 0  -- tasks in fields (counted here: # is a search in Lua 5.1)
 -- KEYS index -> {members, earliest run-at (ms), its µs text, how many members}
 local buckets, order = {}, {}  -- order: the KEYS indexes in the order first met
@@ -74,9 +85,8 @@ for n = 1, #ids do
     if run_at <= now and not flowing then
       due[#due + 1] = id
     elseif run_at <= now then
-      late[#late + 1] = run_at
-      late[#late + 1] = id
-      soonest = math.min(soonest, run_at)
+      filed[#filed + 1] = id
+      filed_run_ats[#filed] = run_at
     else
       if run_at < soonest then
         soonest = run_at
@@ -112,6 +122,13 @@ local wake = must_wake(KEYS[4], soonest < math.huge and comes_first(soonest, KEY
 -- time of a batch into a large queue, where a batch meets nearly a bucket per task.
 -- Caveat: an id already in a bucket without an envelope (an orphan, itself damage) that
 -- is scheduled again in the same call as a bucket of the wrong type loses that entry.
+if #filed > 0 then
+  redis.call('LLEN', KEYS[3])
+  redis.call('LLEN', KEYS[4])
+  redis.call('ZSCORE', KEYS[15], '')
+  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
+  redis.call('HGET', KEYS[16], '')
+end
 if #late > 0 and #order > 0 then
   redis.call('ZSCORE', KEYS[2], '')
 end
@@ -153,6 +170,14 @@ if #records > 0 then
   if #records > 2 then
     redis.call('HSET', KEYS[9], unpack(records, 3))
   end
+end
+if #filed > 0 then
+  -- Under flow control tasks due now join the due set in this call, as plain ones join
+  -- ready: a worker can start them (within their limits) with no dispatcher pass.
+  file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], filed, filed_run_ats)
+  feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
+    KEYS[3], now)
+  note_holds(KEYS[16], now)
 end
 local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then

@@ -19,6 +19,8 @@
 --                       member "\0" is the queue's own rate limit
 --   tats_key      ZSET  group (or "\0") -> its theoretical arrival time (GCRA, ms)
 --   running_key   ZSET  all scores 0: "<group>\0<worker>|<task id>" per started task
+--   holds_key     HASH  group (or "\0") -> when its latest hold by a limit ended (ms), or
+--                       'slot' (see note_holds)
 -- A limit key holds no control character, so "\0" and "\1" bound a group's range.
 local QUEUE_GROUP = '\0'
 -- Groups looked at per pick before giving up for this call (each one refused leaves the
@@ -119,8 +121,51 @@ local function refile(records_key, due_key, id, now)
   return group
 end
 
+-- Put tasks taken back from a worker (a lease that ran out, a reaped worker) among the
+-- due at once, each at the rank it had: a task that started once keeps its place, as one
+-- handed back does, rather than queueing behind its key's whole backlog. Their groups get
+-- their turn from release(), which frees their slots.
+local function reenter_due(records_key, due_key, ids, now)
+  for _, id in ipairs(ids) do
+    refile(records_key, due_key, id, now)
+  end
+end
+
 -- Lease members of the tasks this call started: their leases are written at its end.
 local started_here = {}
+
+-- Until when limits held each task this call started (task id -> ms; none: not held),
+-- for its lateness to count from then rather than from when it was due (metrics.md):
+-- the time its rate (or the queue's) allowed it, or what holds_key says (note_holds).
+local held_until = {}
+-- The group of each task this call started, and what pick_many found of each group it
+-- looked at ({why it stopped, whether it started any, whether none is left due}) and of
+-- the queue: what note_holds reads.
+local started_group, looked, queue_look = {}, {}, {}
+
+-- The holds noted in holds_key, per group ("\0" the queue): when its latest hold ended,
+-- for a rate's wait or a snooze of the whole key (noted by the dispatcher as it gives
+-- the turn back: the wait's end, not its own pass); or SLOT while the group (the queue,
+-- at its cap) runs all it may with tasks due: its next start waited for a slot, until
+-- that start. A group's note is dropped when it has no due task left.
+local SLOT = 'slot'
+
+-- The later of two times, either of which may be false.
+local function later(a, b)
+  if not a or (b and b > a) then
+    return b
+  end
+  return a
+end
+
+-- Until when a note (false for none) held a task that starts ``now``, or false.
+local function held_by(note, now)
+  if note == SLOT then
+    return now
+  end
+  local at = tonumber(note)
+  return at and math.min(at, now) or false
+end
 
 -- At least as many as run in the queue as a call goes (read once, counted up at each
 -- start; entries left by gone leases only make it larger): no key runs more, so a key
@@ -306,7 +351,8 @@ local queue_running = false
 -- Take the next due tasks of one group, best rank first, as many of ``candidates`` (its
 -- due members, in order) as may start now; ``room`` holds what this call may still
 -- start ({cap room or false}); the queue's rate state is ``queue`` ({tat, changed}).
--- What it takes goes in ``writes`` (write_round writes a round's at once). Returns how
+-- What it takes goes in ``writes`` (write_round writes a round's at once); each start
+-- notes in held_until the time its rate (or the queue's) allowed it. Returns how
 -- many it took, and why it stopped short: false, 'cap' or 'queue' (which hold every
 -- group), 'busy' or 'rate' (with the time it may start).
 local function take_group(config_key, records_key, running_key, leases_key, tats_key,
@@ -351,12 +397,14 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
     end
     local cost = costs[n] or 1
     local next_tat, next_queue_tat
+    local allowed = false
     if interval then
       at, next_tat = gcra(tat, interval, burst, cost, now)
       if at > now then
         why = 'rate'
         break
       end
+      allowed = later(allowed, at)
     end
     if queue_interval then
       at, next_queue_tat = gcra(queue[1], queue_interval, queue_burst, cost, now)
@@ -364,11 +412,13 @@ local function take_group(config_key, records_key, running_key, leases_key, tats
         why = 'queue'
         break
       end
+      allowed = later(allowed, at)
       queue[1], queue[2] = next_queue_tat, true
     end
     tat = next_tat or tat
     taken[#taken + 1] = candidates[n]
     if worker then
+      held_until[id], started_group[id] = allowed, group
       running[#running + 1] = 0
       running[#running + 1] = group .. '\0' .. worker .. '|' .. id
       started_here[worker .. '|' .. id] = true
@@ -412,6 +462,7 @@ end
 -- to ready: they are checked again when claimed). A key refused leaves the turns (until
 -- a slot frees, or at its rate's time); a refusal of the whole queue (its cap or rate)
 -- ends the call. Also returns 'tries' when too many keys were refused in this call.
+-- What it finds of each key is kept for note_holds.
 local function pick_many(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
                          running_key, leases_key, wake_key, now, worker, need)
   local picked, tries = {}, 0
@@ -455,6 +506,12 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
         took, why, at = take_group(config_key, records_key, running_key, leases_key, tats_key,
           group, candidates, room, queue, now, worker, writes)
       end
+      local started = worker and took > 0
+      looked[group] = {why, started or (looked[group] or {})[2], not more and took == #candidates}
+      queue_look.capped = queue_look.capped or why == 'cap'
+      if started then
+        queue_look.started, queue_look.room = true, room[1]
+      end
       if why == 'cap' or why == 'queue' then
         if why == 'queue' then
           throttle(throttled_key, wake_key, QUEUE_GROUP, at)
@@ -493,6 +550,54 @@ local function pick_many(config_key, records_key, due_key, turns_key, throttled_
     queue_running = queue_limits[1] - room[1]
   end
   return picked, (tries >= PICK_TRIES and #picked < need) and 'tries' or false
+end
+
+-- After this call's picks (pick_many, feed): complete held_until of the tasks it started
+-- with the notes of holds_key (as they were before the call), then keep the notes: a
+-- group (the queue, at its cap) refused for a slot is noted SLOT; after a start, a group
+-- with no due task left loses its note, and a SLOT note whose group (or queue) had room
+-- again is dropped, its hold over. A script without the key leaves them as they are.
+local function note_holds(holds_key, now)
+  local groups = {}
+  for group in pairs(looked) do
+    groups[#groups + 1] = group
+  end
+  if #groups == 0 then
+    return
+  end
+  local notes = redis.call('HMGET', holds_key, QUEUE_GROUP, unpack(groups))
+  local queue_note, note_of = notes[1] or false, {}
+  for n, group in ipairs(groups) do
+    note_of[group] = notes[n + 1] or false
+  end
+  for id, group in pairs(started_group) do
+    held_until[id] = later(held_until[id], later(held_by(note_of[group], now),
+      held_by(queue_note, now)))
+  end
+  local slots, gone = {}, {}
+  for group, look in pairs(looked) do
+    local why, started, drained = look[1], look[2], look[3]
+    if why == 'busy' then
+      slots[#slots + 1] = group
+      slots[#slots + 1] = SLOT
+    elseif started and note_of[group] and (drained or note_of[group] == SLOT) then
+      gone[#gone + 1] = group
+    end
+  end
+  if queue_look.capped then
+    slots[#slots + 1] = QUEUE_GROUP
+    slots[#slots + 1] = SLOT
+  elseif queue_look.started and queue_note == SLOT
+      and (not queue_look.room or queue_look.room > 0) then
+    gone[#gone + 1] = QUEUE_GROUP
+  end
+  if #slots > 0 then
+    redis.call('HSET', holds_key, unpack(slots))
+  end
+  if #gone > 0 then
+    redis.call('HDEL', holds_key, unpack(gone))
+  end
+  started_group, looked, queue_look = {}, {}, {}
 end
 
 -- Keep one due task in ready while any may start, so that a worker blocked on ready
