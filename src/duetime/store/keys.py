@@ -13,6 +13,8 @@ from dataclasses import dataclass
 PREFIX = "duetime"
 
 
+# Long: one property per key of a queue, each saying its type and what it holds: a table
+# a reader looks a key up in, not code to follow.
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     queue: str
