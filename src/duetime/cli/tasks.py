@@ -32,7 +32,7 @@ MOST_TASKS_SCANNED = 100_000
 
 # Long: a command's options are its decorators (the keyed ones in cli/keyed.py); the
 # body itself is short.
-@queue_command()
+@queue_command(creates=True)
 @click.option(
     "--at",
     "at",
