@@ -21,15 +21,15 @@ from duetime.cli.options import (
     metrics_port_option,
     queues_option,
     redis_option,
-    refuse_unknown_queue,
     resolve_redis_url,
     unknown_queue,
+    unknown_queue_error,
 )
 from duetime.cli.output import DEFAULT_HANDLER_SHOWN
 from duetime.cli.processes import Daemon, fork_workers, run_daemons
 from duetime.client import Queue
 from duetime.dispatcher import Dispatcher
-from duetime.errors import ConfigurationError
+from duetime.errors import ConfigurationError, DuetimeError
 from duetime.settings import Settings
 from duetime.worker import DEFAULT_CONCURRENCY, Worker
 
@@ -78,15 +78,22 @@ def check_queues(queues: tuple[str, ...], url: str, settings: Settings, *, serve
     """Before the banner: each queue name checked, and each queue this server never saw
     either refused (a dashboard: there is nothing to show; TaskNotFoundError) or, for the
     daemons that ``served`` it (starting one is how a queue comes to be), named in a
-    warning with the known queues: a typo shows at once, not as a worker idle for ever."""
+    warning with the known queues: a typo shows at once, not as a worker idle for ever.
+    A server that cannot be asked (down, an ACL) is left to the daemon, which reports it
+    and retries as it always does."""
     for name in queues:
         validation.queue_name(name)
     for name in queues:
-        with Queue(name, url, settings=settings, shards=command_shards()) as client:
-            if not served:
-                refuse_unknown_queue(client, url)
-            elif (problem := unknown_queue(client, url)) is not None:
-                log.warning("%s; serving it as a new queue", problem)
+        try:
+            with Queue(name, url, settings=settings, shards=command_shards()) as client:
+                problem = unknown_queue(client, url)
+        except DuetimeError as error:
+            log.debug("could not look for queue %s in the registry: %s", name, error)
+            continue
+        if problem is not None and not served:
+            raise unknown_queue_error(problem)
+        if problem is not None:
+            log.warning("%s; serving it as a new queue", problem)
 
 
 @click.command()

@@ -93,8 +93,13 @@ def refuse_unknown_queue(client: Queue, url: str, *, creatable: bool = False) ->
     queue; ``creatable``: the command takes --create, and the message says so."""
     problem = unknown_queue(client, url)
     if problem is not None:
-        create = "; pass --create to create it" if creatable else ""
-        raise TaskNotFoundError(f"{problem} (check the name, --shards and --redis{create})")
+        raise unknown_queue_error(problem, creatable=creatable)
+
+
+def unknown_queue_error(problem: str, *, creatable: bool = False) -> TaskNotFoundError:
+    """The error of an unknown queue: ``problem`` (``unknown_queue``) and what to check."""
+    create = "; pass --create to create it" if creatable else ""
+    return TaskNotFoundError(f"{problem} (check the name, --shards and --redis{create})")
 
 
 def unknown_queue(client: Queue, url: str) -> str | None:

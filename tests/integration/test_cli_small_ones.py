@@ -1,0 +1,81 @@
+"""Issue 41, point 18: the small things an operator met. ``status`` of a finished task
+says how it ended; an expired task names its handler and the attempts that started; a
+ready task shows when it was due."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from duetime import App, Dispatcher, Queue, Worker
+from duetime.cli import main
+from tests.helpers import FAST, running, wait_until
+
+app = App()
+
+
+@app.task(name="send")
+def send(data: Any) -> str:
+    return "sent"
+
+
+@pytest.fixture
+def cli(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("DUETIME_REDIS_URL", redis_url)
+    return CliRunner()
+
+
+def _run_until(queue_name: str, redis_url: str, done: Any) -> None:
+    async def main_loop() -> None:
+        worker = Worker(app, queue_name, redis_url, settings=FAST)
+        async with running(Dispatcher(queue_name, redis_url, settings=FAST), worker):
+            await wait_until(done, what="the tasks' ends")
+
+    asyncio.run(main_loop())
+
+
+def _status(cli: CliRunner, queue_name: str, task_id: str) -> dict[str, Any]:
+    shown = cli.invoke(main, ["status", "-q", queue_name, task_id])
+    assert shown.exit_code == 0, shown.output
+    report: dict[str, Any] = json.loads(shown.stdout)
+    return report
+
+
+def test_status_of_finished_and_expired_tasks_says_how_they_ended(
+    cli: CliRunner, redis_url: str, queue_name: str
+) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        done = queue.task(send).schedule_now({})  # keeps no result: the history knows it
+        kept = queue.task(send).schedule_now({}, result_ttl=60)
+        late = queue.task(send).schedule_now({}, expires=0.2, result_ttl=60)
+        time.sleep(0.4)  # no worker yet: the late one's expiry passes while it waits
+        _run_until(queue_name, redis_url, lambda: queue.stats().counters.get("completed", 0) == 2)
+    finished = _status(cli, queue_name, done)
+    assert (finished["state"], finished["outcome"], finished["task"]) == (
+        "finished",
+        "succeeded",
+        "send",
+    )
+    assert finished["attempts"] == 1 and finished["finished_at"] is not None
+    stored = _status(cli, queue_name, kept)
+    assert (stored["state"], stored["outcome"], stored["task"]) == ("finished", "succeeded", "send")
+    expired = _status(cli, queue_name, late)
+    assert (expired["state"], expired["outcome"]) == ("finished", "expired")
+    assert (expired["task"], expired["attempts"]) == ("send", 0)  # it never started
+
+
+def test_a_ready_task_shows_when_it_was_due(
+    cli: CliRunner, redis_url: str, queue_name: str
+) -> None:
+    with Queue(queue_name, redis_url) as queue:
+        before = time.time()
+        task_id = queue.schedule_now({})  # no dispatcher, no worker: it stays ready
+        status = queue.status(task_id)
+    assert status is not None and status.state == "ready"
+    assert status.run_at is not None and before - 5 < status.run_at < time.time() + 5
+    assert _status(cli, queue_name, task_id)["run_at"] is not None
