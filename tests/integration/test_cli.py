@@ -206,8 +206,8 @@ def test_every_queue_command_takes_the_shard_count(
         assert result.exit_code == 0, result.output
         return str(result.output)
 
-    ids = [invoke("schedule", "--create", "-q", queue_name, "--shards", "4", "--in", "3600", "{}").strip()
-           for _ in range(40)]  # fmt: skip
+    new = ("schedule", "--create", "-q", queue_name, "--shards", "4", "--in", "3600", "{}")
+    ids = [invoke(*new).strip() for _ in range(40)]
     invoke(
         "schedule",
         "--create",
