@@ -440,6 +440,30 @@ def test_server_status_and_what_commands_say_about_the_embedded_server(
     assert started.stdout.startswith("attached to embedded Valkey at unix://")
 
 
+@needs_valkey
+def test_server_stop_warns_of_the_processes_attached(home: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["server", "start"]).exit_code == 0
+    alone = runner.invoke(main, ["server", "stop"])
+    assert (alone.stdout.strip(), alone.stderr) == ("stopped", "")
+    assert runner.invoke(main, ["server", "start"]).exit_code == 0
+    socket = str(home / "valkey" / "valkey.sock")
+    application = redis.Redis(unix_socket_path=socket)
+    daemon = redis.Redis(unix_socket_path=socket).pubsub()  # as a worker hears cancels
+    try:
+        application.ping()
+        daemon.subscribe("duetime:{q}:cancels")
+        daemon.get_message(timeout=1)
+        stopped = runner.invoke(main, ["server", "stop"])
+    finally:
+        application.close()
+        daemon.close()
+    assert stopped.stdout.strip() == "stopped"
+    warning = " ".join(stopped.stderr.split())
+    assert "warning: 2 connection(s) of other processes were attached" in warning
+    assert "1 of them a daemon's wait or subscription" in warning
+
+
 def test_queues_tasks_run_now_pause_and_resume(
     cli: CliRunner, redis_url: str, queue_name: str
 ) -> None:

@@ -59,7 +59,10 @@ def test_throttle_and_unique_calls_say_what_they_did(
     ("arguments", "message"),
     [
         (["--debounce", "k"], "--debounce needs --window"),
-        (["--debounce", "k", "--unique", "k", "--window", "1s"], "at most one"),
+        (
+            ["--debounce", "k", "--unique", "k", "--window", "1s"],
+            "and --unique, not --debounce and --unique",
+        ),
         (["--window", "1s"], "--window goes with --debounce or --throttle"),
         (["--unique", "k", "--max-wait", "1s"], "--max-wait goes with --debounce"),
         (["--debounce", "k", "--window", "1s", "--trailing"], "--trailing goes with --throttle"),
