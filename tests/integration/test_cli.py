@@ -449,10 +449,11 @@ def test_server_stop_warns_of_the_processes_attached(home: Path) -> None:
     assert runner.invoke(main, ["server", "start"]).exit_code == 0
     socket = str(home / "valkey" / "valkey.sock")
     application = redis.Redis(unix_socket_path=socket)
-    daemon = redis.Redis(unix_socket_path=socket)
+    daemon = redis.Redis(unix_socket_path=socket).pubsub()  # type: ignore[no-untyped-call]
     try:
         application.ping()
-        daemon.execute_command("SUBSCRIBE", "duetime:{q}:cancels")  # as a worker hears cancels
+        daemon.subscribe("duetime:{q}:cancels")  # as a worker hears cancels
+        daemon.get_message(timeout=1)
         stopped = runner.invoke(main, ["server", "stop"])
     finally:
         application.close()
