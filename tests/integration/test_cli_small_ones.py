@@ -5,6 +5,7 @@ ready task shows when it was due."""
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import time
 from typing import Any
@@ -79,3 +80,28 @@ def test_a_ready_task_shows_when_it_was_due(
     assert status is not None and status.state == "ready"
     assert status.run_at is not None and before - 5 < status.run_at < time.time() + 5
     assert _status(cli, queue_name, task_id)["run_at"] is not None
+
+
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        ("tasks?page=-1", "page must be a whole number from 0 to 10,000, got '-1'"),
+        ("tasks?page=two", "page must be a whole number from 0 to 10,000, got 'two'"),
+        ("dead?page=-1", "page must be a whole number"),
+        ("finished?page=-1", "page must be a whole number"),
+        ("tasks?state=bogus", "There is no state 'bogus': choose one of scheduled, ready"),
+    ],
+)
+def test_the_dashboard_answers_a_bad_page_or_state_with_400(
+    redis_url: str, queue_name: str, path: str, message: str
+) -> None:
+    from tests.integration.test_dashboard import dashboard
+
+    with dashboard(redis_url, queue_name) as client:
+        page = client.get(f"/q/{queue_name}/{path}")
+        api = client.get(f"/api/q/{queue_name}/{path}")
+        served = client.get(f"/q/{queue_name}/tasks?page=0&state=ready")
+    assert page.status_code == 400 and message in html.unescape(page.text)
+    assert served.status_code == 200
+    if path in ("dead?page=-1", "tasks?state=bogus"):  # the API's tasks take limit/offset
+        assert api.status_code == 400, api.text
