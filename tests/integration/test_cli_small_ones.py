@@ -1,6 +1,7 @@
 """Issue 41, point 18: the small things an operator met. ``status`` of a finished task
 says how it ended; an expired task names its handler and the attempts that started; a
-ready task shows when it was due."""
+ready task shows when it was due; the dashboard answers a bad page or state with 400; a
+URL of the wrong scheme (Sentinel or not) says which to use."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from click.testing import CliRunner
 
 from duetime import App, Dispatcher, Queue, Worker
 from duetime.cli import main
+from duetime.errors import RedisCommandError
+from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
+from tests.servers import Sentinels
 
 app = App()
 
@@ -105,3 +109,24 @@ def test_the_dashboard_answers_a_bad_page_or_state_with_400(
     assert served.status_code == 200
     if path in ("dead?page=-1", "tasks?state=bogus"):  # the API's tasks take limit/offset
         assert api.status_code == 400, api.text
+
+
+def test_a_url_of_the_wrong_scheme_says_which_to_use(redis_url: str) -> None:
+    """redis:// at a Sentinel's port, and redis+sentinel:// at a plain server: the
+    refusal ("unknown command 'TIME'", "... 'SENTINEL'") comes with the other scheme."""
+    group = Sentinels("redis", require_binary("redis"))
+    group.start()
+    try:
+        with (
+            pytest.raises(RedisCommandError, match=r"looks like a Sentinel.*redis\+sentinel://"),
+            Queue("q", f"redis://127.0.0.1:{group.ports[0]}/0") as at_sentinel,
+        ):
+            at_sentinel.schedule_in(60, {})
+    finally:
+        group.stop()
+    port = redis_url.rsplit(":", 1)[1].split("/")[0]
+    with (
+        pytest.raises(RedisCommandError, match=r"not a Sentinel: connect to it with redis://"),
+        Queue("q", f"redis+sentinel://127.0.0.1:{port}/duetime") as at_server,
+    ):
+        at_server.schedule_in(60, {})
