@@ -16,7 +16,7 @@ from duetime import validation
 from duetime.cli.exits import guarded
 from duetime.cli.output import say
 from duetime.client import Queue, known_queues
-from duetime.errors import TaskNotFoundError
+from duetime.errors import RedisCommandError, TaskNotFoundError
 from duetime.settings import Settings
 
 log = logging.getLogger("duetime")
@@ -107,10 +107,26 @@ def unknown_queue(client: Queue, url: str) -> str | None:
     queues (the closest first); None when it has: noted in the registry of queues (by a
     client after its first write, by a dispatcher when it starts), or holding anything
     (tasks, counters, workers, limits, cron jobs: written before the registry was). A
-    queue never seen is most likely a mistyped name, --shards or --redis."""
-    known = [queue.name for queue in known_queues(url, client.core.settings)]
-    if client.name in known or _ever_used(client):
+    queue never seen is most likely a mistyped name, --shards or --redis. A user whose
+    ACL does not reach the registry (a key pattern of one queue) is judged by what the
+    queue holds; one that cannot read that either is let through (the command says what
+    it meets)."""
+    try:
+        known: list[str] | None = [q.name for q in known_queues(url, client.core.settings)]
+    except RedisCommandError:
+        known = None
+    if known is not None and client.name in known:
         return None
+    try:
+        if _ever_used(client):
+            return None
+    except RedisCommandError:
+        return None
+    if known is None:
+        return (
+            f"no queue {client.name!r} on this server: it holds nothing (this user cannot "
+            "read the registry of queues to name the others)"
+        )
     close = difflib.get_close_matches(client.name, known, n=3, cutoff=0.6)
     others = [name for name in known if name not in close]
     if close:

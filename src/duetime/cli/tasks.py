@@ -166,8 +166,9 @@ def tasks(
     as_json: bool,
     redis_url: str | None,
 ) -> None:
-    """Tasks in one state, in the order they will be served (dead: latest first);
-    finished: the attempts the queue's history keeps, latest first.
+    """Tasks in one state: scheduled and ready in the order they will be served, running
+    by lease deadline, dead latest first; finished: the attempts the queue's history
+    keeps, latest first.
 
     \b
     Examples:

@@ -156,8 +156,9 @@ class Inspection(QueueShards):
         return [dead_task(entry) for entry in entries]
 
     def tasks_plan(self, state: str, limit: int, offset: int) -> Plan[list[TaskSummary]]:
-        """Tasks in one state, in the order they will be served (dead: latest first);
-        a sharded queue's shards merged by that order (ready: by run-at)."""
+        """Tasks in one state: scheduled by run-at, ready from the head, running by lease
+        deadline, dead latest first; a sharded queue's shards merged by that order (ready:
+        by run-at)."""
         if state not in LISTED_STATES:
             listed = ", ".join(LISTED_STATES)
             raise InvalidInputError(f"state must be one of {listed}, got {state!r}")
