@@ -154,10 +154,11 @@ def _names(names: list[str]) -> str:
 
 
 def _ever_used(client: Queue) -> bool:
-    """Whether a queue holds anything: a task, a counter, a worker, limits, a cron job."""
+    """Whether a queue holds anything: a task, a counter, a worker, limits, a pause, a
+    cron job."""
     stats = client.stats()
     counts = (stats.scheduled, stats.ready, stats.running, stats.dead)
-    used = stats.counters or any(counts) or stats.workers or stats.flow_control
+    used = stats.counters or any(counts) or stats.workers or stats.flow_control or stats.paused
     return bool(used) or bool(client.list_cron())
 
 

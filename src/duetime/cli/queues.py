@@ -90,8 +90,9 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
 def queues(as_json: bool, redis_url: str | None) -> None:
     """The queues on this server, with their depths.
 
-    A queue is listed from its first task (the client that wrote it notes it) or once a
-    dispatcher has started for it (each notes its queues); "no dispatcher" says none has.
+    A queue is listed from its first write (a task, a cron job, limits, a pause: the
+    client that wrote it notes it) or once a dispatcher has started for it (each notes
+    its queues); "no dispatcher" says none has.
     """
     url = resolve_redis_url(redis_url)
     settings = command_settings()
