@@ -28,8 +28,8 @@ from duetime.embedded import stop_server
 from duetime.store import QueueKeys
 from tests.servers import binary
 
-# 2026-12-01T08:00:00Z: 09:00 in Paris (winter, +01:00).
-WINTER = datetime(2026, 12, 1, 8, tzinfo=UTC).timestamp()
+# 2027-12-01T08:00:00Z: 09:00 in Paris (winter, +01:00).
+WINTER = datetime(2027, 12, 1, 8, tzinfo=UTC).timestamp()
 
 
 @pytest.fixture
@@ -68,7 +68,7 @@ def test_schedule_prints_the_id_and_stores_the_task(
         (["--in", "5", "--at", "5", "{}"], "exactly one of --at or --in"),
         (["{}"], "exactly one of --at or --in"),
         (["--at", "nan", "{}"], "finite"),
-        (["--at", "2026-12-01T09:00", "{}"], "no time zone: add one, e.g. 2026-12-01T09:00Z"),
+        (["--at", "2027-12-01T09:00", "{}"], "no time zone: add one, e.g. 2027-12-01T09:00Z"),
         (["--at", "next tuesday", "{}"], "give ISO 8601 with a zone"),
         (["--in", "soon", "{}"], "write 90s, 5m, 1h30m"),
         (["--in", "-5m", "{}"], "cannot be negative"),
@@ -250,7 +250,7 @@ def test_schedule_reads_human_times_and_durations(
         with Queue(queue_name, redis_url) as queue:
             return queue.status(result.stdout.strip())
 
-    for at in ("2026-12-01T09:00+01:00", "2026-12-01T08:00Z", "1796112000"):
+    for at in ("2027-12-01T09:00+01:00", "2027-12-01T08:00Z", "1827648000"):
         assert scheduled("--at", at).run_at == WINTER
     before = time.time()
     status = scheduled("--in", "1h30m", "--timeout", "5m", "--result-ttl", "1d")
@@ -264,11 +264,11 @@ def test_status_shows_times_in_the_local_zone_or_utc(
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_task(WINTER, {"a": 1})
     local = cli.invoke(main, ["status", "-q", queue_name, task_id])
-    assert json.loads(local.stdout)["run_at"] == "2026-12-01T09:00:00.000+01:00"
+    assert json.loads(local.stdout)["run_at"] == "2027-12-01T09:00:00.000+01:00"
     utc = cli.invoke(main, ["--utc", "status", "-q", queue_name, task_id])
-    assert json.loads(utc.stdout)["run_at"] == "2026-12-01T08:00:00.000+00:00"
+    assert json.loads(utc.stdout)["run_at"] == "2027-12-01T08:00:00.000+00:00"
     inspected = cli.invoke(main, ["inspect", "-q", queue_name], env={"COLUMNS": "80"})
-    assert "2026-12-01 09:00:00+01:00" in inspected.stdout
+    assert "2027-12-01 09:00:00+01:00" in inspected.stdout
     as_json = cli.invoke(main, ["inspect", "-q", queue_name, "--json"])
     assert json.loads(as_json.stdout)["next_due"] == WINTER  # JSON keeps epoch seconds
 
@@ -293,7 +293,7 @@ def test_tables_fit_80_columns_and_never_cut_a_time(
 
     listed = cli.invoke(main, ["--utc", "dead", "list", "-q", queue_name], env=narrow)
     assert listed.exit_code == 0, listed.output
-    assert fits(listed.stdout) and "2026-12-01 08:00:00+00:00" in listed.stdout
+    assert fits(listed.stdout) and "2027-12-01 08:00:00+00:00" in listed.stdout
     # The id (90 characters) is whole, folded onto more lines: an id is copied into other
     # commands; the time is whole too, and the other columns give up their room.
     rows = [line for line in listed.stdout.splitlines()[2:] if line.strip()]
