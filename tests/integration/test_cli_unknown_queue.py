@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from duetime import Queue, known_queues
 from duetime.cli import EXIT_NOT_FOUND, main
+from duetime.store.layout import QUEUE_REGISTRY
 
 #: The arguments each command is given besides its queue (valid ones: what refuses is the
 #: queue), by command path; a command that names a queue and has no row fails the first
@@ -141,9 +142,7 @@ def test_a_queue_with_tasks_but_no_registry_entry_is_known(
     note) still makes the queue known."""
     with Queue("emails", redis_url) as queue:
         queue.schedule_in(3600, {})
-    for key in raw.keys("*"):
-        if raw.type(key) == b"hash" and raw.hexists(key, "emails") and b"{" not in key:
-            raw.delete(key)
+    raw.delete(QUEUE_REGISTRY)
     assert known_queues(redis_url) == []
     result = cli.invoke(main, ["tasks", "-q", "emails"])
     assert result.exit_code == 0, result.output
