@@ -22,7 +22,7 @@ from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo
 
 from duetime import codec, cron_options, flow, ticks, validation
-from duetime.errors import InvalidInputError, InvalidNameError
+from duetime.errors import InvalidInputError
 
 MissedPolicy = Literal["skip", "once", "all"]
 OverlapPolicy = Literal["allow", "skip", "delay"]
@@ -228,10 +228,7 @@ def define(
     """Validate a declaration completely; raises InvalidInputError before anything is
     stored. ``schedule`` holds the schedule's options: ``every``, ``catch_up``,
     ``jitter``, ``start``, ``end``, ``max_runs``, ``pause_after_failures``."""
-    if not isinstance(name, str) or not validation.QUEUE_NAME.fullmatch(name):
-        raise InvalidNameError(
-            f"invalid cron job name {validation.shown(name)}: use 1-64 of A-Z a-z 0-9 _ . -"
-        )
+    validation.cron_name(name)
     options = cron_options.schedule_options(schedule)
     cron_options.check_timetable(name, expression, options["every_ms"], timezone)
     cron_options.check_policies(missed, overlap)

@@ -49,7 +49,12 @@ def check_timetable(name: str, expression: object, every_ms: int, timezone: obje
             "hour day month weekday), an optional 6th for seconds, "
             "@hourly/@daily/@weekly/@monthly/@yearly, or every= for an interval"
         )
-    if not isinstance(timezone, str) or not known_zone(timezone):
+    if not isinstance(timezone, str):
+        raise InvalidInputError(
+            f"tz must be the name of an IANA time zone such as Europe/Paris, got "
+            f"{validation.shown(timezone)}"
+        )
+    if not known_zone(timezone):
         raise InvalidInputError(
             f"unknown time zone {validation.shown(timezone)}: use an IANA name such as Europe/Paris"
         )

@@ -185,6 +185,34 @@ def stop_server() -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class Attached:
+    """The connections of other processes to the embedded server: ``waiting`` of them
+    are blocked in a wait (a worker's claim, a dispatcher's sleep), the mark of a
+    daemon; the rest are applications, dashboards, idle daemon connections."""
+
+    connections: int
+    waiting: int
+
+
+def attached() -> Attached | None:
+    """Who uses the running embedded server besides this process; None when none runs."""
+    socket = socket_path()
+    if not _alive(socket):
+        return None
+    client = _client(socket, 5)
+    try:
+        own = client.client_id()
+        others = [c for c in client.client_list() if int(c["id"]) != own]
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        return None
+    finally:
+        client.close()
+    # Flag b: blocked in BLMOVE/BLPOP; a subscriber (a worker's cancel signals) too.
+    waiting = sum("b" in c.get("flags", "") or int(c.get("sub", 0)) > 0 for c in others)
+    return Attached(len(others), waiting)
+
+
 def server_info() -> ServerInfo | None:
     """The running embedded server's pid, version and memory; None when none runs.
     Never starts one."""

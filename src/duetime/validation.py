@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
@@ -67,10 +67,28 @@ def task_ids(value: object) -> list[str]:
     return [task_id(item) for item in value]
 
 
+def items(value: object, what: str) -> list[Any]:
+    """The items of a collection given as ``what`` (e.g. the jobs of schedule_many): any
+    iterable but a string or bytes, which would be taken one character at a time."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidOptionError(f"{what} must be a list (or any iterable), got {shown(value)}")
+    return list(value)
+
+
+def flag(value: object, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidOptionError(f"{what} must be True or False, got {shown(value)}")
+    return value
+
+
 def task_name(value: object) -> str:
     return _require(
         TASK_NAME, value, "task name", "a letter or _ then up to 199 of A-Z a-z 0-9 _ . : -"
     )
+
+
+def cron_name(value: object) -> str:
+    return _require(QUEUE_NAME, value, "cron job name", "1-64 of A-Z a-z 0-9 _ . -")
 
 
 def worker_id(value: object) -> str:
@@ -227,6 +245,14 @@ def positive_seconds(value: object, what: str) -> float:
 def milliseconds(value: object, what: str) -> int:
     """A positive duration in whole milliseconds, rounded up (never to 0)."""
     return math.ceil(positive_seconds(value, what) * 1000)
+
+
+def delay_ms(value: object) -> int:
+    """A delay from now in whole milliseconds: 0 for a zero (right now), else a positive
+    duration rounded up; anything else (None, a string) refused."""
+    if as_float(seconds_of(value)) == 0:
+        return 0
+    return milliseconds(value, "delay")
 
 
 def wait_seconds(value: object, what: str) -> float | None:

@@ -50,7 +50,9 @@ def test_schedule_prints_the_id_and_stores_the_task(
 ) -> None:
     at = int(time.time()) + 3600
     arguments = ["--at", str(at), "--id", "job-1", "--task", "send", "--max-attempts", "2"]
-    result = cli.invoke(main, ["schedule", "-q", queue_name, *arguments, '{"to": "a@b"}'])
+    result = cli.invoke(
+        main, ["schedule", "--create", "-q", queue_name, *arguments, '{"to": "a@b"}']
+    )
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "job-1"
     with Queue(queue_name, redis_url) as queue:
@@ -62,7 +64,7 @@ def test_schedule_prints_the_id_and_stores_the_task(
         {"to": "a@b"},
         at,
     )
-    relative = cli.invoke(main, ["schedule", "-q", queue_name, "--in", "0", "[1, 2]"])
+    relative = cli.invoke(main, ["schedule", "--create", "-q", queue_name, "--in", "0", "[1, 2]"])
     assert relative.exit_code == 0 and len(relative.output.strip()) == 12
 
 
@@ -85,7 +87,7 @@ def test_schedule_prints_the_id_and_stores_the_task(
 def test_bad_schedule_arguments_exit_2_and_write_nothing(
     cli: CliRunner, raw: redis.Redis, queue_name: str, arguments: list[str], message: str
 ) -> None:
-    result = cli.invoke(main, ["schedule", "-q", queue_name, *arguments])
+    result = cli.invoke(main, ["schedule", "--create", "-q", queue_name, *arguments])
     assert result.exit_code == EXIT_USAGE
     assert message in result.output
     assert raw.dbsize() == 0
@@ -141,11 +143,10 @@ def test_status_and_cancel(cli: CliRunner, redis_url: str, queue_name: str) -> N
     assert json.loads(status.stdout)["state"] == "scheduled"
     assert cli.invoke(main, ["cancel", "-q", queue_name, task_id]).exit_code == 0
     assert cli.invoke(main, ["cancel", "-q", queue_name, task_id]).exit_code == EXIT_NOT_FOUND
-    # Gone from the queue, the cancel is in its history; an id never used is not found.
+    # Gone from the queue, it is finished as its history says; an id never used is not found.
     gone = json.loads(cli.invoke(main, ["status", "-q", queue_name, task_id]).stdout)
-    assert (gone["state"], [entry["outcome"] for entry in gone["history"]]) == (
-        "unknown", ["cancelled"],
-    )  # fmt: skip
+    outcomes = [entry["outcome"] for entry in gone["history"]]
+    assert (gone["state"], gone["outcome"], outcomes) == ("finished", "cancelled", ["cancelled"])
     assert cli.invoke(main, ["status", "-q", queue_name, "never"]).exit_code == EXIT_NOT_FOUND
 
 
@@ -169,10 +170,22 @@ def test_cron_commands(cli: CliRunner, queue_name: str) -> None:
     options = ["--tz", "Europe/Paris", "--missed", "once"]
     added = cli.invoke(
         main,
-        ["cron", "add", "-q", queue_name, "report", "0 9 * * 1-5", '{"kind": "daily"}', *options],
+        [
+            "cron",
+            "add",
+            "--create",
+            "-q",
+            queue_name,
+            "report",
+            "0 9 * * 1-5",
+            '{"kind": "daily"}',
+            *options,
+        ],
     )
     assert added.exit_code == 0 and added.stdout.strip() == "created report"
-    bad = cli.invoke(main, ["cron", "add", "-q", queue_name, "x", "0 9 * * *", "{}", "--tz", "Q/Z"])
+    bad = cli.invoke(
+        main, ["cron", "add", "--create", "-q", queue_name, "x", "0 9 * * *", "{}", "--tz", "Q/Z"]
+    )
     assert bad.exit_code == EXIT_USAGE and "unknown time zone" in bad.output
     listed = cli.invoke(main, ["cron", "list", "-q", queue_name, "--json"])
     [job] = json.loads(listed.stdout)
@@ -200,15 +213,29 @@ def test_every_queue_command_takes_the_shard_count(
         assert result.exit_code == 0, result.output
         return str(result.output)
 
-    ids = [invoke("schedule", "-q", queue_name, "--shards", "4", "--in", "3600", "{}").strip()
-           for _ in range(40)]  # fmt: skip
-    invoke("schedule", "-q", queue_name, "--shards", "4", "--in", "3600", "--id", "o-7", "{}")
+    new = ("schedule", "--create", "-q", queue_name, "--shards", "4", "--in", "3600", "{}")
+    ids = [invoke(*new).strip() for _ in range(40)]
+    invoke(
+        "schedule",
+        "--create",
+        "-q",
+        queue_name,
+        "--shards",
+        "4",
+        "--in",
+        "3600",
+        "--id",
+        "o-7",
+        "{}",
+    )
     report = json.loads(invoke("inspect", "-q", queue_name, "--shards", "4", "--json"))
     assert report["scheduled"] == 41 and len(report["shards"]) == 4
     assert all(shard["scheduled"] > 0 for shard in report["shards"])
     assert "shard 3" in invoke("inspect", "-q", queue_name, "--shards", "4")
     assert '"state": "scheduled"' in invoke("status", "-q", queue_name, "--shards", "4", "o-7")
-    invoke("cron", "add", "-q", queue_name, "--shards", "4", "nightly", "0 3 * * *", "{}")
+    invoke(
+        "cron", "add", "--create", "-q", queue_name, "--shards", "4", "nightly", "0 3 * * *", "{}"
+    )
     assert "nightly" in invoke("cron", "list", "-q", queue_name, "--shards", "4")
     monkeypatch.setenv("DUETIME_SHARDS", "4")
     assert "cancelled" in invoke("cancel", "-q", queue_name, ids[0])
@@ -225,7 +252,7 @@ def test_schedule_reads_human_times_and_durations(
     cli: CliRunner, redis_url: str, queue_name: str
 ) -> None:
     def scheduled(*arguments: str) -> Any:
-        result = cli.invoke(main, ["schedule", "-q", queue_name, *arguments, "{}"])
+        result = cli.invoke(main, ["schedule", "--create", "-q", queue_name, *arguments, "{}"])
         assert result.exit_code == 0, result.output
         with Queue(queue_name, redis_url) as queue:
             return queue.status(result.stdout.strip())
@@ -284,7 +311,18 @@ def test_tables_fit_80_columns_and_never_cut_a_time(
     assert folded == f"task: a_handler_with_a_long_name  error: {error.error.strip()}"
 
     name = "a-cron-job-with-a-name-that-goes-on-and-on"
-    add = ["cron", "add", "-q", queue_name, name, "0 9 * * *", "{}", "--tz", "America/St_Johns"]
+    add = [
+        "cron",
+        "add",
+        "--create",
+        "-q",
+        queue_name,
+        name,
+        "0 9 * * *",
+        "{}",
+        "--tz",
+        "America/St_Johns",
+    ]
     assert cli.invoke(main, add).exit_code == 0
     for utc in (False, True):
         arguments = [*(["--utc"] if utc else []), "cron", "list", "-q", queue_name]
@@ -329,6 +367,25 @@ def test_daemons_log_a_banner_before_they_start(
     assert f"starting dispatcher; queues {queue_name}, other (4 shards each);" in banners[0]
     assert "starting worker;" in banners[1] and "concurrency 7 per queue" in banners[1]
     assert "starting dispatcher + worker;" in banners[2]
+    for banner in banners[1:]:  # the handlers a worker runs
+        assert "; handlers (default), exit_async, exit_sync, hang_always," in banner
+
+
+@pytest.mark.parametrize(
+    "daemon", [["dispatcher"], ["worker", "tests.apps:app"], ["run", "tests.apps:app"]]
+)
+def test_a_daemon_checks_its_input_before_its_banner(
+    redis_url: str,
+    daemon: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started: list[list[Any]] = []
+    monkeypatch.setattr(cli_daemons, "run_daemons", started.append)
+    caplog.set_level(logging.INFO, logger="duetime")
+    result = CliRunner().invoke(main, [*daemon, "-q", "no such queue", "--redis", redis_url])
+    assert result.exit_code == EXIT_USAGE and "invalid queue name" in result.output
+    assert not [r for r in caplog.records if " starting " in r.getMessage()] and not started
 
 
 needs_valkey = pytest.mark.skipif(
@@ -362,7 +419,7 @@ def test_server_status_and_what_commands_say_about_the_embedded_server(
     }  # fmt: skip
 
     # The first command starts the server and says so on stderr.
-    first = runner.invoke(main, ["schedule", "-q", queue_name, "--in", "1h", "{}"])
+    first = runner.invoke(main, ["schedule", "--create", "-q", queue_name, "--in", "1h", "{}"])
     assert first.exit_code == 0, first.output
     assert "starting the embedded server" in first.stderr
     # Later ones attach: nothing on stderr; the log has it at debug.
@@ -392,6 +449,30 @@ def test_server_status_and_what_commands_say_about_the_embedded_server(
     assert "starting the embedded server" in restarted.stderr
     started = runner.invoke(main, ["server", "start"])
     assert started.stdout.startswith("attached to embedded Valkey at unix://")
+
+
+@needs_valkey
+def test_server_stop_warns_of_the_processes_attached(home: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["server", "start"]).exit_code == 0
+    alone = runner.invoke(main, ["server", "stop"])
+    assert (alone.stdout.strip(), alone.stderr) == ("stopped", "")
+    assert runner.invoke(main, ["server", "start"]).exit_code == 0
+    socket = str(home / "valkey" / "valkey.sock")
+    application = redis.Redis(unix_socket_path=socket)
+    daemon = redis.Redis(unix_socket_path=socket).pubsub()  # type: ignore[no-untyped-call]
+    try:
+        application.ping()
+        daemon.subscribe("duetime:{q}:cancels")  # as a worker hears cancels
+        daemon.get_message(timeout=1)
+        stopped = runner.invoke(main, ["server", "stop"])
+    finally:
+        application.close()
+        daemon.close()
+    assert stopped.stdout.strip() == "stopped"
+    warning = " ".join(stopped.stderr.split())
+    assert "warning: 2 connection(s) of other processes were attached" in warning
+    assert "1 of them a daemon's wait or subscription" in warning
 
 
 def test_queues_tasks_run_now_pause_and_resume(
@@ -473,6 +554,8 @@ def test_dashboard_serves_the_queues_and_refuses_an_open_address_without_auth(
 ) -> None:
     from tests.servers import free_port
 
+    with Queue(queue_name, redis_url) as queue:
+        queue.schedule_in(3600, {})  # a queue the server knows: a dashboard refuses others
     exposed = cli.invoke(main, ["dashboard", "-q", queue_name, "--host", "0.0.0.0"])
     assert exposed.exit_code == EXIT_USAGE and "token" in exposed.stderr
     port = free_port()

@@ -93,14 +93,15 @@ def test_task_show_and_status_show_a_gone_tasks_attempts(
         ]  # fmt: skip
         assert history[0]["finished_at"].startswith("20")  # ISO 8601, as the status times
     gone = json.loads(cli.invoke(main, ["task", "show", "-q", queue_name, "later"]).stdout)
-    assert gone["state"] == "unknown" and gone["history"][0]["outcome"] == "cancelled"
+    assert (gone["state"], gone["outcome"]) == ("finished", "cancelled")
+    assert gone["history"][0]["outcome"] == "cancelled"
     missing = cli.invoke(main, ["task", "show", "-q", queue_name, "never"])
     assert missing.exit_code == EXIT_NOT_FOUND and "history" in missing.output
 
 
 def test_history_size_reads_and_sets_the_size(cli: CliRunner, queue_name: str) -> None:
     def size(*more: str) -> str:
-        result = cli.invoke(main, ["history-size", "-q", queue_name, *more])
+        result = cli.invoke(main, ["history-size", "--create", "-q", queue_name, *more])
         assert result.exit_code == 0, result.output
         return str(result.stdout.strip())
 
@@ -109,5 +110,5 @@ def test_history_size_reads_and_sets_the_size(cli: CliRunner, queue_name: str) -
     assert size("0") == f"{queue_name} keeps no finished attempts"
     assert size("default") == f"{queue_name} keeps the last 1,000 finished attempts"
     for bad in ("-3", "many", "100001"):
-        refused = cli.invoke(main, ["history-size", "-q", queue_name, "--", bad])
+        refused = cli.invoke(main, ["history-size", "--create", "-q", queue_name, "--", bad])
         assert refused.exit_code == EXIT_USAGE, (bad, refused.output)

@@ -93,7 +93,7 @@ def replica(server: Server, redis_url: str) -> Iterator[Server]:
 def test_a_readonly_replica_error_reaches_the_user_whole(replica: Server, queue_name: str) -> None:
     url = f"redis://127.0.0.1:{replica.port}"  # no /db: nothing stops a greedy mask
     result = CliRunner().invoke(
-        main, ["schedule", "-q", queue_name, "--in", "60", "--redis", url, "{}"]
+        main, ["schedule", "--create", "-q", queue_name, "--in", "60", "--redis", url, "{}"]
     )
     assert result.exit_code == EXIT_ERROR, result.output
     printed = " ".join(result.output.split())  # click wraps long lines

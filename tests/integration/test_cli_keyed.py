@@ -23,7 +23,7 @@ def cli(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 def test_debounced_calls_print_one_id_and_say_they_collapsed(
     cli: CliRunner, redis_url: str, queue_name: str
 ) -> None:
-    call = ["schedule", "-q", queue_name, "--debounce", "user-42", "--window", "1h"]
+    call = ["schedule", "--create", "-q", queue_name, "--debounce", "user-42", "--window", "1h"]
     first = cli.invoke(main, [*call, "--max-wait", "2h", "--collect", "all", '{"n": 1}'])
     assert first.exit_code == 0, first.output
     assert first.stderr.startswith("created: runs at ")
@@ -42,11 +42,11 @@ def test_debounced_calls_print_one_id_and_say_they_collapsed(
 def test_throttle_and_unique_calls_say_what_they_did(
     cli: CliRunner, redis_url: str, queue_name: str
 ) -> None:
-    throttle = ["schedule", "-q", queue_name, "--throttle", "api", "--window", "1h"]
+    throttle = ["schedule", "--create", "-q", queue_name, "--throttle", "api", "--window", "1h"]
     lead = cli.invoke(main, [*throttle, "{}"])
     dropped = cli.invoke(main, [*throttle, "{}"])
     assert dropped.stdout == lead.stdout and dropped.stderr.startswith("dropped: throttled until")
-    unique = ["schedule", "-q", queue_name, "--unique", "nightly", "--in", "1h"]
+    unique = ["schedule", "--create", "-q", queue_name, "--unique", "nightly", "--in", "1h"]
     made = cli.invoke(main, [*unique, "--until", "finished", "{}"])
     again = cli.invoke(main, [*unique, "{}"])
     assert again.stdout == made.stdout
@@ -59,7 +59,10 @@ def test_throttle_and_unique_calls_say_what_they_did(
     ("arguments", "message"),
     [
         (["--debounce", "k"], "--debounce needs --window"),
-        (["--debounce", "k", "--unique", "k", "--window", "1s"], "at most one"),
+        (
+            ["--debounce", "k", "--unique", "k", "--window", "1s"],
+            "and --unique, not --debounce and --unique",
+        ),
         (["--window", "1s"], "--window goes with --debounce or --throttle"),
         (["--unique", "k", "--max-wait", "1s"], "--max-wait goes with --debounce"),
         (["--debounce", "k", "--window", "1s", "--trailing"], "--trailing goes with --throttle"),
@@ -72,6 +75,6 @@ def test_throttle_and_unique_calls_say_what_they_did(
 def test_keyed_options_of_another_mode_or_out_of_range_are_usage_errors(
     cli: CliRunner, queue_name: str, arguments: list[str], message: str
 ) -> None:
-    result = cli.invoke(main, ["schedule", "-q", queue_name, *arguments, "{}"])
+    result = cli.invoke(main, ["schedule", "--create", "-q", queue_name, *arguments, "{}"])
     assert result.exit_code == EXIT_USAGE, result.output
     assert message in result.output

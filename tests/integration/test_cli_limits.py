@@ -18,10 +18,15 @@ def run(redis_url: str, *args: str) -> tuple[int, str, str]:
 
 
 def test_limits_set_key_show_and_clear(redis_url: str, queue_name: str) -> None:
-    code, out, _ = run(redis_url, "limits", "set", "-q", queue_name, "--cap", "5",
+    code, out, _ = run(redis_url, "limits", "set", "--create", "-q", queue_name, "--cap", "5",
                        "--each-concurrency", "2", "--each-rate", "10/s")  # fmt: skip
     assert code == 0, out
-    assert run(redis_url, "limits", "key", "-q", queue_name, "vip", "--concurrency", "4")[0] == 0
+    assert (
+        run(redis_url, "limits", "key", "--create", "-q", queue_name, "vip", "--concurrency", "4")[
+            0
+        ]
+        == 0
+    )
     with Queue(queue_name, redis_url) as queue:
         assert queue.limits() == Limits(
             cap=5,
@@ -36,10 +41,12 @@ def test_limits_set_key_show_and_clear(redis_url: str, queue_name: str) -> None:
     code, out, _ = run(redis_url, "limits", "show", "-q", queue_name)
     assert code == 0 and "cap 5" in out and "each key: concurrency 2, rate 10/s" in out
     # `set` replaces the queue's limits but keeps keys' own; `clear` drops everything.
-    assert run(redis_url, "limits", "set", "-q", queue_name, "--rate", "100/min")[0] == 0
+    assert (
+        run(redis_url, "limits", "set", "--create", "-q", queue_name, "--rate", "100/min")[0] == 0
+    )
     with Queue(queue_name, redis_url) as queue:
         assert queue.limits() == Limits(rate=Rate(100, 60.0), keys={"vip": KeyLimits(4)})
-    assert run(redis_url, "limits", "key", "-q", queue_name, "vip", "--clear")[0] == 0
+    assert run(redis_url, "limits", "key", "--create", "-q", queue_name, "vip", "--clear")[0] == 0
     assert run(redis_url, "limits", "clear", "-q", queue_name)[0] == 0
     with Queue(queue_name, redis_url) as queue:
         assert queue.limits() == Limits()
@@ -63,7 +70,7 @@ def test_bad_limits_get_a_clear_error_and_change_nothing(
     redis_url: str, queue_name: str, args: tuple[str, ...], message: str
 ) -> None:
     command, *rest = args
-    code, _, err = run(redis_url, "limits", command, "-q", queue_name, *rest)
+    code, _, err = run(redis_url, "limits", command, "--create", "-q", queue_name, *rest)
     assert code == EXIT_USAGE
     assert message in " ".join(err.split())
     with Queue(queue_name, redis_url) as queue:
@@ -71,15 +78,15 @@ def test_bad_limits_get_a_clear_error_and_change_nothing(
 
 
 def test_schedule_takes_a_priority_a_limit_key_and_a_cost(redis_url: str, queue_name: str) -> None:
-    code, out, err = run(redis_url, "schedule", "-q", queue_name, "--in", "60", "--priority",
-                         "7", "--limit-key", "acme", "--cost", "3", "{}")  # fmt: skip
+    code, out, err = run(redis_url, "schedule", "--create", "-q", queue_name, "--in", "60",
+                         "--priority", "7", "--limit-key", "acme", "--cost", "3", "{}")  # fmt: skip
     assert code == 0, err
     with Queue(queue_name, redis_url) as queue:
         status = queue.status(out.strip())
     assert status is not None
     assert (status.priority, status.limit_key, status.cost) == (7, "acme", 3)
-    code, _, err = run(redis_url, "schedule", "-q", queue_name, "--in", "1", "--priority",
-                       "5000", "{}")  # fmt: skip
+    code, _, err = run(redis_url, "schedule", "--create", "-q", queue_name, "--in", "1",
+                       "--priority", "5000", "{}")  # fmt: skip
     assert code == EXIT_USAGE and "priority must be an integer" in err
 
 

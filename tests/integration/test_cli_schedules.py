@@ -39,7 +39,9 @@ def test_an_interval_job_with_every_option_is_added_and_listed(
     options = ["--every", "5m", "--jitter", "30s", "--catch-up", "1h", "--max-runs", "10",
                "--pause-after-failures", "3", "--start", "2026-01-01T00:00Z",
                "--end", "2099-01-01T00:00Z"]  # fmt: skip
-    added = cli.invoke(main, ["cron", "add", "-q", queue_name, "poll", *options, '{"u": 7}'])
+    added = cli.invoke(
+        main, ["cron", "add", "--create", "-q", queue_name, "poll", *options, '{"u": 7}']
+    )
     assert added.exit_code == 0, added.output
     assert added.stdout.strip() == "created poll"
     [job] = json.loads(cli.invoke(main, ["cron", "list", "-q", queue_name, "--json"]).stdout)
@@ -69,7 +71,7 @@ def test_an_interval_job_with_every_option_is_added_and_listed(
 def test_bad_schedules_are_usage_errors(
     cli: CliRunner, queue_name: str, arguments: list[str], message: str
 ) -> None:
-    result = cli.invoke(main, ["cron", "add", "-q", queue_name, "job", *arguments])
+    result = cli.invoke(main, ["cron", "add", "--create", "-q", queue_name, "job", *arguments])
     assert result.exit_code == EXIT_USAGE, result.output
     assert message in result.output
 
@@ -78,7 +80,9 @@ def test_backfill_runs_a_past_range_once_and_refuses_too_many_ticks(
     cli: CliRunner, queue_name: str
 ) -> None:
     assert (
-        cli.invoke(main, ["cron", "add", "-q", queue_name, "hourly", "@hourly", "{}"]).exit_code
+        cli.invoke(
+            main, ["cron", "add", "--create", "-q", queue_name, "hourly", "@hourly", "{}"]
+        ).exit_code
         == 0
     )
     backfill = ["cron", "backfill", "-q", queue_name, "hourly", "--from", "5h", "--to", "1h"]
@@ -95,7 +99,9 @@ def test_backfill_runs_a_past_range_once_and_refuses_too_many_ticks(
     listed = cli.invoke(main, ["cron", "list", "-q", queue_name]).stdout
     assert f"backfill of {found[1]} tick(s)" in listed
     assert (
-        cli.invoke(main, ["cron", "add", "-q", queue_name, "fast", "* * * * * *", "{}"]).exit_code
+        cli.invoke(
+            main, ["cron", "add", "--create", "-q", queue_name, "fast", "* * * * * *", "{}"]
+        ).exit_code
         == 0
     )
     too_many = cli.invoke(

@@ -46,7 +46,7 @@ def test_started_once_then_attached_and_shared_across_processes(home: Path) -> N
     client.close()
 
     # Another process with no URL at all attaches to the same server.
-    command = ["schedule", "--queue", "shared", "--in", "600", '{"a": 1}']
+    command = ["schedule", "--create", "--queue", "shared", "--in", "600", '{"a": 1}']
     scheduled = subprocess.run(
         [sys.executable, "-m", "duetime", *command],
         capture_output=True, text=True, timeout=60, env=os.environ.copy(),

@@ -454,8 +454,8 @@ def test_inspect_and_check_work_on_a_full_server_and_writes_say_why_they_fail(
     assert inspect.returncode == EXIT_NOT_FOUND, inspect.stderr.decode()
     assert f"no queue {queue_name!r} on this server".encode() in inspect.stderr
     cli_schedule = subprocess.run(
-        [sys.executable, "-m", "duetime", "schedule", "-q", queue_name, "--in", "5", "{}",
-         "--redis", full_server.url],
+        [sys.executable, "-m", "duetime", "schedule", "--create", "-q", queue_name, "--in", "5",
+         "{}", "--redis", full_server.url],
         capture_output=True, timeout=60,
     )  # fmt: skip
     assert cli_schedule.returncode == 5

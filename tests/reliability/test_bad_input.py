@@ -695,7 +695,7 @@ def cli_outcome(
     name = f"c{uuid.uuid4().hex[:10]}"
     size = raw.dbsize()
     before = raw.info("commandstats")
-    result = runner.invoke(main, ["schedule", "-q", name, *arguments])
+    result = runner.invoke(main, ["schedule", "--create", "-q", name, *arguments])
     shown = f"duetime schedule {arguments!r:.300}: exit {result.exit_code}\n{result.output[-800:]}"
     if result.exit_code == EXIT_USAGE:
         written = write_commands(before, raw.info("commandstats"))
@@ -746,7 +746,8 @@ def test_cli_tiny_result_ttl_is_not_silently_dropped(
     with exit 2, never stored as 0, which means "keep no result"."""
     monkeypatch.setenv("DUETIME_REDIS_URL", redis_url)
     result = CliRunner().invoke(
-        main, ["schedule", "-q", queue_name, "--in=60", "--result-ttl=0.0001", "--", "{}"]
+        main,
+        ["schedule", "--create", "-q", queue_name, "--in=60", "--result-ttl=0.0001", "--", "{}"],
     )
     if result.exit_code == EXIT_USAGE:
         return

@@ -417,7 +417,9 @@ def test_each_role_works_end_to_end_with_its_least_privilege_user(
     producer.pause_cron("every-second")
     producer.resume_cron("every-second")
     monkeypatch.setenv("DUETIME_REDIS_URL", acl_users.url("producer"))
-    from_cli = CliRunner().invoke(main, ["schedule", "-q", queue_name, "--in", "0", "{}"])
+    from_cli = CliRunner().invoke(
+        main, ["schedule", "--create", "-q", queue_name, "--in", "0", "{}"]
+    )
     assert from_cli.exit_code == 0, from_cli.output
     expected_runs = {delayed, fixed, moved, *batch, "reap-me", "orphan-me", "lease-me",
                      from_cli.stdout.strip()}  # fmt: skip
@@ -753,7 +755,9 @@ def test_schedule_worker_and_dispatcher_over_tls(
     with Queue(queue_name, url) as queue:
         task_id = queue.schedule_in(0.2, {"over": "tls"}, result_ttl=30)
         monkeypatch.setenv("DUETIME_REDIS_URL", url)
-        scheduled = CliRunner().invoke(main, ["schedule", "-q", queue_name, "--in", "0", "[1]"])
+        scheduled = CliRunner().invoke(
+            main, ["schedule", "--create", "-q", queue_name, "--in", "0", "[1]"]
+        )
         assert scheduled.exit_code == 0, scheduled.output
 
         def record(data: Any) -> Any:

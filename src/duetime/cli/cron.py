@@ -33,7 +33,7 @@ def cron_group() -> None:
     """
 
 
-@queue_command("add", group=cron_group)
+@queue_command("add", group=cron_group, creates=True)
 @click.argument("name")
 @click.argument("schedule_and_data", nargs=-1, required=True, metavar="[EXPRESSION] DATA")
 @click.option(

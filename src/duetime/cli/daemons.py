@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from duetime import startup
+from duetime import startup, validation
 from duetime.app import App
 from duetime.cli.exits import guarded
 from duetime.cli.options import (
@@ -22,12 +22,18 @@ from duetime.cli.options import (
     queues_option,
     redis_option,
     resolve_redis_url,
+    unknown_queue,
+    unknown_queue_error,
 )
-from duetime.cli.processes import fork_workers, run_daemons
+from duetime.cli.output import DEFAULT_HANDLER_SHOWN
+from duetime.cli.processes import Daemon, fork_workers, run_daemons
+from duetime.client import Queue
 from duetime.dispatcher import Dispatcher
-from duetime.errors import ConfigurationError
+from duetime.errors import ConfigurationError, DuetimeError
 from duetime.settings import Settings
 from duetime.worker import DEFAULT_CONCURRENCY, Worker
+
+log = logging.getLogger("duetime")
 
 concurrency_option = click.option(
     "--concurrency",
@@ -62,6 +68,34 @@ def load_app(target: str) -> App:
     return App.coerce(found)
 
 
+def handler_names(app: App) -> str:
+    """The handlers a worker runs, for its banner."""
+    names = [name or DEFAULT_HANDLER_SHOWN for name in app.names()]
+    return f"handlers {', '.join(names)}" if names else "no handlers (every task will fail)"
+
+
+def check_queues(queues: tuple[str, ...], url: str, settings: Settings, *, served: bool) -> None:
+    """Before the banner: each queue name checked, and each queue this server never saw
+    either refused (a dashboard: there is nothing to show; TaskNotFoundError) or, for the
+    daemons that ``served`` it (starting one is how a queue comes to be), named in a
+    warning with the known queues: a typo shows at once, not as a worker idle for ever.
+    A server that cannot be asked (down, an ACL) is left to the daemon, which reports it
+    and retries as it always does."""
+    for name in queues:
+        validation.queue_name(name)
+    for name in queues:
+        try:
+            with Queue(name, url, settings=settings, shards=command_shards()) as client:
+                problem = unknown_queue(client, url)
+        except DuetimeError as error:
+            log.debug("could not look for queue %s in the registry: %s", name, error)
+            continue
+        if problem is not None and not served:
+            raise unknown_queue_error(problem)
+        if problem is not None:
+            log.warning("%s; serving it as a new queue", problem)
+
+
 @click.command()
 @queues_option
 @metrics_port_option
@@ -76,8 +110,10 @@ def dispatcher(queues: tuple[str, ...], redis_url: str | None) -> None:
     """
     settings = command_settings()
     url = resolve_redis_url(redis_url)
+    check_queues(queues, url, settings, served=True)
+    daemon = Dispatcher(list(queues), url, settings=settings, shards=command_shards())
     startup.banner("dispatcher", queues, url, settings, shards=command_shards())
-    run_daemons([Dispatcher(list(queues), url, settings=settings, shards=command_shards())])
+    run_daemons([daemon])
 
 
 def _workers(
@@ -121,7 +157,12 @@ def worker(
     settings = command_settings()
     app = load_app(app_path)
     url = resolve_redis_url(redis_url)
-    details = [f"concurrency {concurrency} per queue", f"{processes} process(es)"]
+    check_queues(queues, url, settings, served=True)
+    details = [
+        f"concurrency {concurrency} per queue",
+        f"{processes} process(es)",
+        handler_names(app),
+    ]
     startup.banner("worker", queues, url, settings, shards=command_shards(), details=details)
 
     shards = command_shards()
@@ -155,16 +196,16 @@ def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str
     settings = command_settings()
     app = load_app(app_path)
     url = resolve_redis_url(redis_url)
-    details = [f"concurrency {concurrency} per queue"]
+    check_queues(queues, url, settings, served=True)
+    daemons: list[Daemon] = [
+        Dispatcher(list(queues), url, settings=settings, shards=command_shards()),
+        *_workers(app, queues, url, concurrency, settings, command_shards()),
+    ]
+    details = [f"concurrency {concurrency} per queue", handler_names(app)]
     startup.banner(
         "dispatcher + worker", queues, url, settings, shards=command_shards(), details=details
     )
-    run_daemons(
-        [
-            Dispatcher(list(queues), url, settings=settings, shards=command_shards()),
-            *_workers(app, queues, url, concurrency, settings, command_shards()),
-        ]
-    )
+    run_daemons(daemons)
 
 
 # Long: its seven options and their help are most of it; the body is short.
@@ -224,6 +265,7 @@ def dashboard(
         ) from None
     settings = command_settings()
     url = resolve_redis_url(redis_url)
+    check_queues(queues, url, settings, served=False)
     startup.banner(
         "dashboard",
         queues,

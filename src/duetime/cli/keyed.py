@@ -84,7 +84,8 @@ def keyed_mode(options: dict[str, Any]) -> KeyedMode | None:
     chosen = [name for name, key in given.items() if key is not None]
     if len(chosen) > 1:
         raise click.UsageError(
-            f"give at most one of --debounce, --throttle and --unique, not {chosen}"
+            "give at most one of --debounce, --throttle and --unique, not "
+            + " and ".join(f"--{name}" for name in chosen)
         )
     for name, value in extra.items():
         if value is not None and (not chosen or chosen[0] not in _BELONGS[name]):

@@ -104,7 +104,7 @@ def _seconds(ms: float | None) -> float | None:
     return None if ms is None else ms / 1000
 
 
-@queue_command("set", group=limits)
+@queue_command("set", group=limits, creates=True)
 @click.option("--cap", type=int, help="Most tasks running at once in the queue, over all workers.")
 @click.option("--rate", metavar="RATE", help="The queue's start rate: 100/s, 600/min, 5/2s.")
 @click.option("--burst", type=int, default=1, show_default=True, help="Burst of --rate.")
@@ -131,7 +131,7 @@ def set_limits(
     click.echo(f"{queue}: limits set")
 
 
-@queue_command("key", group=limits)
+@queue_command("key", group=limits, creates=True)
 @click.argument("key")
 @click.option("--concurrency", type=int, help="Most of this key's tasks running at once.")
 @click.option("--rate", metavar="RATE", help="This key's start rate: 10/s, 600/min.")

@@ -23,6 +23,7 @@ from rich.text import Text as RichText
 
 from duetime import times
 from duetime.client import FinishedAttempt, TaskStatus
+from duetime.states import HistoryOutcome
 
 #: The widest an id column is made to keep its ids on one line: a generated id (12
 #: characters), or a cron tick's ("cron:<name>:<ms>") of a name of up to 25, with some
@@ -249,11 +250,20 @@ def print_status(found: TaskStatus) -> None:
 
 def print_task(task_id: str, found: TaskStatus | None, history: Sequence[FinishedAttempt]) -> None:
     """A task's status and its finished attempts (``history``, latest first) as JSON,
-    times as ``print_status`` shows them. A task the queue no longer holds, whose history
-    still does, shows state "unknown" and its history."""
+    times as ``print_status`` shows them. A finished task says how it ended ("outcome",
+    its latest attempt's), also when its result is no longer kept and only the history
+    knows it (then its handler, attempt and end come from there)."""
     report: dict[str, Any] = {"id": task_id, "state": "unknown"}
     if found is not None:
         report = dataclasses.asdict(found)
+    elif history:
+        last = history[0]
+        # An expired task's last claim found it expired and did not start it.
+        started = last.attempt - (last.outcome == HistoryOutcome.EXPIRED)
+        report |= {"state": "finished", "task": last.task, "attempts": started}
+        report["finished_at"] = last.finished_at
+    if report["state"] == "finished" and history:
+        report["outcome"] = history[0].outcome
     report["history"] = [dataclasses.asdict(attempt) for attempt in history]
     _print_report(report)
 

@@ -15,6 +15,7 @@ from rich.table import Column
 from duetime.cli.exits import EXIT_VIOLATIONS, guarded
 from duetime.cli.options import (
     command_settings,
+    create_option,
     open_queue,
     queue_command,
     redis_option,
@@ -24,7 +25,6 @@ from duetime.cli.options import (
 from duetime.cli.output import Table, shown, shown_time, stdout_console
 from duetime.client import Queue, QueueStats, known_queues
 from duetime.client.reports import recently_gone
-from duetime.errors import TaskNotFoundError
 from duetime.states import worker_state
 
 
@@ -40,8 +40,6 @@ def inspect(queue: str, as_json: bool, check: bool, redis_url: str | None) -> No
     """
     with open_queue(queue, redis_url) as client:
         stats = client.stats()
-        if _never_used(stats) and not client.list_cron():
-            _refuse_unknown(queue, redis_url)
         violations = client.check() if check else []
     report = dataclasses.asdict(stats)
     if check:
@@ -102,24 +100,6 @@ def _stats_table(queue: str, stats: QueueStats) -> Table:
     return table
 
 
-def _refuse_unknown(queue: str, redis_url: str | None) -> None:
-    """Raise TaskNotFoundError unless the registry of queues lists ``queue`` (a queue
-    never used: most likely a mistyped name, --shards or --redis)."""
-    url = resolve_redis_url(redis_url)
-    if all(known.name != queue for known in known_queues(url, command_settings())):
-        raise TaskNotFoundError(
-            f"no queue {queue!r} on this server: nothing was ever scheduled on it and "
-            "no dispatcher served it (check the name, --shards and --redis)"
-        )
-
-
-def _never_used(stats: QueueStats) -> bool:
-    """Whether a queue's figures show nothing ever happened on it (no counter, task or
-    worker, no flow control)."""
-    counts = (stats.scheduled, stats.ready, stats.running, stats.dead)
-    return not stats.counters and not any(counts) and not stats.workers and not stats.flow_control
-
-
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @redis_option
@@ -127,8 +107,9 @@ def _never_used(stats: QueueStats) -> bool:
 def queues(as_json: bool, redis_url: str | None) -> None:
     """The queues on this server, with their depths.
 
-    A queue is listed from its first task (the client that wrote it notes it) or once a
-    dispatcher has started for it (each notes its queues); "no dispatcher" says none has.
+    A queue is listed from its first write (a task, a cron job, limits, a pause: the
+    client that wrote it notes it) or once a dispatcher has started for it (each notes
+    its queues); "no dispatcher" says none has.
     """
     url = resolve_redis_url(redis_url)
     settings = command_settings()
@@ -179,20 +160,20 @@ def queues(as_json: bool, redis_url: str | None) -> None:
 
 
 def _queue_switch(verb: str, paused: bool, summary: str) -> click.Command:
-    """``duetime pause`` or ``resume`` (one body, two verbs)."""
+    """``duetime pause`` or ``resume`` (one body, two verbs); pause takes --create (a
+    queue paused before its first task), resume refuses a queue never seen."""
 
-    @click.command(verb, help=summary)
-    @click.argument("queue_name", metavar="QUEUE")
-    @shards_option
-    @redis_option
-    @guarded
     def switch(queue_name: str, redis_url: str | None) -> None:
         with open_queue(queue_name, redis_url) as client:
             changed = client.pause() if paused else client.resume()
         state = "paused" if paused else "resumed"
         click.echo(f"{queue_name} {state}" if changed else f"{queue_name} was already {state}")
 
-    return switch
+    command = guarded(switch)
+    if paused:
+        command = create_option(command)
+    command = redis_option(shards_option(command))
+    return click.command(verb, help=summary)(click.argument("queue_name", metavar="QUEUE")(command))
 
 
 pause = _queue_switch(
@@ -203,7 +184,7 @@ pause = _queue_switch(
 resume = _queue_switch("resume", False, "Workers claim from QUEUE again, at once.")
 
 
-@queue_command("history-size")
+@queue_command("history-size", creates=True)
 @click.argument("size", required=False, metavar="[SIZE|default]")
 def history_size(queue: str, size: str | None, redis_url: str | None) -> None:
     """How many finished attempts the queue's history keeps (per shard); with SIZE, keep

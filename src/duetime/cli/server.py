@@ -13,7 +13,7 @@ import click
 from duetime import times
 from duetime.cli.exits import EXIT_UNAVAILABLE, guarded
 from duetime.cli.options import say_starting
-from duetime.cli.output import Table, stdout_console
+from duetime.cli.output import Table, say, stdout_console
 
 
 @click.group()
@@ -43,10 +43,21 @@ def server_start() -> None:
 @server.command("stop")
 @guarded
 def server_stop() -> None:
-    """Stop the embedded server; its data stays on disk."""
-    from duetime.embedded import stop_server
+    """Stop the embedded server; its data stays on disk. Says so when other processes
+    were connected (daemons, dashboards, applications): they lose their server."""
+    from duetime.embedded import attached, stop_server
 
-    click.echo("stopped" if stop_server() else "not running")
+    users = attached()
+    if not stop_server():
+        click.echo("not running")
+        return
+    click.echo("stopped")
+    if users is not None and users.connections:
+        daemons = f", {users.waiting} of them a daemon's wait or subscription" * bool(users.waiting)
+        say(
+            f"warning: {users.connections} connection(s) of other processes were attached"
+            f"{daemons}; they lose their server until a command starts it again"
+        )
 
 
 @server.command("status")

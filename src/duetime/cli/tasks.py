@@ -32,7 +32,7 @@ MOST_TASKS_SCANNED = 100_000
 
 # Long: a command's options are its decorators (the keyed ones in cli/keyed.py); the
 # body itself is short.
-@queue_command()
+@queue_command(creates=True)
 @click.option(
     "--at",
     "at",
@@ -166,8 +166,9 @@ def tasks(
     as_json: bool,
     redis_url: str | None,
 ) -> None:
-    """Tasks in one state, in the order they will be served (dead: latest first);
-    finished: the attempts the queue's history keeps, latest first.
+    """Tasks in one state: scheduled and ready in the order they will be served, running
+    by lease deadline, dead latest first; finished: the attempts the queue's history
+    keeps, latest first.
 
     \b
     Examples:

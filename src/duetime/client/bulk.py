@@ -149,7 +149,7 @@ class BulkControl(Control):
     def reschedule_many_in_plan(self, task_ids: TaskIds, delay: Duration) -> Plan[BulkOutcome]:
         """``reschedule_many_plan`` to ``delay`` from now, by the server's clock."""
         ids = _checked_ids(task_ids)
-        delay_ms = validation.milliseconds(delay, "delay") if validation.seconds_of(delay) else 0
+        delay_ms = validation.delay_ms(delay)
         now_ms = yield from self.operations.now()
         return (yield from self.reschedule_many_plan(ids, (now_ms + delay_ms) / 1000))
 

@@ -44,15 +44,18 @@ class Control(Inspection):
     def reschedule_in_plan(self, task_id: str, delay: Duration) -> Plan[None]:
         """Move a waiting task to ``delay`` from now, by its shard's server clock."""
         validation.task_id(task_id)
-        delay_ms = validation.milliseconds(delay, "delay") if validation.seconds_of(delay) else 0
+        delay_ms = validation.delay_ms(delay)
         now_ms = yield from self._home(task_id).now()
         yield from self.reschedule_plan(task_id, (now_ms + delay_ms) / 1000)
 
     def pause_plan(self, paused: bool) -> Plan[bool]:
-        """Pause or resume every shard; True when any changed."""
+        """Pause or resume every shard; True when any changed. A pause is a write that
+        makes the queue known (a queue may be paused before its first task)."""
         changed = False
         for shard in self.shards:
             changed = (yield from shard.set_paused(paused)) or changed
+        if paused and not self.listed:
+            yield from self._list()
         return changed
 
     def paused_plan(self) -> Plan[bool]:

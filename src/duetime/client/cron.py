@@ -68,6 +68,13 @@ class CronPlans(Producing):
         """Create or update each job (in its shard), in batches of ``DECLARE_BATCH`` per
         script call; returns name -> created | updated | unchanged. Every job's first
         tick is worked out before anything is written."""
+        jobs = validation.items(jobs, "jobs")
+        for position, job in enumerate(jobs):
+            if not isinstance(job, cron.CronJob):
+                raise InvalidInputError(
+                    f"jobs item {position}: expected a cron job (made by Queue.cron_job), "
+                    f"got {validation.shown(job)}"
+                )
         names = [job.name for job in jobs]
         if len(set(names)) != len(names):
             raise InvalidInputError("the same cron job name was given twice")
@@ -112,6 +119,7 @@ class CronPlans(Producing):
     def sync_cron_plan(self, jobs: Sequence[cron.CronJob], prune: bool) -> Plan[dict[str, str]]:
         """Converge on exactly these jobs: declare them, and with ``prune`` remove the rest
         (and any copy of a declared job outside its shard, left by another shard count)."""
+        validation.flag(prune, "prune")
         outcomes = yield from self.declare_cron_plan(jobs)
         if prune:
             for index, shard in enumerate(self.shards):
@@ -127,6 +135,7 @@ class CronPlans(Producing):
         """Pause or resume a job; False when it was paused (or live) already. Resuming
         a job that ended (its end passed, or it ran max_runs times) raises
         InvalidInputError: declare it again with a later end or more runs."""
+        validation.cron_name(name)
         for shard in self._search_order(self.layout.of_cron(name)):
             next_tick = None
             if not paused:
@@ -171,12 +180,14 @@ class CronPlans(Producing):
         return (yield from self.schedule_one_plan(item))
 
     def remove_cron_plan(self, name: str) -> Plan[bool]:
+        validation.cron_name(name)
         removed = False
         for shard in self.shards:
             removed = (yield from shard.remove_cron(name)) or removed
         return removed
 
     def list_cron_plan(self, upcoming: int) -> Plan[list[CronInfo]]:
+        _upcoming(upcoming)
         jobs = []
         for shard in self.shards:
             table = yield from shard.cron_table()
@@ -187,6 +198,8 @@ class CronPlans(Producing):
 
     def cron_info_plan(self, name: str, upcoming: int) -> Plan[CronInfo | None]:
         """One job as ``list_cron`` shows it, read alone; None when there is no such job."""
+        validation.cron_name(name)
+        _upcoming(upcoming)
         for shard in self._search_order(self.layout.of_cron(name)):
             table = yield from shard.cron_entry(name)
             if name in table.definitions:
@@ -285,3 +298,11 @@ def _due(job: cron.CronJob, tick: int) -> int:
 
 def _seconds(milliseconds: int | None) -> float | None:
     return None if milliseconds is None else milliseconds / 1000
+
+
+#: The most upcoming fire times ``list_cron`` and ``cron_info`` compute per job.
+MOST_UPCOMING = 1000
+
+
+def _upcoming(value: object) -> int:
+    return validation.whole_number(value, "upcoming", 0, MOST_UPCOMING)

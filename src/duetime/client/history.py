@@ -105,6 +105,8 @@ class HistoryPlans(QueueShards):
             validation.whole_number(size, "history size", 0, MOST_HISTORY_SIZE)
         for shard in self.shards:
             yield from shard.set_history_size(size)
+        if not self.listed:  # a write that makes the queue known, as a first task does
+            yield from self._list()
 
 
 def _matching(

@@ -65,7 +65,18 @@ class Inspection(QueueShards):
         if status is not None and reply.waiting:
             hold = yield from shard.hold(status.limit_key or "")
             status = dataclasses.replace(status, waiting_for=hold.reason())
-        if status is not None and status.state != TaskState.FINISHED:
+        if status is not None and status.state == TaskState.FINISHED:
+            # Its envelope is gone with it: its handler and attempts are the history's.
+            entries = yield from shard.task_history(task_id, 1)
+            if entries:
+                last = entries[0]
+                started = last.attempt - 1 if last.outcome == HistoryOutcome.EXPIRED else None
+                status = dataclasses.replace(
+                    status,
+                    task=status.task if last.task is None else last.task,
+                    attempts=status.attempts if started is None else started,
+                )
+        elif status is not None:
             found = yield from shard.keyed_status(task_id)  # its debounce, throttle or unique key
             if found is not None and found[1] is not None:
                 status = dataclasses.replace(status, keyed=keyed.keyed_state(found[0], found[1]))
@@ -145,8 +156,9 @@ class Inspection(QueueShards):
         return [dead_task(entry) for entry in entries]
 
     def tasks_plan(self, state: str, limit: int, offset: int) -> Plan[list[TaskSummary]]:
-        """Tasks in one state, in the order they will be served (dead: latest first);
-        a sharded queue's shards merged by that order (ready: by run-at)."""
+        """Tasks in one state: scheduled by run-at, ready from the head, running by lease
+        deadline, dead latest first; a sharded queue's shards merged by that order (ready:
+        by run-at)."""
         if state not in LISTED_STATES:
             listed = ", ".join(LISTED_STATES)
             raise InvalidInputError(f"state must be one of {listed}, got {state!r}")

@@ -4,11 +4,27 @@ for limits; each shard keeps its own (see docs/flow.md, "Sharded queues")."""
 
 from __future__ import annotations
 
-from duetime import flow
+from duetime import flow, validation
 from duetime.client.shards import QueueShards
+from duetime.errors import InvalidOptionError
 from duetime.flow import KeyLimits, Limits
 from duetime.store.flow_control import FlowState, GroupFlow, limit_pairs
 from duetime.store.requests import Plan
+from duetime.validation import shown
+
+#: The most limit keys ``flow`` reports at once.
+MOST_KEYS_SHOWN = 100_000
+
+
+def _limits(value: object, method: str) -> Limits:
+    """``value`` if it is a Limits; InvalidOptionError (an input error, not a sign of damage
+    in Redis) otherwise, e.g. for None or a string such as "cap=5"."""
+    if not isinstance(value, Limits):
+        raise InvalidOptionError(
+            f"{method}() takes the queue's limits as a Limits (e.g. Limits(cap=5)), got "
+            f"{shown(value)}"
+        )
+    return value
 
 
 class Limiting(QueueShards):
@@ -17,30 +33,38 @@ class Limiting(QueueShards):
     def set_limits_plan(self, limits: Limits) -> Plan[None]:
         """Make the queue's limits exactly ``limits`` (declared in code: every limit not
         in it is dropped). The queue is under flow control from then on."""
-        if not isinstance(limits, Limits):
-            raise TypeError(f"set_limits() takes Limits, got {type(limits).__name__}")
-        pairs = limit_pairs(limits.fields())
+        pairs = limit_pairs(_limits(limits, "set_limits").fields())
         for shard in self.shards:
             yield from shard.set_limits("replace", pairs)
+        yield from self._listed()
 
     def set_queue_limits_plan(self, limits: Limits) -> Plan[None]:
         """Make the queue's own limits (cap, rate, each key's) those of ``limits``, in one
         step, keeping the limits of named keys as they are (``limits.keys`` is ignored)."""
-        if not isinstance(limits, Limits):
-            raise TypeError(f"set_queue_limits() takes Limits, got {type(limits).__name__}")
+        limits = _limits(limits, "set_queue_limits")
         pairs = limit_pairs(Limits(limits.cap, limits.rate, limits.each_key).fields())
         for shard in self.shards:
             yield from shard.set_limits("queue", pairs)
+        yield from self._listed()
 
     def set_key_limits_plan(self, key: str, limits: KeyLimits | None) -> Plan[None]:
         """Set (or, with None, drop) one limit key's own limits; the others are kept."""
         flow.limit_key(key)
         if limits is not None and not isinstance(limits, KeyLimits):
-            raise TypeError(f"set_key_limits() takes KeyLimits, got {type(limits).__name__}")
+            raise InvalidOptionError(
+                "set_key_limits() takes the key's limits as a KeyLimits (e.g. "
+                f"KeyLimits(concurrency=5)) or None to drop them, got {shown(limits)}"
+            )
         given = Limits(keys={key: limits}).fields() if limits is not None else {}
         fields = {f"concurrency:{key}": "", f"rate:{key}": "", **given}
         for shard in self.shards:
             yield from shard.set_limits("update", limit_pairs(fields))
+        yield from self._listed()
+
+    def _listed(self) -> Plan[None]:
+        """Limits are a write that makes the queue known, as a first task is."""
+        if not self.listed:
+            yield from self._list()
 
     def limits_plan(self) -> Plan[Limits | None]:
         """The queue's limits (its first shard's), or None when it is not under flow
@@ -51,6 +75,7 @@ class Limiting(QueueShards):
     def flow_plan(self, most_keys: int = 50) -> Plan[FlowState]:
         """What holds the queue's due tasks: counts, and per limit key (up to
         ``most_keys`` of them, in key order), over every shard."""
+        validation.whole_number(most_keys, "most_keys", 0, MOST_KEYS_SHOWN)
         states: list[FlowState] = []
         for shard in self.shards:
             states.append((yield from shard.flow_state(most_keys)))

@@ -78,9 +78,14 @@ class TaskStatus:
 
     id: str
     state: TaskState  # scheduled | ready | running | dead | finished
-    run_at: float | None  # epoch seconds, while scheduled
+    #: Epoch seconds: when it is next due while scheduled (a retry: after its back-off),
+    #: else when it was due (a run-at already past when scheduled: that moment); None once
+    #: finished.
+    run_at: float | None
     died_at: float | None
-    attempts: int  # attempts started (finished: the attempt that finished; 0 if unknown)
+    #: Attempts started (finished: the attempt that finished, an expired task's that
+    #: started before it expired; 0 if unknown).
+    attempts: int
     task: str | None
     data: Any
     last_error: str | None

@@ -34,6 +34,17 @@ def task_name_of(task: TaskRef | None) -> str:
     return validation.task_name(name)
 
 
+def handler_name(handler: object) -> str:
+    """The registered name of the ``handler`` that ``Queue.task`` makes a handle of: a
+    function registered with ``@app.task`` (a name or None carries no type to check)."""
+    if not callable(handler):
+        raise InvalidNameError(
+            "task() takes a handler registered with @app.task (to schedule by name, pass "
+            f"task= to a schedule call), got {validation.shown(handler)}"
+        )
+    return task_name_of(handler)
+
+
 class Preparing(QueueShards):
     """The checks of ``QueueCore``: a call, a Job or a whole schedule_many."""
 
@@ -113,9 +124,7 @@ class Preparing(QueueShards):
         if (at is None) == (delay is None):
             raise InvalidInputError("give exactly one of a run-at time or a delay")
         at_us = None if at is None else validation.timestamp_us(at)
-        delay_ms = 0
-        if delay is not None and validation.seconds_of(delay) != 0:
-            delay_ms = validation.milliseconds(delay, "delay")
+        delay_ms = 0 if delay is None else validation.delay_ms(delay)
         generated = task_id is None
         if task_id is not None:
             task_id = validation.task_id(task_id)
@@ -160,7 +169,7 @@ class Preparing(QueueShards):
         third of the time it takes through ``prepare_fields``, which a Job and a pair of
         any other shape go through, with the same checks)."""
         prepared: list[PreparedTask] = []
-        jobs = list(jobs)
+        jobs = validation.items(jobs, "jobs")
         generated = ids.new_task_ids(len(jobs))
         pack = codec.new_packer()
         limit = self.settings.max_payload_bytes

@@ -33,7 +33,7 @@ from duetime.client.models import (
     Timestamp,
 )
 from duetime.client.prepared import KEYED, PreparedTask
-from duetime.client.preparing import task_name_of
+from duetime.client.preparing import handler_name
 from duetime.client.search_methods import AsyncSearchMethods, SearchMethods
 from duetime.clock import Clock
 from duetime.flow import KeyLimits, Limits
@@ -107,7 +107,7 @@ class Queue(SearchMethods, CronMethods, QueueHistory):
     def task(self, handler: Callable[[T], object]) -> TaskHandle[T]:
         """The schedule calls of ``handler`` (registered with ``@app.task``), ``data``
         typed as its parameter: ``queue.task(send_email).schedule_in(60, email)``."""
-        return TaskHandle(self, task_name_of(handler))
+        return TaskHandle(self, handler_name(handler))
 
     def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
         """Run ``data`` at ``at`` (epoch seconds or aware datetime); returns the task id.
@@ -268,7 +268,7 @@ class AsyncQueue(AsyncSearchMethods, AsyncCronMethods, AsyncQueueHistory):
 
     def task(self, handler: Callable[[T], object]) -> AsyncTaskHandle[T]:
         """As ``Queue.task``: ``await queue.task(send_email).schedule_in(60, email)``."""
-        return AsyncTaskHandle(self, task_name_of(handler))
+        return AsyncTaskHandle(self, handler_name(handler))
 
     async def schedule_task(self, at: Timestamp, data: Any, **options: Unpack[TaskOptions]) -> str:
         if at is None:

@@ -230,14 +230,16 @@ def task_status(task_id: str, reply: StatusReply) -> TaskStatus | None:
         attempts = result.attempt
     score = reply.score_ms
     priority, cost, limit_key = flow.record_parts(as_text(reply.flow_record or b""))
+    # Scheduled: when it is next due (a retry's, after its back-off); otherwise the run-at
+    # it was given (a ready task has been due since then).
+    if reply.state == TaskState.SCHEDULED and score is not None:
+        run_at: float | None = validation.seconds_of_ms(score)
+    else:
+        run_at = None if envelope is None else validation.seconds_of_ms(envelope.run_at_ms)
     return TaskStatus(
         id=task_id,
         state=reply.state,
-        run_at=(
-            validation.seconds_of_ms(score)
-            if reply.state == TaskState.SCHEDULED and score is not None
-            else None
-        ),
+        run_at=run_at,
         died_at=score / 1000 if reply.state == TaskState.DEAD and score else None,
         attempts=attempts,
         task=envelope.task if envelope else None,

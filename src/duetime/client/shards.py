@@ -12,7 +12,7 @@ from duetime import validation
 from duetime.clock import Clock
 from duetime.cron import CronJob
 from duetime.cron_definitions import decode_job
-from duetime.errors import TaskNotFoundError
+from duetime.errors import InvalidOptionError, TaskNotFoundError
 from duetime.hooks import HookChain, Hooks
 from duetime.settings import Settings
 from duetime.states import TaskState
@@ -38,7 +38,8 @@ class QueueShards:
         hooks: Iterable[Hooks] = (),
     ) -> None:
         self.name = validation.queue_name(name)
-        self.hooks = HookChain(hooks)
+        _check_parts(settings, clock, durable)
+        self.hooks = HookChain(_hooks(hooks))
         self.durability = Durability.wanted(settings, durable)
         self.settings = settings
         self.layout = QueueLayout(self.name, validation.shards(shards))
@@ -82,6 +83,7 @@ class QueueShards:
     def _cron_home(self, name: str) -> Plan[tuple[QueueOperations, CronJob]]:
         """The shard that holds the cron job ``name``, and its definition; raises
         TaskNotFoundError when none does."""
+        validation.cron_name(name)
         for shard in self._search_order(self.layout.of_cron(name)):
             table = yield from shard.cron_entry(name)
             blob = table.definitions.get(name)
@@ -100,3 +102,33 @@ class QueueShards:
             found = found or (shard, reply)
         assert found is not None
         return found
+
+
+def _check_parts(settings: object, clock: object, durable: object) -> None:
+    """Refuse a constructor's ``settings``, ``clock`` or ``durable`` of the wrong type
+    at once (InvalidOptionError), not as an obscure failure at the first call."""
+    if not isinstance(settings, Settings):
+        raise InvalidOptionError(
+            f"settings must be a duetime.Settings, got {validation.shown(settings)}"
+        )
+    if clock is not None and not callable(getattr(clock, "now_ms", None)):
+        raise InvalidOptionError(
+            f"clock must be None (the server's clock) or a duetime Clock (with now_ms()), "
+            f"got {validation.shown(clock)}"
+        )
+    if durable is not None and not isinstance(durable, bool):
+        raise InvalidOptionError(
+            f"durable must be None (follow the settings), True or False, got "
+            f"{validation.shown(durable)}"
+        )
+
+
+def _hooks(hooks: object) -> list[Hooks]:
+    """The hooks given to a constructor: duetime.Hooks, in a list (or any iterable)."""
+    given = validation.items(hooks, "hooks")
+    for position, hook in enumerate(given):
+        if not isinstance(hook, Hooks):
+            raise InvalidOptionError(
+                f"hooks item {position}: expected a duetime.Hooks, got {validation.shown(hook)}"
+            )
+    return given

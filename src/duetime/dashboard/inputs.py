@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
 
 from duetime import flow
 from duetime.client import DeadFilter
@@ -39,11 +40,20 @@ def form_text(form: FormData, name: str) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
+#: The last page number a listing serves (pages count from 0).
+LAST_PAGE = 10_000
+
+
 def page_number(text: str | None) -> int:
-    try:
-        return max(0, min(int(text or 0), 10_000))
-    except ValueError:
+    """The ``page`` of a query string (0 when absent); a 400 that says what to give for
+    anything else (a negative page, a word), never a page silently served instead."""
+    if text is None or text == "":
         return 0
+    if not _WHOLE.fullmatch(text) or not 0 <= int(text) <= LAST_PAGE:
+        raise HTTPException(
+            400, f"page must be a whole number from 0 to {LAST_PAGE:,}, got {shown(text, 40)}"
+        )
+    return int(text)
 
 
 def dead_filter(params: Any) -> tuple[DeadFilter, dict[str, str], str | None]:

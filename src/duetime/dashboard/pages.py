@@ -52,9 +52,12 @@ class Pages:
         name, queue = self.site.queue(request)
         params = request.query_params
         state = params.get("state", "scheduled")
-        error = None
         if state not in views.STATES:
-            error, state = f"There is no state {state!r}: showing scheduled tasks.", "scheduled"
+            raise HTTPException(
+                400,
+                f"There is no state {validation.shown(state, 40)}: choose one of "
+                f"{', '.join(views.STATES)}.",
+            )
         query = views.TaskQuery(
             state=state,
             task=params.get("task", "").strip(),
@@ -70,7 +73,7 @@ class Pages:
             "found": found,
             "states": views.STATES,
             "page_size": views.PAGE_SIZE,
-            "error": error,
+            "error": None,
             "scan_limit": views.SEARCH_SCAN,
         }
         return self.site.render(request, "tasks.html", context)

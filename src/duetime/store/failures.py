@@ -80,7 +80,37 @@ def translated(error: Exception, address: str, clustered: bool = False) -> Dueti
         )
     if isinstance(error, redis.RedisError) and _is_out_of_memory(error):
         return RedisOutOfMemoryError(f"{_OUT_OF_MEMORY_HINT} (at {address})")
-    return RedisCommandError(f"Redis at {address} refused a command: {mask_urls_in(str(error))}")
+    refused = f"Redis at {address} refused a command: {mask_urls_in(str(error))}"
+    if isinstance(error, redis.ResponseError) and (hint := _wrong_scheme(str(error), address)):
+        return RedisCommandError(f"{refused}; {hint}")
+    return RedisCommandError(refused)
+
+
+#: Commands every Redis and Valkey server knows and a Sentinel does not: refused as
+#: unknown, they say the URL names a Sentinel's port.
+_SERVER_ONLY = ("time", "evalsha", "eval", "script", "hsetnx", "hgetall", "zadd", "multi")
+
+
+def _wrong_scheme(message: str, address: str) -> str | None:
+    """What to connect with instead, when a refusal shows the URL's scheme does not fit
+    the server: a plain server refusing SENTINEL (a redis+sentinel:// URL naming a
+    server), or a Sentinel refusing a server's command (a redis:// URL naming a
+    Sentinel). None for any other refusal."""
+    text = message.lower()
+    if "unknown command" not in text:
+        return None
+    sentinel_url = address.lower().startswith(("redis+sentinel", "rediss+sentinel"))
+    if sentinel_url and "'sentinel'" in text:
+        return (
+            "the address is a Redis or Valkey server, not a Sentinel: connect to it with "
+            "redis://host:port/db (redis+sentinel://host:port/service asks Sentinels)"
+        )
+    if not sentinel_url and any(f"'{command}'" in text for command in _SERVER_ONLY):
+        return (
+            "the address looks like a Sentinel, which answers only its own commands: "
+            "connect with redis+sentinel://host:port[,host:port...]/service-name"
+        )
+    return None
 
 
 _REDIS_PY = os.path.dirname(redis.__file__)

@@ -91,9 +91,9 @@ class OperatorPlans(QueueBase):
     """The plans of the people who look after a queue (CLI, dashboard, metrics)."""
 
     def listed(self, state: TaskState, count: int) -> Plan[list[Listed]]:
-        """The first ``count`` task ids in one state, in the order they will be served:
-        scheduled by run-at, ready from the head, running by lease deadline, dead most
-        recent first; with what the queue keeps about each."""
+        """The first ``count`` task ids in one state: scheduled by run-at, ready from the
+        head (then those waiting under flow control, by rank), running by lease deadline,
+        dead most recent first; with what the queue keeps about each."""
         k = self.keys
         entries: list[tuple[str, float | None, str | None]] = []  # id, score, worker
         if state == TaskState.READY:
