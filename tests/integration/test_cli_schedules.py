@@ -232,7 +232,8 @@ def test_backfill_to_now_is_accepted_and_a_reversed_range_is_told_in_readable_ti
     and an end before the start names both as times, not as milliseconds or floats."""
     assert (
         cli.invoke(
-            main, ["cron", "add", "-q", queue_name, "hourly", hourly_away_from_now(), "{}"]
+            main,
+            ["cron", "add", "--create", "-q", queue_name, "hourly", hourly_away_from_now(), "{}"],
         ).exit_code
         == 0
     )
