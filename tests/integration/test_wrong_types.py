@@ -15,7 +15,7 @@ import asyncio
 import inspect
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -44,8 +44,20 @@ from duetime.client.models import TASK_OPTIONS, KeyedCallOptions
 from duetime.cron_options import SCHEDULE_OPTIONS
 from duetime.errors import ConfigurationError, CorruptStateError, DuetimeError, InvalidInputError
 from duetime.hooks import Hooks
+from tests.conftest import require_binary
+from tests.servers import Server
 
 _app = App()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    """One server kind only: a wrong type is refused in the client, before any command,
+    so the kind cannot matter (the check that nothing was written still needs one)."""
+    instance = Server("redis", require_binary("redis"))
+    instance.start()
+    yield instance
+    instance.stop()
 
 
 @_app.task(name="send_email")
@@ -265,7 +277,11 @@ METHODS: tuple[Method, ...] = (
     ),
     Method("schedule_many", {"jobs": [Job({"a": 1}, delay=60)]}, (Param("jobs", _iterable),)),
     Method("cancel", {"task_id": "t1"}, (TASK_ID,)),
-    Method("cancel_many", {"task_ids": ["t1"]}, (TASK_IDS,)),
+    Method(
+        "cancel_many",
+        {"task_ids": ["t1"], "stop_running": True},
+        (TASK_IDS, Param("stop_running", _kind(bool))),
+    ),
     Method(
         "reschedule", {"task_id": "t1", "at": _future()}, (TASK_ID, Param("at", _moment, "run-at"))
     ),
@@ -307,6 +323,8 @@ METHODS: tuple[Method, ...] = (
     ),
     Method("requeue_dead", {"task_ids": ["t1"]}, (TASK_IDS,)),
     Method("purge_dead", {"task_ids": ["t1"]}, (TASK_IDS,)),
+    Method("requeue_many", {"task_ids": ["t1"]}, (TASK_IDS,)),
+    Method("purge_many", {"task_ids": ["t1"]}, (TASK_IDS,)),
     Method("flow", {"most_keys": 5}, (Param("most_keys", _integer),)),
     Method("set_limits", {"limits": Limits(cap=5)}, (Param("limits", _kind(Limits)),)),
     Method("set_queue_limits", {"limits": Limits(cap=5)}, (Param("limits", _kind(Limits)),)),
@@ -365,7 +383,7 @@ METHODS: tuple[Method, ...] = (
         (
             CRON_NAME,
             Param("start", _moment, "start"),
-            Param("end", _moment, "end"),
+            Param("end", _or_none(_moment), "end"),
             Param("rate", _number),
         ),
     ),

@@ -343,11 +343,11 @@ def connections_to(pid: int, port: int) -> int:
 
 def leftovers(client: redis.Redis, queue: str) -> list[str]:
     """Keys of the queue other than its counters (running totals and per-minute figures),
-    the (at most one) wake alarm and the history of finished attempts (capped; the
-    checker checks its size): after every task finished and every worker stopped, there
-    must be none."""
+    the (at most one) wake alarm, the history of finished attempts (capped; the checker
+    checks its size) and the record of workers taken for dead (capped): after every task
+    finished and every worker stopped, there must be none."""
     keys = QueueKeys(queue)
-    allowed = {keys.stats, keys.minutes, keys.wake, *keys.history_keys}
+    allowed = {keys.stats, keys.minutes, keys.wake, *keys.history_keys, keys.gone_workers}
     found = {key.decode() for key in client.scan_iter(match=f"duetime:{{{queue}}}:*", count=1000)}
     return sorted(found - allowed)
 

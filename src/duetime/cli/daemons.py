@@ -26,7 +26,12 @@ from duetime.cli.options import (
     unknown_queue_error,
 )
 from duetime.cli.output import DEFAULT_HANDLER_SHOWN
-from duetime.cli.processes import Daemon, fork_workers, run_daemons
+from duetime.cli.processes import (
+    Daemon,
+    fork_workers,
+    run_daemons,
+    stopped_cleanly_while_starting,
+)
 from duetime.client import Queue
 from duetime.dispatcher import Dispatcher
 from duetime.errors import ConfigurationError, DuetimeError
@@ -108,11 +113,12 @@ def dispatcher(queues: tuple[str, ...], redis_url: str | None) -> None:
     Example:
       duetime dispatcher --queue emails --queue reports --redis redis://localhost:6379/0
     """
-    settings = command_settings()
-    url = resolve_redis_url(redis_url)
-    check_queues(queues, url, settings, served=True)
-    daemon = Dispatcher(list(queues), url, settings=settings, shards=command_shards())
-    startup.banner("dispatcher", queues, url, settings, shards=command_shards())
+    with stopped_cleanly_while_starting():
+        settings = command_settings()
+        url = resolve_redis_url(redis_url)
+        check_queues(queues, url, settings, served=True)
+        daemon = Dispatcher(list(queues), url, settings=settings, shards=command_shards())
+        startup.banner("dispatcher", queues, url, settings, shards=command_shards())
     run_daemons([daemon])
 
 
@@ -154,16 +160,17 @@ def worker(
     Example:
       duetime worker myapp:app --queue emails --concurrency 50 --processes 2
     """
-    settings = command_settings()
-    app = load_app(app_path)
-    url = resolve_redis_url(redis_url)
-    check_queues(queues, url, settings, served=True)
-    details = [
-        f"concurrency {concurrency} per queue",
-        f"{processes} process(es)",
-        handler_names(app),
-    ]
-    startup.banner("worker", queues, url, settings, shards=command_shards(), details=details)
+    with stopped_cleanly_while_starting():
+        settings = command_settings()
+        app = load_app(app_path)
+        url = resolve_redis_url(redis_url)
+        check_queues(queues, url, settings, served=True)
+        details = [
+            f"concurrency {concurrency} per queue",
+            f"{processes} process(es)",
+            handler_names(app),
+        ]
+        startup.banner("worker", queues, url, settings, shards=command_shards(), details=details)
 
     shards = command_shards()
 
@@ -193,18 +200,19 @@ def run(app_path: str, queues: tuple[str, ...], concurrency: int, redis_url: str
     Example:
       duetime run myapp:app --queue emails
     """
-    settings = command_settings()
-    app = load_app(app_path)
-    url = resolve_redis_url(redis_url)
-    check_queues(queues, url, settings, served=True)
-    daemons: list[Daemon] = [
-        Dispatcher(list(queues), url, settings=settings, shards=command_shards()),
-        *_workers(app, queues, url, concurrency, settings, command_shards()),
-    ]
-    details = [f"concurrency {concurrency} per queue", handler_names(app)]
-    startup.banner(
-        "dispatcher + worker", queues, url, settings, shards=command_shards(), details=details
-    )
+    with stopped_cleanly_while_starting():
+        settings = command_settings()
+        app = load_app(app_path)
+        url = resolve_redis_url(redis_url)
+        check_queues(queues, url, settings, served=True)
+        daemons: list[Daemon] = [
+            Dispatcher(list(queues), url, settings=settings, shards=command_shards()),
+            *_workers(app, queues, url, concurrency, settings, command_shards()),
+        ]
+        details = [f"concurrency {concurrency} per queue", handler_names(app)]
+        startup.banner(
+            "dispatcher + worker", queues, url, settings, shards=command_shards(), details=details
+        )
     run_daemons(daemons)
 
 

@@ -10,8 +10,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 from duetime.cli.exits import daemon_exit_code
@@ -28,6 +29,28 @@ class Daemon(Protocol):
     def stop(self) -> None:
         """Stop gracefully; called again, stop at once (a dispatcher, which holds no task,
         stops at once anyway)."""
+
+
+@contextlib.contextmanager
+def stopped_cleanly_while_starting() -> Iterator[None]:
+    """While a daemon process loads its app and checks its queues it holds no task: a
+    SIGTERM or SIGINT then ends it at once with code 0 (a supervisor stopping it sees a
+    clean stop, not a death by signal). The handlers before are put back after, for
+    ``run_daemons`` to take the signals over."""
+
+    def leave(signum: int, frame: Any) -> None:
+        log.info("stopped before starting")
+        raise SystemExit(0)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers (a command run from a test thread)
+        return
+    before = {signum: signal.signal(signum, leave) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
 
 
 def run_daemons(daemons: Sequence[Daemon]) -> None:

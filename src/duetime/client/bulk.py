@@ -119,6 +119,7 @@ class BulkControl(Control):
         without ``stop_running`` a running one is skipped and runs (a task claimed while
         the action goes is then cancelled or runs, never both). A dead one is left alone
         (a dead task is purged with ``purge_dead``)."""
+        validation.flag(stop_running, "stop_running")
         tally = _Tally("cancel")
         for task_id in _checked_ids(task_ids):
             place = yield from self._cancel_live(task_id, stop_running)
