@@ -2,8 +2,10 @@
 -- next tick (at a bounded pace) under the job's overlap policy, and advance it, once
 -- however many dispatchers try: the due time and the whole record are compared and set.
 -- A tick is never enqueued again: not one within the spans earlier backfills of the job
--- handled (the record keeps them), and not one whose task is live (its task id is the
--- tick's id, stored with HSETNX), whichever firing enqueued it.
+-- handled (the record keeps them), not one within the spans of ticks the job's own
+-- schedule enqueued (cron_fired, read here: a tick fired since the backfill was
+-- planned counts too), and not one whose task is live (its task id is the tick's id,
+-- stored with HSETNX), whichever firing enqueued it.
 -- KEYS[1] cron_backfill_due ZSET job name -> when its backfill fires its next tick (ms)
 -- KEYS[2] cron_backfill HASH  job name -> "<from>|<to>|<spacing>|<next tick>|<fired>|<total>
 --                             |<skipped>|<ran before>|<covered spans: low:high,...>" (a
@@ -16,13 +18,15 @@
 -- KEYS[8] flow records HASH
 -- KEYS[9] scheduled  ZSET
 -- KEYS[10] wake      LIST
+-- KEYS[11] cron_fired HASH job name -> "<following tick>|<low:high,...>": the spans of
+--          ticks the job's schedule enqueued (fire_cron.lua writes them)
 -- ARGV[1] the backfills, packed (msgpack): an array of arrays, one per job, of name, the
 --   due time the caller read (CAS), the record it read (CAS), the next tick to fire
 --   after this one, not within the covered spans (-1: the range is done), when it
 --   fires, overlap policy (allow | skip | delay), when delaying the time to look again,
 --   and the tick's task id, run-at (ms), envelope and flow record ('').
 -- Returns: an array, per job, of 1 enqueued, 0 it had run already (an earlier backfill
--- handled it, or its task is live), or 'stale', 'skipped' or 'delayed' (the job's
+-- handled it, the schedule enqueued it, or its task is live), or 'stale', 'skipped' or 'delayed' (the job's
 -- previous run is still live).
 -- @include flow_mode
 -- What is written below is read here first: a key of the wrong type fails the call with
@@ -33,6 +37,7 @@ redis.call('HGET', KEYS[4], '')
 redis.call('LLEN', KEYS[5])
 redis.call('ZSCORE', KEYS[9], '')
 redis.call('LLEN', KEYS[10])
+redis.call('HGET', KEYS[11], '')
 local woken = false
 
 -- Whether ``tick`` lies within one of the covered spans ("low:high,low:high").
@@ -70,7 +75,8 @@ local function fire(job)
       redis.call('ZREM', KEYS[1], name)
     end
   end
-  if covered(spans, tonumber(tick)) then
+  local scheduled = string.match(redis.call('HGET', KEYS[11], name) or '', '|(.*)$') or ''
+  if covered(spans, tonumber(tick)) or covered(scheduled, tonumber(tick)) then
     advance(0, 0, 1)
     return 0
   end

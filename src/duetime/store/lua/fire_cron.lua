@@ -16,12 +16,18 @@
 -- KEYS[11] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
 --          for jobs with max_runs or pause_after_failures, and jobs that ended
 -- KEYS[12] dead      ZSET  task id -> time of death: a run that is there failed
+-- KEYS[13] cron_fired HASH job name -> the spans of ticks its schedule enqueued, newest
+--          first, after the schedule's tick that follows the newest span's last:
+--          "<following tick>|<low>:<high>,<low>:<high>" (ms; -1: none follows). Backfills
+--          do not run those ticks again (fire_backfill.lua).
 -- ARGV[1] the jobs, packed (msgpack): an array of arrays, one per job, of
 --   name, the next-tick score the caller read (CAS), the following score (-1: the job
 --   never fires again), overlap policy (allow | skip | delay), when delaying the time to
 --   look again and the tick to hold, ticks skipped outside the catch-up window (counted),
---   max runs (0: none), failed runs in a row that pause it (0: none), and then the ticks
---   to enqueue (all due) as quads: task id, run-at (ms), envelope, flow record ('').
+--   max runs (0: none), failed runs in a row that pause it (0: none), the schedule's
+--   tick after the last tick to enqueue (-1: none), and then the ticks to enqueue (all
+--   due, consecutive in the schedule) as quads: task id (cron:<name>:<tick>), run-at
+--   (ms), envelope, flow record ('').
 -- Returns: an array, per job, of the number of ticks enqueued, or 'stale' (another
 -- dispatcher fired it, or the job changed), 'skipped' or 'delayed' (the previous run is
 -- still live), 'paused' (its runs failed pause_after_failures times in a row).
@@ -38,6 +44,7 @@ redis.call('ZSCORE', KEYS[9], '')
 redis.call('LLEN', KEYS[10])
 redis.call('HGET', KEYS[11], '')
 redis.call('ZSCORE', KEYS[12], '')
+redis.call('HGET', KEYS[13], '')
 local woken = false
 -- Counters are bumped once per call, not per job.
 local fired, outside_window, skipped, paused = 0, 0, 0, 0
@@ -76,9 +83,9 @@ local function stop(name)
 end
 
 -- Writes of every job alike are gathered and made once a call, a command for many jobs
--- (a call fires up to hundreds): the next scores, the last tick ids, the held ticks let
--- go, the ticks pushed to ready, in the jobs' order.
-local next_scores, last_ids, unheld, pushed = {}, {}, {}, {}
+-- (a call fires up to hundreds): the next scores, the last tick ids, the fired spans,
+-- the held ticks let go, the ticks pushed to ready, in the jobs' order.
+local next_scores, last_ids, fired_spans, unheld, pushed = {}, {}, {}, {}, {}
 local function in_chunks(values, write)
   for first = 1, #values, 1000 do  -- an even count: pairs stay whole
     write(unpack(values, first, math.min(first + 999, #values)))
@@ -94,6 +101,59 @@ local function advance(name, following)
   end
   stop(name)
   return true
+end
+
+-- Most spans a job's cron_fired record keeps: past it, the two spans with the narrowest
+-- gap between them are made one (the gap's ticks then count as run: a backfill does not
+-- run them, rather than run again those an older span held were it dropped).
+local MOST_FIRED_SPANS = 16
+
+-- The spans ("low:high,...", newest first) with their narrowest gap closed.
+local function narrowed(spans)
+  local found = {}
+  for low, high in string.gmatch(spans, '(%d+):(%d+)') do
+    found[#found + 1] = {low, high}
+  end
+  local at, narrowest = 1, nil
+  for i = 1, #found - 1 do
+    local gap = tonumber(found[i][1]) - tonumber(found[i + 1][2])
+    if not narrowest or gap <= narrowest then  -- the oldest of the narrowest: recent gaps stay
+      at, narrowest = i, gap
+    end
+  end
+  found[at + 1][2] = found[at][2]
+  table.remove(found, at)
+  local parts = {}
+  for i, span in ipairs(found) do
+    parts[i] = span[1] .. ':' .. span[2]
+  end
+  return table.concat(parts, ',')
+end
+
+-- Record in cron_fired the ticks of a job's row it enqueued: runs of consecutive quads
+-- (``pieces``: first and last quad index). The first run extends the newest span when
+-- its first tick is the one that followed that span; a tick not enqueued (its task
+-- was live already, or max_runs ended the job) parts them.
+local function record_fired(name, job, pieces)
+  local raw = redis.call('HGET', KEYS[13], name)
+  local following, spans = string.match(raw or '', '^(%-?%d+)|([%d:,]*)$')
+  spans = spans or ''  -- none yet, or not a record this script writes: started afresh
+  for index, piece in ipairs(pieces) do
+    local low = string.match(job[piece[1]], ':(%d+)$')
+    local high = string.match(job[piece[2]], ':(%d+)$')
+    local newest_low, older = string.match(spans, '^(%d+):%d+(.*)$')
+    if index == 1 and low == following and newest_low then
+      spans = newest_low .. ':' .. high .. older
+    else
+      spans = spans == '' and (low .. ':' .. high) or (low .. ':' .. high .. ',' .. spans)
+      if select(2, string.gsub(spans, ',', '')) >= MOST_FIRED_SPANS then
+        spans = narrowed(spans)
+      end
+    end
+  end
+  following = pieces[#pieces][2] + 3 == #job and job[10] or '-1'
+  fired_spans[#fired_spans + 1] = name
+  fired_spans[#fired_spans + 1] = following .. '|' .. spans
 end
 
 local seen = {}
@@ -119,7 +179,7 @@ local function fire(job)
     end
   end
   outside_window = outside_window + tonumber(job[7])
-  if job[4] ~= 'allow' and #job >= 10 then
+  if job[4] ~= 'allow' and #job >= 11 then
     local last = redis.call('HGET', KEYS[2], name)
     if last and redis.call('HEXISTS', KEYS[4], last) == 1 then
       if keeps then
@@ -139,10 +199,10 @@ local function fire(job)
     end
   end
   local count = 0
-  local recorded = #job >= 10 and job[13] ~= ''
+  local recorded = #job >= 11 and job[14] ~= ''
   local flowing = under_flow or (recorded and flow_mode(KEYS[7], KEYS[8], true))
-  local last
-  for i = 10, #job, 4 do
+  local last, pieces, piece = nil, {}, nil
+  for i = 11, #job, 4 do
     if max_runs > 0 and state.runs >= max_runs then
       break
     end
@@ -160,12 +220,23 @@ local function fire(job)
       if pause_after > 0 and state.judge == '' then
         state.judge = job[i]
       end
+      if piece then
+        piece[2] = i
+      else
+        piece = {i, i}
+        pieces[#pieces + 1] = piece
+      end
+    else
+      piece = nil
     end
     last = job[i]
   end
   if last then
     last_ids[#last_ids + 1] = name
     last_ids[#last_ids + 1] = last
+  end
+  if #pieces > 0 then
+    record_fired(name, job, pieces)
   end
   if max_runs > 0 and state.runs >= max_runs then
     stop(name)
@@ -186,6 +257,7 @@ for index, job in ipairs(cmsgpack.unpack(ARGV[1])) do
 end
 in_chunks(pushed, function(...) redis.call('RPUSH', KEYS[5], ...) end)
 in_chunks(last_ids, function(...) redis.call('HSET', KEYS[2], ...) end)
+in_chunks(fired_spans, function(...) redis.call('HSET', KEYS[13], ...) end)
 in_chunks(next_scores, function(...) redis.call('ZADD', KEYS[1], ...) end)
 in_chunks(unheld, function(...) redis.call('HDEL', KEYS[3], ...) end)
 if woken and redis.call('LLEN', KEYS[10]) == 0 then
