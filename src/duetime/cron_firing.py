@@ -29,7 +29,6 @@ class TickPlan:
 
     ticks: list[tuple[int, int]]  # (tick, run-at) to fire, in order
     following_ms: int | None  # the due time of the next tick after them; None: no more
-    following_tick_ms: int | None  # that tick (the due time less its jitter)
     missed: int  # due ticks within the window before the current one
     outside_window: int  # due ticks older than the catch-up window: skipped
 
@@ -43,20 +42,18 @@ def plan(job: CronJob, first_tick_ms: int, now_ms: int) -> TickPlan:
     window_start = None if job.catch_up_ms is None else now_ms - job.catch_up_ms
     in_window: deque[tuple[int, int]] = deque(maxlen=MAX_CATCH_UP + 1)
     counted = outside = 0
-    following = following_tick = None
+    following = None
     for index, tick in enumerate(series):
         run_at = job.run_at(tick, series[index + 1] if index + 1 < len(series) else None)
         if run_at > now_ms:
-            following, following_tick = run_at, tick
+            following = run_at
             break
         if window_start is not None and run_at < window_start:
             outside += 1
             continue
         in_window.append((tick, run_at))
         counted += 1
-    return TickPlan(
-        _by_policy(job, list(in_window)), following, following_tick, max(counted - 1, 0), outside
-    )
+    return TickPlan(_by_policy(job, list(in_window)), following, max(counted - 1, 0), outside)
 
 
 def _by_policy(job: CronJob, due: list[tuple[int, int]]) -> list[tuple[int, int]]:

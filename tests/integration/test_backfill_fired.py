@@ -110,21 +110,21 @@ def test_a_backfill_over_ticks_the_schedule_ran_runs_only_those_it_missed(
     assert queue.check() == []
 
 
-def fired_record(raw: redis.Redis, queue_name: str, name: str) -> tuple[int, list[list[int]]]:
-    """A job's cron_fired record: the tick after its newest span, and its spans."""
+def fired_record(raw: redis.Redis, queue_name: str, name: str) -> tuple[str, list[list[int]]]:
+    """A job's cron_fired record: where its open span starts ('' none), its closed spans."""
     value = raw.hget(QueueKeys(queue_name).cron_fired, name)
     assert isinstance(value, bytes)
-    following, _, spans = value.decode().partition("|")
-    return int(following), [[int(t) for t in span.split(":")] for span in spans.split(",")]
+    open_low, _, spans = value.decode().partition("|")
+    return open_low, [[int(t) for t in span.split(":")] for span in spans.split(",")]
 
 
 def test_the_fired_spans_of_a_job_are_bounded_by_closing_the_narrowest_gap(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
     """Each gap in the ticks a job's schedule fired (here: it was paused) starts a new
-    span; past 16 spans the narrowest gap (the oldest of those) is closed, so a job's
-    record stays small and no tick that ran is forgotten: the ticks of a closed gap
-    count as run."""
+    span; past 16 spans (15 closed ones and the open one) the narrowest gap, the oldest
+    of those, is closed, so a job's record stays small and no tick that ran is
+    forgotten: the ticks of a closed gap count as run."""
     clock = ManualClock(T0 - 500)
     widths = [1 if gap in (2, 9, 15) else 2 for gap in range(18)]  # ticks missed per gap
     with Queue(queue_name, redis_url, clock=clock) as queue:
@@ -138,15 +138,17 @@ def test_the_fired_spans_of_a_job_are_bounded_by_closing_the_narrowest_gap(
             clock.set(tick + width * MINUTE)  # resumed then: its next tick comes after
             queue.resume_cron("minutely")
         assert ready_ids(raw, queue_name) == [f"cron:minutely:{tick}" for tick in fired]
-        following, spans = fired_record(raw, queue_name, "minutely")
-        assert following == fired[-1] + MINUTE
-        closed = {2, 9, 15}  # each gap k lies between fired[k] and fired[k + 1]
+        open_low, spans = fired_record(raw, queue_name, "minutely")
+        assert open_low == ""  # the pause after the last tick closed its span
+        # Gap k lies between fired[k] and fired[k + 1]: the three one-tick gaps were
+        # closed, oldest first, then the oldest two-tick gap.
+        closed = {0, 2, 9, 15}
         expected = [[fired[k], fired[k + 1] if k in closed else fired[k]]
                     for k in range(19) if k - 1 not in closed]  # fmt: skip
-        assert spans == expected[::-1] and len(spans) == 16
+        assert spans == expected[::-1] and len(spans) == 15
         # A backfill over them all: the fired ticks and those of the closed gaps ran.
         info = queue.backfill_cron("minutely", T0 / 1000, fired[-1] / 1000, rate=100)
-        assert (info.ticks, info.already_ran, info.to_run) == (52, 19 + 3, 30)
+        assert (info.ticks, info.already_ran, info.to_run) == (52, 19 + 2 + 3, 28)
         assert queue.check() == []
 
 

@@ -121,7 +121,7 @@ class CronPlans(QueueBase):
         """Declare jobs (name, definition, due time of the first tick after now) in one
         script call: per job 0 unchanged, 1 created, 2 updated."""
         k = self.keys
-        keys = (k.cron, k.cron_next, k.wake, k.cron_state)
+        keys = (k.cron, k.cron_next, k.wake, k.cron_state, k.cron_last, k.cron_fired)
         args = [value for job in jobs for value in job]
         return [int(code) for code in (yield Eval(scripts.DECLARE_CRON, keys, args))]
 
@@ -130,7 +130,8 @@ class CronPlans(QueueBase):
         and it was so already, 0 no such job."""
         k = self.keys
         tick = -1 if next_tick_ms is None else next_tick_ms
-        keys = (k.cron, k.cron_next, k.cron_held, k.wake, k.cron_state)
+        keys = (k.cron, k.cron_next, k.cron_held, k.wake, k.cron_state, k.cron_last,
+                k.cron_fired)  # fmt: skip
         return int((yield Eval(scripts.SET_CRON_NEXT, keys, (name, tick))))
 
     def remove_cron(self, name: str) -> Plan[bool]:
@@ -199,10 +200,14 @@ class CronPlans(QueueBase):
         """A job's backfill record as stored (start_backfill compares it), and the spans
         of ticks its schedule enqueued."""
         k = self.keys
-        record, fired = yield Batch(
-            (Command(("HGET", k.cron_backfill, name)), Command(("HGET", k.cron_fired, name)))
+        record, fired, last = yield Batch(
+            (
+                Command(("HGET", k.cron_backfill, name)),
+                Command(("HGET", k.cron_fired, name)),
+                Command(("HGET", k.cron_last, name)),
+            )
         )
-        return (None if record is None else bytes(record)), parsed_fired(fired)
+        return (None if record is None else bytes(record)), parsed_fired(fired, last)
 
     def start_backfill(
         self, name: str, replaced: bytes | None, backfill: CronBackfill, now_ms: int
@@ -280,15 +285,16 @@ class CronPlans(QueueBase):
 def _table(*columns: list[tuple[Any, Any]]) -> CronTable:
     """A CronTable from (name, value) pairs of each record, in ``CronTable``'s order."""
     definitions, next_ticks, last, held, states, backfills, fired = columns
+    last_task = {as_text(n): as_text(i) for n, i in last}
     return CronTable(
         {as_text(n): blob for n, blob in definitions},
         {as_text(n): int(float(s)) for n, s in next_ticks},
-        {as_text(n): as_text(i) for n, i in last},
+        last_task,
         # A held tick that is not a number is garbage; the job shows as not held.
         {as_text(n): t for n, raw in held if (t := count_or_none(raw)) is not None},
         {as_text(n): s for n, raw in states if (s := _state(raw)) is not None},
         {as_text(n): b for n, raw in backfills if (b := parsed_backfill(raw)) is not None},
-        {as_text(n): parsed_fired(raw) for n, raw in fired},
+        {as_text(n): parsed_fired(raw, last_task.get(as_text(n))) for n, raw in fired},
     )
 
 
@@ -318,12 +324,19 @@ def parsed_backfill(raw: bytes) -> CronBackfill | None:
     )  # fmt: skip
 
 
-def parsed_fired(raw: bytes | None) -> tuple[tuple[int, int], ...]:
-    """The spans of a ``cron_fired`` value, in order; none when there is none or it is
-    not one duetime wrote (then backfills know no tick of the schedule, as before)."""
-    following, _, text = as_text(raw or b"").partition("|")
+def parsed_fired(raw: Any, last_task: Any) -> tuple[tuple[int, int], ...]:
+    """The spans of ticks a job's schedule enqueued, in order, from its ``cron_fired``
+    value "<open low>|<closed spans>" and its ``cron_last`` task id (where its open span
+    ends; fired_spans.lua); none when it has none or the value is not one duetime wrote
+    (then backfills know no tick of its schedule, as before)."""
+    open_low, _, text = as_text(raw or b"").partition("|")
     spans = _parsed_spans(text)
-    return spans if spans is not None and following.lstrip("-").isdigit() else ()
+    if spans is None or not (open_low == "" or open_low.isdigit()):
+        return ()
+    if open_low:
+        low, high = int(open_low), as_text(last_task or b"").rpartition(":")[2]
+        spans = merged_spans((*spans, (low, max(low, int(high) if high.isdigit() else low))))
+    return spans
 
 
 def _parsed_spans(text: str) -> tuple[tuple[int, int], ...] | None:

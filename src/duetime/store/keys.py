@@ -62,9 +62,8 @@ class _CronKeys:
 
     @property
     def cron_fired(self) -> str:
-        """HASH cron job name -> the spans of ticks its own schedule enqueued, newest
-        first, after the schedule's tick that follows the newest span:
-        "<following tick>|<low>:<high>,<low>:<high>" (ms; -1: none follows)."""
+        """HASH cron job name -> the spans of ticks its schedule enqueued: "<open low>|
+        <low>:<high>,..." (ms, newest first; the open one ends at cron_last's tick)."""
         return self._key("cron_fired")
 
 

@@ -16,24 +16,23 @@
 -- KEYS[11] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
 --          for jobs with max_runs or pause_after_failures, and jobs that ended
 -- KEYS[12] dead      ZSET  task id -> time of death: a run that is there failed
--- KEYS[13] cron_fired HASH job name -> the spans of ticks its schedule enqueued, newest
---          first, after the schedule's tick that follows the newest span's last:
---          "<following tick>|<low>:<high>,<low>:<high>" (ms; -1: none follows). Backfills
---          do not run those ticks again (fire_backfill.lua).
+-- KEYS[13] cron_fired HASH job name -> the spans of ticks its schedule enqueued
+--          (fired_spans.lua), which backfills do not run again
 -- ARGV[1] the jobs, packed (msgpack): an array of arrays, one per job, of
 --   name, the next-tick score the caller read (CAS), the following score (-1: the job
 --   never fires again), overlap policy (allow | skip | delay), when delaying the time to
 --   look again and the tick to hold, ticks skipped outside the catch-up window (counted),
---   max runs (0: none), failed runs in a row that pause it (0: none), the schedule's
---   tick after the last tick to enqueue (-1: none), and then the ticks to enqueue (all
---   due, consecutive in the schedule) as quads: task id (cron:<name>:<tick>), run-at
---   (ms), envelope, flow record ('').
+--   max runs (0: none), failed runs in a row that pause it (0: none), '1' when the first
+--   tick to enqueue is the first the job had not fired (none was skipped or dropped
+--   before it) else '0', and then the ticks to enqueue (all due) as quads: task id
+--   (cron:<name>:<tick>), run-at (ms), envelope, flow record ('').
 -- Returns: an array, per job, of the number of ticks enqueued, or 'stale' (another
 -- dispatcher fired it, or the job changed), 'skipped' or 'delayed' (the previous run is
 -- still live), 'paused' (its runs failed pause_after_failures times in a row).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include flow_mode
+-- @include fired_spans
 -- What is written below is read here first: a key of the wrong type fails the call with
 -- nothing written (a script that fails half way keeps the writes it made).
 redis.call('HGET', KEYS[2], '')
@@ -103,59 +102,6 @@ local function advance(name, following)
   return true
 end
 
--- Most spans a job's cron_fired record keeps: past it, the two spans with the narrowest
--- gap between them are made one (the gap's ticks then count as run: a backfill does not
--- run them, rather than run again those an older span held were it dropped).
-local MOST_FIRED_SPANS = 16
-
--- The spans ("low:high,...", newest first) with their narrowest gap closed.
-local function narrowed(spans)
-  local found = {}
-  for low, high in string.gmatch(spans, '(%d+):(%d+)') do
-    found[#found + 1] = {low, high}
-  end
-  local at, narrowest = 1, nil
-  for i = 1, #found - 1 do
-    local gap = tonumber(found[i][1]) - tonumber(found[i + 1][2])
-    if not narrowest or gap <= narrowest then  -- the oldest of the narrowest: recent gaps stay
-      at, narrowest = i, gap
-    end
-  end
-  found[at + 1][2] = found[at][2]
-  table.remove(found, at)
-  local parts = {}
-  for i, span in ipairs(found) do
-    parts[i] = span[1] .. ':' .. span[2]
-  end
-  return table.concat(parts, ',')
-end
-
--- Record in cron_fired the ticks of a job's row it enqueued: runs of consecutive quads
--- (``pieces``: first and last quad index). The first run extends the newest span when
--- its first tick is the one that followed that span; a tick not enqueued (its task
--- was live already, or max_runs ended the job) parts them.
-local function record_fired(name, job, pieces)
-  local raw = redis.call('HGET', KEYS[13], name)
-  local following, spans = string.match(raw or '', '^(%-?%d+)|([%d:,]*)$')
-  spans = spans or ''  -- none yet, or not a record this script writes: started afresh
-  for index, piece in ipairs(pieces) do
-    local low = string.match(job[piece[1]], ':(%d+)$')
-    local high = string.match(job[piece[2]], ':(%d+)$')
-    local newest_low, older = string.match(spans, '^(%d+):%d+(.*)$')
-    if index == 1 and low == following and newest_low then
-      spans = newest_low .. ':' .. high .. older
-    else
-      spans = spans == '' and (low .. ':' .. high) or (low .. ':' .. high .. ',' .. spans)
-      if select(2, string.gsub(spans, ',', '')) >= MOST_FIRED_SPANS then
-        spans = narrowed(spans)
-      end
-    end
-  end
-  following = pieces[#pieces][2] + 3 == #job and job[10] or '-1'
-  fired_spans[#fired_spans + 1] = name
-  fired_spans[#fired_spans + 1] = following .. '|' .. spans
-end
-
 local seen = {}
 local under_flow = redis.call('EXISTS', KEYS[7]) == 1
 
@@ -194,6 +140,7 @@ local function fire(job)
       if state.ended then
         write_state(name, state)
       end
+      close_fired(KEYS[13], KEYS[2], name)  -- a tick skipped: the run of fired ticks ends
       skipped = skipped + 1
       return 'skipped'
     end
@@ -201,7 +148,7 @@ local function fire(job)
   local count = 0
   local recorded = #job >= 11 and job[14] ~= ''
   local flowing = under_flow or (recorded and flow_mode(KEYS[7], KEYS[8], true))
-  local last, pieces, piece = nil, {}, nil
+  local last
   for i = 11, #job, 4 do
     if max_runs > 0 and state.runs >= max_runs then
       break
@@ -220,23 +167,24 @@ local function fire(job)
       if pause_after > 0 and state.judge == '' then
         state.judge = job[i]
       end
-      if piece then
-        piece[2] = i
-      else
-        piece = {i, i}
-        pieces[#pieces + 1] = piece
-      end
-    else
-      piece = nil
     end
     last = job[i]
   end
   if last then
     last_ids[#last_ids + 1] = name
     last_ids[#last_ids + 1] = last
-  end
-  if #pieces > 0 then
-    record_fired(name, job, pieces)
+    -- Its ticks are in its open span (which ends at cron_last) when they go on from the
+    -- one before; if not, that span is closed and one opened from them.
+    local open, closed = read_fired(KEYS[13], name)
+    if job[10] ~= '1' or open == '' then
+      if job[10] ~= '1' then
+        closed = closed_spans(open, closed, redis.call('HGET', KEYS[2], name))
+      end
+      fired_spans[#fired_spans + 1] = name
+      fired_spans[#fired_spans + 1] = string.match(job[11], ':(%d+)$') .. '|' .. closed
+    end
+  elseif job[10] ~= '1' then
+    close_fired(KEYS[13], KEYS[2], name)  -- every due tick dropped (the catch-up window)
   end
   if max_runs > 0 and state.runs >= max_runs then
     stop(name)
