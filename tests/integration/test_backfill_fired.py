@@ -20,6 +20,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker, cron,
 from duetime.cli import main
 from duetime.dispatcher import QueueDispatcher
 from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.cron_jobs import parsed_fired
 from tests.helpers import FAST, wait_until_sync
 from tests.integration.test_backfill import stepping
 from tests.integration.test_cli_schedules import daemons_in_a_thread
@@ -213,4 +214,55 @@ def test_on_a_sharded_queue_each_shard_knows_the_ticks_its_jobs_fired(
         fired = [task_id for tag in tags() for task_id in ready_ids(raw, tag)]
         expected = [f"cron:{n}:{T0 - m * MINUTE}" for n in names for m in (2, 1)]
         assert sorted(fired) == sorted(expected)
+        assert queue.check() == []
+
+
+def test_the_span_of_fired_ticks_grows_tick_after_tick_and_closes_where_the_run_breaks(
+    redis_url: str, raw: redis.Redis, queue_name: str
+) -> None:
+    """The open span grows with each tick fired after the one before; an overlap skip,
+    ticks dropped by the missed policy, a changed declaration and a backfill's run
+    close it; a backfill over them all runs only the ticks none of them ran."""
+    clock = ManualClock(T0 - 500)
+    keys = QueueKeys(queue_name)
+
+    def spans() -> tuple[tuple[int, int], ...]:
+        return parsed_fired(raw.hget(keys.cron_fired, "job"), raw.hget(keys.cron_last, "job"))
+
+    def at(*minutes: tuple[int, int]) -> tuple[tuple[int, int], ...]:
+        return tuple((T0 + low * MINUTE, T0 + high * MINUTE) for low, high in minutes)
+
+    def fire(minute: int, end_runs: bool = True, later_ms: int = 0) -> list[str]:
+        moment = T0 + minute * MINUTE + later_ms
+        [ready] = stepping(redis_url, queue_name, clock, [moment], count=2)
+        if end_runs:
+            for task_id in ready:
+                assert queue.cancel(task_id)
+        return ready
+
+    with Queue(queue_name, redis_url, clock=clock) as queue:
+        queue.add_cron("job", "* * * * *", {}, overlap="skip")
+        fire(0)
+        fire(1)
+        assert spans() == at((0, 1))
+        assert raw.hget(keys.cron_fired, "job") == f"{T0}|".encode()  # written once
+        fire(2, end_runs=False)
+        assert fire(3) == [f"cron:job:{T0 + 2 * MINUTE}"]  # minute 3 skipped: 2 is live
+        fire(4)
+        assert spans() == at((0, 2), (4, 4))
+        fire(7)  # minutes 5 and 6 were missed (missed="skip")
+        assert spans() == at((0, 2), (4, 4), (7, 7))
+        assert queue.add_cron("job", "* * * * *", {"v": 2}, overlap="skip") == "updated"
+        fire(8)
+        assert spans() == at((0, 2), (4, 4), (7, 7), (8, 8))
+        info = queue.backfill_cron("job", T0 / 1000, (T0 + 8 * MINUTE) / 1000, rate=100)
+        assert (info.ticks, info.already_ran, info.to_run) == (9, 6, 3)
+        backfilled = [fire(8, later_ms=20 * (step + 1)) for step in range(4)]
+        assert [ids for ids in backfilled if ids] == [
+            [f"cron:job:{T0 + m * MINUTE}"] for m in (3, 5, 6)
+        ]
+        fire(9)
+        assert spans() == at((0, 2), (4, 4), (7, 7), (8, 8), (9, 9))
+        again = queue.backfill_cron("job", T0 / 1000, (T0 + 9 * MINUTE) / 1000, rate=100)
+        assert (again.ticks, again.already_ran, again.to_run) == (10, 10, 0)
         assert queue.check() == []

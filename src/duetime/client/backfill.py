@@ -35,8 +35,8 @@ class BackfillPlans(QueueShards):
         now) at most ``rate`` a second, except those an earlier backfill of the job
         handled, those its own schedule enqueued, and those whose task is live: a tick
         is identified by its instant, so a re-run, a shifted range or an overlapping
-        one never runs a tick twice. It replaces the
-        job's backfill before it; what that had done stays done."""
+        one never runs a tick twice. It replaces the job's backfill before it; what
+        that had done stays done."""
         spacing = _spacing(rate)
         from_ms = _moment(start, "start")
         to_ms = None if end is None else _moment(end, "end")

@@ -26,8 +26,8 @@
 --   fires, overlap policy (allow | skip | delay), when delaying the time to look again,
 --   and the tick's task id, run-at (ms), envelope and flow record ('').
 -- Returns: an array, per job, of 1 enqueued, 0 it had run already (an earlier backfill
--- handled it, the schedule enqueued it, or its task is live), or 'stale', 'skipped' or 'delayed' (the job's
--- previous run is still live).
+-- handled it, the job's schedule enqueued it, or its task is live), or 'stale',
+-- 'skipped' or 'delayed' (the job's previous run is still live).
 -- @include flow_mode
 -- @include fired_spans
 -- What is written below is read here first: a key of the wrong type fails the call with

@@ -174,9 +174,11 @@ local function fire(job)
     last_ids[#last_ids + 1] = name
     last_ids[#last_ids + 1] = last
     -- Its ticks are in its open span (which ends at cron_last) when they go on from the
-    -- one before; if not, that span is closed and one opened from them.
-    local open, closed = read_fired(KEYS[13], name)
-    if job[10] ~= '1' or open == '' then
+    -- one before; if not, that span is closed and one opened from them. (A record that
+    -- starts with a digit has an open span: the common case reads no more.)
+    local raw = job[10] == '1' and redis.call('HGET', KEYS[13], name)
+    if not (raw and string.find(raw, '^%d')) then
+      local open, closed = read_fired(KEYS[13], name)
       if job[10] ~= '1' then
         closed = closed_spans(open, closed, redis.call('HGET', KEYS[2], name))
       end
