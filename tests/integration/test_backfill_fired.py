@@ -266,3 +266,5 @@ def test_the_span_of_fired_ticks_grows_tick_after_tick_and_closes_where_the_run_
         again = queue.backfill_cron("job", T0 / 1000, (T0 + 9 * MINUTE) / 1000, rate=100)
         assert (again.ticks, again.already_ran, again.to_run) == (10, 10, 0)
         assert queue.check() == []
+        assert queue.remove_cron("job")  # its record goes with it
+        assert raw.hget(keys.cron_fired, "job") is None and queue.check() == []
