@@ -13,63 +13,14 @@ from dataclasses import dataclass
 PREFIX = "duetime"
 
 
-class _CronKeys:
-    """The keys of a queue's cron jobs (part of ``QueueKeys``)."""
-
-    __slots__ = ()
+# Long: one property per key of a queue, each saying its type and what it holds: a table
+# a reader looks a key up in, not code to follow.
+@dataclass(frozen=True, slots=True)
+class QueueKeys:
     queue: str
 
     def _key(self, part: str) -> str:
         return f"{PREFIX}:{{{self.queue}}}:{part}"
-
-    @property
-    def cron(self) -> str:
-        """HASH cron job name -> definition."""
-        return self._key("cron")
-
-    @property
-    def cron_next(self) -> str:
-        """ZSET cron job name -> its next tick (ms); a paused job is absent."""
-        return self._key("cron_next")
-
-    @property
-    def cron_last(self) -> str:
-        """HASH cron job name -> task id of its latest fired tick."""
-        return self._key("cron_last")
-
-    @property
-    def cron_held(self) -> str:
-        """HASH cron job name -> a tick held back while the previous run is live."""
-        return self._key("cron_held")
-
-    @property
-    def cron_state(self) -> str:
-        """HASH cron job name -> "<runs>|<failed runs in a row>|<ended>|<run to judge>",
-        for jobs with max_runs or pause_after_failures, and jobs that ended."""
-        return self._key("cron_state")
-
-    @property
-    def cron_backfill(self) -> str:
-        """HASH cron job name -> its backfill: "<from>|<to>|<spacing ms>|<next tick>|
-        <ticks fired>|<ticks in all>|<skipped>|<ran before>|<covered spans>" (next tick
-        -1: done)."""
-        return self._key("cron_backfill")
-
-    @property
-    def cron_backfill_due(self) -> str:
-        """ZSET cron job name -> when its backfill fires its next tick (ms)."""
-        return self._key("cron_backfill_due")
-
-    @property
-    def cron_fired(self) -> str:
-        """HASH cron job name -> the spans of ticks its schedule enqueued: "<open low>|
-        <low>:<high>,..." (ms, newest first; the open one ends at cron_last's tick)."""
-        return self._key("cron_fired")
-
-
-@dataclass(frozen=True, slots=True)
-class QueueKeys(_CronKeys):
-    queue: str
 
     @property
     def tasks(self) -> str:
@@ -158,6 +109,50 @@ class QueueKeys(_CronKeys):
     def stats(self) -> str:
         """HASH of counters (scheduled, completed, failed, retried, dead, fenced, ...)."""
         return self._key("stats")
+
+    @property
+    def cron(self) -> str:
+        """HASH cron job name -> definition."""
+        return self._key("cron")
+
+    @property
+    def cron_next(self) -> str:
+        """ZSET cron job name -> its next tick (ms); a paused job is absent."""
+        return self._key("cron_next")
+
+    @property
+    def cron_last(self) -> str:
+        """HASH cron job name -> task id of its latest fired tick."""
+        return self._key("cron_last")
+
+    @property
+    def cron_held(self) -> str:
+        """HASH cron job name -> a tick held back while the previous run is live."""
+        return self._key("cron_held")
+
+    @property
+    def cron_state(self) -> str:
+        """HASH cron job name -> "<runs>|<failed runs in a row>|<ended>|<run to judge>",
+        for jobs with max_runs or pause_after_failures, and jobs that ended."""
+        return self._key("cron_state")
+
+    @property
+    def cron_backfill(self) -> str:
+        """HASH cron job name -> its backfill: "<from>|<to>|<spacing ms>|<next tick>|
+        <ticks fired>|<ticks in all>|<skipped>|<ran before>|<covered spans>" (next tick
+        -1: done)."""
+        return self._key("cron_backfill")
+
+    @property
+    def cron_backfill_due(self) -> str:
+        """ZSET cron job name -> when its backfill fires its next tick (ms)."""
+        return self._key("cron_backfill_due")
+
+    @property
+    def cron_fired(self) -> str:
+        """HASH cron job name -> the spans of ticks its schedule enqueued: "<open low>|
+        <low>:<high>,..." (ms, newest first; the open one ends at cron_last's tick)."""
+        return self._key("cron_fired")
 
     @property
     def minutes(self) -> str:
