@@ -27,6 +27,7 @@ from duetime import (
     Throttle,
     Unique,
     Worker,
+    cron,
     current_task,
 )
 from duetime.errors import ConfigurationError, NotDurableError, RedisCommandError, TaskFailedError
@@ -128,6 +129,11 @@ def test_a_sharded_queue_spans_three_masters(clean_cluster: Cluster) -> None:
         assert [d.id for d in queue.dead_tasks()] == [broken]
         [job] = queue.list_cron()
         assert job.last_run is not None
+        # The ticks its schedule fired are known to a backfill over them (cron_fired is
+        # in the job's slot): none runs again.
+        ticks = {t for i, _ in runs if (t := cron.tick_of_task(i)) is not None}
+        info = queue.backfill_cron("every-second", min(ticks) / 1000, max(ticks) / 1000)
+        assert info.already_ran >= len(ticks) and info.to_run == info.ticks - info.already_ran
         # Each shard's keys are on its own master.
         for keys in SHARDED.shards:
             node = clean_cluster.node_of_slot(key_slot(keys.stats.encode())).client()

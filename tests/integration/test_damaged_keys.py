@@ -103,9 +103,10 @@ def cron_fired(env: Env) -> None:
 
 def fire(env: Env) -> Any:
     # The job's row as fire_cron.lua reads it: name, score read, following score, overlap,
-    # recheck time, tick to hold, ticks outside the window, max runs, pause after, ticks.
+    # recheck time, tick to hold, ticks outside the window, max runs, pause after, whether
+    # its first tick goes on from the one before, ticks.
     row = ["job", str(NOW_MS + 60_000), str(NOW_MS + 120_000), "allow", "0", "0", 0, 0, 0,
-           "cron:job:1", str(NOW_MS), b"envelope", ""]  # fmt: skip
+           "1", "cron:job:1", str(NOW_MS), b"envelope", ""]  # fmt: skip
     return env.ops.fire_cron([row])
 
 

@@ -12,7 +12,7 @@ from duetime import cron, times, validation
 from duetime.client.models import CronBackfillInfo, Timestamp
 from duetime.client.shards import QueueShards
 from duetime.errors import ConcurrentChangeError, InvalidInputError, TaskNotFoundError
-from duetime.store.cron_jobs import CronBackfill, parsed_backfill
+from duetime.store.cron_jobs import CronBackfill, merged_spans, parsed_backfill
 from duetime.store.requests import Plan
 
 #: Most ticks one backfill runs: ten years of hourly ticks (87,660) fit; ten years of
@@ -33,9 +33,10 @@ class BackfillPlans(QueueShards):
     ) -> Plan[CronBackfillInfo]:
         """Run the job's ticks from ``start`` to ``end`` (both included, both past; None:
         now) at most ``rate`` a second, except those an earlier backfill of the job
-        handled or whose task is live: a tick is identified by its instant, so a re-run,
-        a shifted range or an overlapping one never runs a tick twice. It replaces the
-        job's backfill before it; what that had done stays done."""
+        handled, those its own schedule enqueued, and those whose task is live: a tick
+        is identified by its instant, so a re-run, a shifted range or an overlapping
+        one never runs a tick twice. It replaces the job's backfill before it; what
+        that had done stays done."""
         spacing = _spacing(rate)
         from_ms = _moment(start, "start")
         to_ms = None if end is None else _moment(end, "end")
@@ -58,9 +59,9 @@ class BackfillPlans(QueueShards):
             )
         ticks = _ticks_in(job, from_ms, to_ms)
         for _ in range(MOST_START_TRIES):
-            stored = yield from shard.backfill_record(name)
+            stored, fired = yield from shard.backfill_record(name)
             previous = None if stored is None else parsed_backfill(stored)
-            backfill = _planned(job, ticks, spacing, previous)
+            backfill = _planned(job, ticks, spacing, previous, fired)
             now = yield from shard.now()
             code = yield from shard.start_backfill(name, stored, backfill, now)
             if code == 0:
@@ -84,11 +85,20 @@ def _replaced(previous: CronBackfill | None, backfill: CronBackfill) -> CronBack
 
 
 def _planned(
-    job: cron.CronJob, ticks: list[int], spacing: int, previous: CronBackfill | None
+    job: cron.CronJob,
+    ticks: list[int],
+    spacing: int,
+    previous: CronBackfill | None,
+    fired: tuple[tuple[int, int], ...],
 ) -> CronBackfill:
     """The backfill of ``ticks`` (the range's, in order) that replaces ``previous``: what
-    that and the backfills before it handled is kept, and not run again."""
-    covered = _joined(job, previous.handled()) if previous is not None else ()
+    that and the backfills before it handled is kept, and not run again, nor are the
+    ticks of the range the job's schedule enqueued (the spans ``fired``, kept with it:
+    a tick the schedule fires later is found by fire_backfill.lua)."""
+    low, high = ticks[0], ticks[-1]
+    within = [(max(a, low), min(b, high)) for a, b in fired if a <= high and b >= low]
+    kept = previous.handled() if previous is not None else ()
+    covered = _joined(job, merged_spans((*kept, *within)))
     first: int | None = None
     already_ran = 0
     spans = iter(covered)

@@ -18,7 +18,7 @@ from duetime.client.preparing import task_name_of
 from duetime.client.producing import Producing
 from duetime.client.reports import result_record
 from duetime.errors import DecodeError, InvalidInputError, TaskNotFoundError
-from duetime.store.cron_jobs import CronTable
+from duetime.store.cron_jobs import CronTable, covering
 from duetime.store.requests import Plan
 
 #: Cron jobs declared per script call (``add_crons`` of many jobs).
@@ -223,7 +223,9 @@ class CronPlans(Producing):
         if name in table.last_task:
             backfill = table.backfills.get(name)
             handled = backfill.handled() if backfill is not None else ()
-            last = yield from self._cron_run(job, table.last_task[name], handled)
+            last = yield from self._cron_run(
+                job, table.last_task[name], handled, table.fired.get(name, ())
+            )
         keeps = job.keeps_state
         return CronInfo(
             name=job.name,
@@ -253,14 +255,20 @@ class CronPlans(Producing):
         )
 
     def _cron_run(
-        self, job: cron.CronJob, task_id: str, backfilled: tuple[tuple[int, int], ...]
+        self,
+        job: cron.CronJob,
+        task_id: str,
+        backfilled: tuple[tuple[int, int], ...],
+        fired: tuple[tuple[int, int], ...],
     ) -> Plan[CronRun | None]:
         """The run of ``task_id``; ``backfilled`` holds the spans of ticks the job's
-        backfills handled (a run of theirs is due when it fires, so it is not late)."""
+        backfills handled (a run of theirs is due when it fires, so it is not late), and
+        ``fired`` those of ticks its schedule enqueued (a backfill's range may hold them:
+        it does not run them, so they are the schedule's runs)."""
         tick = cron.tick_of_task(task_id)
         if tick is None:
             return None  # not an id duetime wrote; the checker does not own cron_last values
-        from_backfill = any(low <= tick <= high for low, high in backfilled)
+        from_backfill = covering(backfilled, tick) is not None and covering(fired, tick) is None
         _, reply = yield from self._locate(task_id)
         result, _ = result_record(reply.result)
         error = codec.decode_error(reply.error).error if reply.error else None

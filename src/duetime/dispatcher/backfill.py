@@ -16,7 +16,7 @@ from duetime.cron import CronJob
 from duetime.dispatcher.tally import TickTally
 from duetime.errors import DecodeError
 from duetime.store import AsyncRunner
-from duetime.store.cron_jobs import CronBackfill, DueBackfill
+from duetime.store.cron_jobs import CronBackfill, DueBackfill, covering
 from duetime.store.operations import QueueOperations
 
 log = logging.getLogger("duetime.dispatcher")
@@ -86,11 +86,12 @@ class BackfillFirer:
 
 
 def _next_to_run(job: CronJob, after_ms: int, backfill: CronBackfill) -> int:
-    """The backfill's first tick after ``after_ms`` that no earlier backfill handled
-    (covered spans are jumped over whole); -1 when its range holds no more."""
+    """The backfill's first tick after ``after_ms`` not within its covered spans (ticks
+    that earlier backfills handled or the job's schedule enqueued, counted as run when
+    it was planned): those are jumped over whole; -1 when its range holds no more."""
     tick = job.next_tick(after_ms)  # ticks do not depend on the name
     while tick is not None and tick <= backfill.to_ms:
-        end = backfill.covering(tick)
+        end = covering(backfill.covered, tick)
         if end is None:
             return tick
         tick = job.next_tick(end)

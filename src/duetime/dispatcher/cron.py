@@ -42,6 +42,9 @@ class CronFiring(NamedTuple):
     name: str
     expected_next_ms: int
     following_ms: int | None
+    #: Whether the first of ``ticks`` is the first tick not fired yet: none was dropped
+    #: before it (fire_cron.lua keeps the spans of ticks fired, a span as long as this is).
+    chained: bool
     overlap: cron.OverlapPolicy
     hold_tick_ms: int  # with overlap="delay", the tick held back if the previous run is live
     ticks: list[tuple[str, int, bytes, str]]
@@ -58,6 +61,7 @@ class CronFiring(NamedTuple):
             str(-1 if self.following_ms is None else self.following_ms), self.overlap,
             str(retry_at_ms), str(self.hold_tick_ms), self.outside_window, self.max_runs,
             self.pause_after_failures,
+            "1" if self.chained else "0",
         ]  # fmt: skip
         for task_id, run_at_ms, envelope, record in self.ticks:
             row += (task_id, str(run_at_ms), envelope, record)
@@ -172,6 +176,7 @@ class CronFirer:
             name=name,
             expected_next_ms=entry.next_tick_ms,
             following_ms=plan.following_ms,
+            chained=bool(plan.ticks) and plan.ticks[0][0] == first,
             overlap=job.overlap,
             hold_tick_ms=plan.ticks[0][0] if plan.ticks else first,
             ticks=[template.tick_task(name, packed_data, *tick) for tick in plan.ticks],

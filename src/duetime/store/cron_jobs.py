@@ -31,7 +31,8 @@ class CronState:
 @dataclass(frozen=True, slots=True)
 class CronBackfill:
     """A job's backfill (``cron_backfill``): its range, pace and progress, and the ticks
-    the job's earlier backfills handled (``covered``), which it does not run again.
+    it does not run again (``covered``): those the job's earlier backfills handled, and
+    those of its range the job's schedule had enqueued when it was planned.
 
     Its own progress covers the ticks from ``from_ms`` to the one before ``next_tick_ms``
     (to ``to_ms`` once done): each of them it fired, passed over or found run already."""
@@ -45,15 +46,8 @@ class CronBackfill:
     skipped: int = 0  # ticks skipped under overlap="skip"
     already_ran: int = 0  # ticks not run again: an earlier backfill ran them, or live
     #: Instants (ms, both ends included, in order, apart) within which every tick of the
-    #: job was handled by an earlier backfill.
+    #: job was handled by an earlier backfill, or enqueued by its schedule.
     covered: tuple[tuple[int, int], ...] = ()
-
-    def covering(self, tick_ms: int) -> int | None:
-        """The end of the covered span that holds ``tick_ms``; None when none does."""
-        for low, high in self.covered:
-            if low <= tick_ms <= high:
-                return high
-        return None
 
     def handled(self) -> tuple[tuple[int, int], ...]:
         """The spans of ticks handled by this backfill and those before it."""
@@ -69,6 +63,14 @@ class CronBackfill:
             f"{self.from_ms}|{self.to_ms}|{self.spacing_ms}|{next_tick}|{self.fired}|"
             f"{self.total}|{self.skipped}|{self.already_ran}|{spans}"
         )
+
+
+def covering(spans: Sequence[tuple[int, int]], tick_ms: int) -> int | None:
+    """The end of the span of ``spans`` that holds ``tick_ms``; None when none does."""
+    for low, high in spans:
+        if low <= tick_ms <= high:
+            return high
+    return None
 
 
 def merged_spans(spans: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
@@ -99,6 +101,8 @@ class CronTable:
     held: dict[str, int]
     states: dict[str, CronState] = field(default_factory=dict)
     backfills: dict[str, CronBackfill] = field(default_factory=dict)
+    #: The spans of ticks each job's own schedule enqueued (``cron_fired``), in order.
+    fired: dict[str, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +121,7 @@ class CronPlans(QueueBase):
         """Declare jobs (name, definition, due time of the first tick after now) in one
         script call: per job 0 unchanged, 1 created, 2 updated."""
         k = self.keys
-        keys = (k.cron, k.cron_next, k.wake, k.cron_state)
+        keys = (k.cron, k.cron_next, k.wake, k.cron_state, k.cron_last, k.cron_fired)
         args = [value for job in jobs for value in job]
         return [int(code) for code in (yield Eval(scripts.DECLARE_CRON, keys, args))]
 
@@ -126,13 +130,14 @@ class CronPlans(QueueBase):
         and it was so already, 0 no such job."""
         k = self.keys
         tick = -1 if next_tick_ms is None else next_tick_ms
-        keys = (k.cron, k.cron_next, k.cron_held, k.wake, k.cron_state)
+        keys = (k.cron, k.cron_next, k.cron_held, k.wake, k.cron_state, k.cron_last,
+                k.cron_fired)  # fmt: skip
         return int((yield Eval(scripts.SET_CRON_NEXT, keys, (name, tick))))
 
     def remove_cron(self, name: str) -> Plan[bool]:
         k = self.keys
         keys = (k.cron, k.cron_next, k.cron_last, k.cron_held, k.cron_state, k.cron_backfill,
-                k.cron_backfill_due)  # fmt: skip
+                k.cron_backfill_due, k.cron_fired)  # fmt: skip
         return bool((yield Eval(scripts.REMOVE_CRON, keys, (name,))))
 
     def cron_table(self) -> Plan[CronTable]:
@@ -147,6 +152,7 @@ class CronPlans(QueueBase):
                 Command(("HGETALL", k.cron_held)),
                 Command(("HGETALL", k.cron_state)),
                 Command(("HGETALL", k.cron_backfill)),
+                Command(("HGETALL", k.cron_fired)),
             )
         )
         return _table(*(pairs(reply) for reply in replies))
@@ -163,6 +169,7 @@ class CronPlans(QueueBase):
                 Command(("HGET", k.cron_held, name)),
                 Command(("HGET", k.cron_state, name)),
                 Command(("HGET", k.cron_backfill, name)),
+                Command(("HGET", k.cron_fired, name)),
             )
         )
         return _table(*([] if reply is None else [(name, reply)] for reply in replies))
@@ -189,10 +196,18 @@ class CronPlans(QueueBase):
             )  # fmt: skip
         return due
 
-    def backfill_record(self, name: str) -> Plan[bytes | None]:
-        """A job's backfill record as stored (start_backfill compares it)."""
-        reply = yield Command(("HGET", self.keys.cron_backfill, name))
-        return None if reply is None else bytes(reply)
+    def backfill_record(self, name: str) -> Plan[tuple[bytes | None, tuple[tuple[int, int], ...]]]:
+        """A job's backfill record as stored (start_backfill compares it), and the spans
+        of ticks its schedule enqueued."""
+        k = self.keys
+        record, fired, last = yield Batch(
+            (
+                Command(("HGET", k.cron_backfill, name)),
+                Command(("HGET", k.cron_fired, name)),
+                Command(("HGET", k.cron_last, name)),
+            )
+        )
+        return (None if record is None else bytes(record)), parsed_fired(fired, last)
 
     def start_backfill(
         self, name: str, replaced: bytes | None, backfill: CronBackfill, now_ms: int
@@ -234,7 +249,7 @@ class CronPlans(QueueBase):
         """For each job, fire its backfill's next tick (fire_backfill.lua reads the rows)."""
         k = self.keys
         keys = (k.cron_backfill_due, k.cron_backfill, k.cron_last, k.tasks, k.ready, k.stats,
-                k.limits, k.flow_records, k.scheduled, k.wake)  # fmt: skip
+                k.limits, k.flow_records, k.scheduled, k.wake, k.cron_fired)  # fmt: skip
         replies = yield Eval(scripts.FIRE_BACKFILL, keys, (packed_arguments(list(rows)),))
         return [r if isinstance(r, int) else CronFireOutcome(as_text(r)) for r in replies]
 
@@ -261,6 +276,7 @@ class CronPlans(QueueBase):
             k.wake,
             k.cron_state,
             k.dead,
+            k.cron_fired,
         )
         replies = yield Eval(scripts.FIRE_CRON, keys, (packed_arguments(list(firings)),))
         return [r if isinstance(r, int) else CronFireOutcome(as_text(r)) for r in replies]
@@ -268,15 +284,17 @@ class CronPlans(QueueBase):
 
 def _table(*columns: list[tuple[Any, Any]]) -> CronTable:
     """A CronTable from (name, value) pairs of each record, in ``CronTable``'s order."""
-    definitions, next_ticks, last, held, states, backfills = columns
+    definitions, next_ticks, last, held, states, backfills, fired = columns
+    last_task = {as_text(n): as_text(i) for n, i in last}
     return CronTable(
         {as_text(n): blob for n, blob in definitions},
         {as_text(n): int(float(s)) for n, s in next_ticks},
-        {as_text(n): as_text(i) for n, i in last},
+        last_task,
         # A held tick that is not a number is garbage; the job shows as not held.
         {as_text(n): t for n, raw in held if (t := count_or_none(raw)) is not None},
         {as_text(n): s for n, raw in states if (s := _state(raw)) is not None},
         {as_text(n): b for n, raw in backfills if (b := parsed_backfill(raw)) is not None},
+        {as_text(n): parsed_fired(raw, last_task.get(as_text(n))) for n, raw in fired},
     )
 
 
@@ -297,13 +315,37 @@ def parsed_backfill(raw: bytes) -> CronBackfill | None:
     if len(parts) != 9 or not all(p.lstrip("-").isdigit() for p in parts[:8]):
         return None
     start, end, spacing, next_tick, fired, total, skipped, before = (int(p) for p in parts[:8])
+    spans = _parsed_spans(parts[8])
+    if spans is None:
+        return None
+    return CronBackfill(
+        start, end, spacing, None if next_tick < 0 else next_tick, fired, total, skipped,
+        before, spans,
+    )  # fmt: skip
+
+
+def parsed_fired(raw: Any, last_task: Any) -> tuple[tuple[int, int], ...]:
+    """The spans of ticks a job's schedule enqueued, in order, from its ``cron_fired``
+    value "<open low>|<closed spans>" and its ``cron_last`` task id (where its open span
+    ends; fired_spans.lua); none when it has none or the value is not one duetime wrote
+    (then backfills know no tick of its schedule, as before)."""
+    open_low, _, text = as_text(raw or b"").partition("|")
+    spans = _parsed_spans(text)
+    if spans is None or not (open_low == "" or open_low.isdigit()):
+        return ()
+    if open_low:
+        low, high = int(open_low), as_text(last_task or b"").rpartition(":")[2]
+        spans = merged_spans((*spans, (low, max(low, int(high) if high.isdigit() else low))))
+    return spans
+
+
+def _parsed_spans(text: str) -> tuple[tuple[int, int], ...] | None:
+    """Spans written as "low:high,low:high" (in any order), merged and in order; None
+    when ``text`` is not that."""
     spans = []
-    for span in filter(None, parts[8].split(",")):
+    for span in filter(None, text.split(",")):
         low, _, high = span.partition(":")
         if not (low.isdigit() and high.isdigit()):
             return None
         spans.append((int(low), int(high)))
-    return CronBackfill(
-        start, end, spacing, None if next_tick < 0 else next_tick, fired, total, skipped,
-        before, merged_spans(spans),
-    )  # fmt: skip
+    return merged_spans(spans)

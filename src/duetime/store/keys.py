@@ -139,13 +139,20 @@ class QueueKeys:
     @property
     def cron_backfill(self) -> str:
         """HASH cron job name -> its backfill: "<from>|<to>|<spacing ms>|<next tick>|
-        <ticks fired>|<ticks in all>" (next tick -1: done)."""
+        <ticks fired>|<ticks in all>|<skipped>|<ran before>|<covered spans>" (next tick
+        -1: done)."""
         return self._key("cron_backfill")
 
     @property
     def cron_backfill_due(self) -> str:
         """ZSET cron job name -> when its backfill fires its next tick (ms)."""
         return self._key("cron_backfill_due")
+
+    @property
+    def cron_fired(self) -> str:
+        """HASH cron job name -> the spans of ticks its schedule enqueued: "<open low>|
+        <low>:<high>,..." (ms, newest first; the open one ends at cron_last's tick)."""
+        return self._key("cron_fired")
 
     @property
     def minutes(self) -> str:
@@ -329,7 +336,7 @@ _KEY_TYPES = {
     "workers": "zset", "attempts": "hash", "errors": "hash", "dead": "zset",
     "reaped": "zset", "wake": "list", "stats": "hash", "cron": "hash", "cron_next": "zset",
     "cron_last": "hash", "cron_held": "hash", "cron_state": "hash", "cron_backfill": "hash",
-    "cron_backfill_due": "zset", "minutes": "hash", "paused": "string",
+    "cron_backfill_due": "zset", "cron_fired": "hash", "minutes": "hash", "paused": "string",
     "resumed": "list", "active:": "list", "result:": "list", "limits": "hash",
     "flow": "hash", "due": "zset", "turns": "zset", "throttled": "zset", "rates": "zset",
     "running": "zset", "holds": "hash", "keyed": "hash", "keyed_expiry": "zset",

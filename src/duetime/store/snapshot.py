@@ -107,6 +107,7 @@ class SnapshotPlans(QueueBase):
             k.cron_state,
             k.cron_backfill,
             k.cron_backfill_due,
+            k.cron_fired,
             k.early,
             k.reaped,
             k.paused,
@@ -176,6 +177,7 @@ def _reads(k: QueueKeys, active_keys: list[str], found: _FoundKeys) -> tuple[Com
         Command(("LRANGE", k.history, 0, -1)),
         Command(("ZRANGE", k.history_tasks, 0, -1, "WITHSCORES")),
         Command(("HGETALL", k.cancelling)),
+        Command(("HKEYS", k.cron_fired)),
         *(Command(("LRANGE", key, 0, -1)) for key in active_keys),
         *(Command(("PTTL", key)) for key in found.results),
         *(Command(("ZRANGE", key, 0, -1, "WITHSCORES")) for key in found.buckets),
@@ -191,7 +193,8 @@ def _fill(
     delayed_index, delayed_layout = replies[16:18]
     cron_state, cron_backfill, cron_backfill_due = replies[21:24]
     _fill_flow_keyed_history(snap, replies)
-    rest = replies[31:]
+    cron_fired = replies[31]
+    rest = replies[32:]
     lists = rest[: len(active_keys)]
     ttls = rest[len(active_keys) : len(active_keys) + len(found.results)]
     buckets = rest[len(active_keys) + len(found.results) :]
@@ -222,6 +225,7 @@ def _fill(
         "cron_state": {as_text(i) for i in cron_state},
         "cron_backfill": {as_text(i) for i in cron_backfill},
         "cron_backfill_due": {as_text(i) for i in cron_backfill_due},
+        "cron_fired": {as_text(i) for i in cron_fired},
     }
     snap.cron_held = {as_text(i): value for i, value in pairs(cron_held)}
     snap.active = {

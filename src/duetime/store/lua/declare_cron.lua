@@ -3,15 +3,22 @@
 -- KEYS[2] cron_next  ZSET  job name -> when its next tick is due (ms); a paused job is absent
 -- KEYS[3] wake       LIST
 -- KEYS[4] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
+-- KEYS[5] cron_last  HASH  job name -> task id of its latest fired tick
+-- KEYS[6] cron_fired HASH  job name -> the spans of ticks its schedule enqueued
+--         (fired_spans.lua): a changed job that starts again from its first tick after
+--         now closes its open span
 -- ARGV triples, one per job: job name, definition, the due time of its first tick after
 --   now (ms), used when the job is new or changed
 -- Returns: per job, 0 unchanged, 1 created, 2 updated (a paused job stays paused; one
 -- that ended, its end passed or its runs done, starts again from its first tick).
 -- @include wake
+-- @include fired_spans
 -- What is written below is read here first: a key of the wrong type fails the call
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('HGET', KEYS[1], '')
 redis.call('HGET', KEYS[4], '')
+redis.call('HGET', KEYS[5], '')
+redis.call('HGET', KEYS[6], '')
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
 redis.call('LLEN', KEYS[3])
 local outcomes, earliest = {}, nil
@@ -39,6 +46,9 @@ for i = 1, #ARGV, 3 do
     outcomes[#outcomes + 1] = current and 2 or 1
     if not current or redis.call('ZSCORE', KEYS[2], name) or ended(name) then
       redis.call('ZADD', KEYS[2], first, name)
+      if current then
+        close_fired(KEYS[6], KEYS[5], name)
+      end
       if not earliest or first < earliest then
         earliest = first
       end

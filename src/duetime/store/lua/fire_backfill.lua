@@ -2,8 +2,10 @@
 -- next tick (at a bounded pace) under the job's overlap policy, and advance it, once
 -- however many dispatchers try: the due time and the whole record are compared and set.
 -- A tick is never enqueued again: not one within the spans earlier backfills of the job
--- handled (the record keeps them), and not one whose task is live (its task id is the
--- tick's id, stored with HSETNX), whichever firing enqueued it.
+-- handled (the record keeps them), not one within the spans of ticks the job's own
+-- schedule enqueued (cron_fired, read here: a tick fired since the backfill was
+-- planned counts too), and not one whose task is live (its task id is the tick's id,
+-- stored with HSETNX), whichever firing enqueued it.
 -- KEYS[1] cron_backfill_due ZSET job name -> when its backfill fires its next tick (ms)
 -- KEYS[2] cron_backfill HASH  job name -> "<from>|<to>|<spacing>|<next tick>|<fired>|<total>
 --                             |<skipped>|<ran before>|<covered spans: low:high,...>" (a
@@ -16,15 +18,18 @@
 -- KEYS[8] flow records HASH
 -- KEYS[9] scheduled  ZSET
 -- KEYS[10] wake      LIST
+-- KEYS[11] cron_fired HASH job name -> the spans of ticks the job's schedule enqueued
+--          (fired_spans.lua): its open span is closed here before cron_last is written
 -- ARGV[1] the backfills, packed (msgpack): an array of arrays, one per job, of name, the
 --   due time the caller read (CAS), the record it read (CAS), the next tick to fire
 --   after this one, not within the covered spans (-1: the range is done), when it
 --   fires, overlap policy (allow | skip | delay), when delaying the time to look again,
 --   and the tick's task id, run-at (ms), envelope and flow record ('').
 -- Returns: an array, per job, of 1 enqueued, 0 it had run already (an earlier backfill
--- handled it, or its task is live), or 'stale', 'skipped' or 'delayed' (the job's
--- previous run is still live).
+-- handled it, the job's schedule enqueued it, or its task is live), or 'stale',
+-- 'skipped' or 'delayed' (the job's previous run is still live).
 -- @include flow_mode
+-- @include fired_spans
 -- What is written below is read here first: a key of the wrong type fails the call with
 -- nothing written (a script that fails half way keeps the writes it made).
 redis.call('HGET', KEYS[2], '')
@@ -33,6 +38,7 @@ redis.call('HGET', KEYS[4], '')
 redis.call('LLEN', KEYS[5])
 redis.call('ZSCORE', KEYS[9], '')
 redis.call('LLEN', KEYS[10])
+redis.call('HGET', KEYS[11], '')
 local woken = false
 
 -- Whether ``tick`` lies within one of the covered spans ("low:high,low:high").
@@ -70,12 +76,18 @@ local function fire(job)
       redis.call('ZREM', KEYS[1], name)
     end
   end
-  if covered(spans, tonumber(tick)) then
+  local last = redis.call('HGET', KEYS[3], name)
+  local open, closed = read_fired(KEYS[11], name)
+  local fired_by_schedule = covered(closed, tonumber(tick))
+  if open ~= '' then  -- from its low to the tick of cron_last
+    local high = string.match(last or '', ':(%d+)$') or open
+    fired_by_schedule = fired_by_schedule or covered(open .. ':' .. high, tonumber(tick))
+  end
+  if covered(spans, tonumber(tick)) or fired_by_schedule then
     advance(0, 0, 1)
     return 0
   end
   if job[6] ~= 'allow' then
-    local last = redis.call('HGET', KEYS[3], name)
     if last and last ~= job[8] and redis.call('HEXISTS', KEYS[4], last) == 1 then
       if job[6] == 'delay' then
         redis.call('ZADD', KEYS[1], job[7], name)
@@ -98,6 +110,9 @@ local function fire(job)
     count = 1
     redis.pcall('HINCRBY', KEYS[6], 'cron_backfilled', 1)
     redis.pcall('HINCRBY', KEYS[6], 'scheduled', 1)
+  end
+  if open ~= '' then  -- its open span ends at cron_last, written now: it is closed
+    redis.call('HSET', KEYS[11], name, '|' .. closed_spans(open, closed, last))
   end
   redis.call('HSET', KEYS[3], name, job[8])
   advance(count, 0, 1 - count)

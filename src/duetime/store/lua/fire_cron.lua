@@ -16,18 +16,23 @@
 -- KEYS[11] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
 --          for jobs with max_runs or pause_after_failures, and jobs that ended
 -- KEYS[12] dead      ZSET  task id -> time of death: a run that is there failed
+-- KEYS[13] cron_fired HASH job name -> the spans of ticks its schedule enqueued
+--          (fired_spans.lua), which backfills do not run again
 -- ARGV[1] the jobs, packed (msgpack): an array of arrays, one per job, of
 --   name, the next-tick score the caller read (CAS), the following score (-1: the job
 --   never fires again), overlap policy (allow | skip | delay), when delaying the time to
 --   look again and the tick to hold, ticks skipped outside the catch-up window (counted),
---   max runs (0: none), failed runs in a row that pause it (0: none), and then the ticks
---   to enqueue (all due) as quads: task id, run-at (ms), envelope, flow record ('').
+--   max runs (0: none), failed runs in a row that pause it (0: none), '1' when the first
+--   tick to enqueue is the first the job had not fired (none was skipped or dropped
+--   before it) else '0', and then the ticks to enqueue (all due) as quads: task id
+--   (cron:<name>:<tick>), run-at (ms), envelope, flow record ('').
 -- Returns: an array, per job, of the number of ticks enqueued, or 'stale' (another
 -- dispatcher fired it, or the job changed), 'skipped' or 'delayed' (the previous run is
 -- still live), 'paused' (its runs failed pause_after_failures times in a row).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include flow_mode
+-- @include fired_spans
 -- What is written below is read here first: a key of the wrong type fails the call with
 -- nothing written (a script that fails half way keeps the writes it made).
 redis.call('HGET', KEYS[2], '')
@@ -38,6 +43,7 @@ redis.call('ZSCORE', KEYS[9], '')
 redis.call('LLEN', KEYS[10])
 redis.call('HGET', KEYS[11], '')
 redis.call('ZSCORE', KEYS[12], '')
+redis.call('HGET', KEYS[13], '')
 local woken = false
 -- Counters are bumped once per call, not per job.
 local fired, outside_window, skipped, paused = 0, 0, 0, 0
@@ -76,9 +82,9 @@ local function stop(name)
 end
 
 -- Writes of every job alike are gathered and made once a call, a command for many jobs
--- (a call fires up to hundreds): the next scores, the last tick ids, the held ticks let
--- go, the ticks pushed to ready, in the jobs' order.
-local next_scores, last_ids, unheld, pushed = {}, {}, {}, {}
+-- (a call fires up to hundreds): the next scores, the last tick ids, the fired spans,
+-- the held ticks let go, the ticks pushed to ready, in the jobs' order.
+local next_scores, last_ids, fired_spans, unheld, pushed = {}, {}, {}, {}, {}
 local function in_chunks(values, write)
   for first = 1, #values, 1000 do  -- an even count: pairs stay whole
     write(unpack(values, first, math.min(first + 999, #values)))
@@ -119,7 +125,7 @@ local function fire(job)
     end
   end
   outside_window = outside_window + tonumber(job[7])
-  if job[4] ~= 'allow' and #job >= 10 then
+  if job[4] ~= 'allow' and #job >= 11 then
     local last = redis.call('HGET', KEYS[2], name)
     if last and redis.call('HEXISTS', KEYS[4], last) == 1 then
       if keeps then
@@ -134,15 +140,16 @@ local function fire(job)
       if state.ended then
         write_state(name, state)
       end
+      close_fired(KEYS[13], KEYS[2], name)  -- a tick skipped: the run of fired ticks ends
       skipped = skipped + 1
       return 'skipped'
     end
   end
   local count = 0
-  local recorded = #job >= 10 and job[13] ~= ''
+  local recorded = #job >= 11 and job[14] ~= ''
   local flowing = under_flow or (recorded and flow_mode(KEYS[7], KEYS[8], true))
   local last
-  for i = 10, #job, 4 do
+  for i = 11, #job, 4 do
     if max_runs > 0 and state.runs >= max_runs then
       break
     end
@@ -166,6 +173,20 @@ local function fire(job)
   if last then
     last_ids[#last_ids + 1] = name
     last_ids[#last_ids + 1] = last
+    -- Its ticks are in its open span (which ends at cron_last) when they go on from the
+    -- one before; if not, that span is closed and one opened from them. (A record that
+    -- starts with a digit has an open span: the common case reads no more.)
+    local raw = job[10] == '1' and redis.call('HGET', KEYS[13], name)
+    if not (raw and string.find(raw, '^%d')) then
+      local open, closed = read_fired(KEYS[13], name)
+      if job[10] ~= '1' then
+        closed = closed_spans(open, closed, redis.call('HGET', KEYS[2], name))
+      end
+      fired_spans[#fired_spans + 1] = name
+      fired_spans[#fired_spans + 1] = string.match(job[11], ':(%d+)$') .. '|' .. closed
+    end
+  elseif job[10] ~= '1' then
+    close_fired(KEYS[13], KEYS[2], name)  -- every due tick dropped (the catch-up window)
   end
   if max_runs > 0 and state.runs >= max_runs then
     stop(name)
@@ -186,6 +207,7 @@ for index, job in ipairs(cmsgpack.unpack(ARGV[1])) do
 end
 in_chunks(pushed, function(...) redis.call('RPUSH', KEYS[5], ...) end)
 in_chunks(last_ids, function(...) redis.call('HSET', KEYS[2], ...) end)
+in_chunks(fired_spans, function(...) redis.call('HSET', KEYS[13], ...) end)
 in_chunks(next_scores, function(...) redis.call('ZADD', KEYS[1], ...) end)
 in_chunks(unheld, function(...) redis.call('HDEL', KEYS[3], ...) end)
 if woken and redis.call('LLEN', KEYS[10]) == 0 then

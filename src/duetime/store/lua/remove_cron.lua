@@ -6,6 +6,7 @@
 -- KEYS[5] cron_state HASH
 -- KEYS[6] cron_backfill HASH
 -- KEYS[7] cron_backfill_due ZSET
+-- KEYS[8] cron_fired HASH
 -- ARGV[1] job name
 -- Returns: 1 removed, 0 no such job.
 local name = ARGV[1]
@@ -17,10 +18,12 @@ redis.call('HGET', KEYS[4], '')
 redis.call('HGET', KEYS[5], '')
 redis.call('HGET', KEYS[6], '')
 redis.call('ZSCORE', KEYS[7], '')
+redis.call('HGET', KEYS[8], '')
 redis.call('ZREM', KEYS[2], name)
 redis.call('ZREM', KEYS[7], name)
 redis.call('HDEL', KEYS[3], name)
 redis.call('HDEL', KEYS[4], name)
 redis.call('HDEL', KEYS[5], name)
 redis.call('HDEL', KEYS[6], name)
+redis.call('HDEL', KEYS[8], name)
 return redis.call('HDEL', KEYS[1], name)

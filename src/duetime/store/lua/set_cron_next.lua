@@ -4,6 +4,9 @@
 -- KEYS[3] cron_held  HASH  job name -> held tick
 -- KEYS[4] wake       LIST
 -- KEYS[5] cron_state HASH  job name -> "<runs>|<failures in a row>|<ended>|<run to judge>"
+-- KEYS[6] cron_last  HASH  job name -> task id of its latest fired tick
+-- KEYS[7] cron_fired HASH  job name -> the spans of ticks its schedule enqueued
+--         (fired_spans.lua): a pause or a resume closes its open span
 -- ARGV[1] job name
 -- ARGV[2] next due time (ms), or -1 to pause
 -- Returns: 1 done, 2 done and it was so already (paused before a pause: no next tick and
@@ -11,6 +14,7 @@
 -- runs (pause_after_failures counts again from 0) and that it ended; its runs so far
 -- stay counted.
 -- @include wake
+-- @include fired_spans
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], name) == 0 then
   return 0
@@ -19,11 +23,14 @@ end
 -- with nothing written (a script that fails half way keeps the writes it made).
 redis.call('ZSCORE', KEYS[2], '')
 redis.call('LLEN', KEYS[4])
+redis.call('HGET', KEYS[6], '')
+redis.call('HGET', KEYS[7], '')
 local state = redis.call('HGET', KEYS[5], name)
 local live = redis.call('ZSCORE', KEYS[2], name) ~= false
   or redis.call('HEXISTS', KEYS[3], name) == 1
 local already = (tonumber(ARGV[2]) < 0) ~= live
 redis.call('HDEL', KEYS[3], name)
+close_fired(KEYS[7], KEYS[6], name)
 if tonumber(ARGV[2]) < 0 then
   redis.call('ZREM', KEYS[2], name)
 else
