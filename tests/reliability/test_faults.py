@@ -90,6 +90,10 @@ class Daemon:
         return "\n".join(text[-lines:])
 
 
+def _started_or_ended(daemon: Daemon) -> bool:
+    return not daemon.alive() or "starting" in daemon.tail(200)
+
+
 class Fleet:
     """Daemons started as real processes, each logging to its own file. ``close`` kills
     every one still running, so a failing test leaves nothing behind."""
@@ -135,6 +139,13 @@ class Fleet:
         """Graceful stop (SIGTERM) of several daemons at once; each must exit with code 0
         in time, or it is reported as hung, with its log."""
         for daemon in daemons:
+            # A process still importing Python has no handler yet (a SIGTERM then is a
+            # death by signal, as for any program): stop it once it says it is starting.
+            wait_until_sync(
+                partial(_started_or_ended, daemon),
+                timeout=30,
+                what=f"{daemon.role} {daemon.pid} to start",
+            )
             daemon.ended_by_test = True
             daemon.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout

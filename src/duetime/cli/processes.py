@@ -31,16 +31,25 @@ class Daemon(Protocol):
         stops at once anyway)."""
 
 
+#: Signals that came after a daemon process started and before ``run_daemons`` or
+#: ``fork_workers`` took the signals over: they act on them first.
+_early_signals: list[int] = []
+
+
 @contextlib.contextmanager
 def stopped_cleanly_while_starting() -> Iterator[None]:
     """While a daemon process loads its app and checks its queues it holds no task: a
     SIGTERM or SIGINT then ends it at once with code 0 (a supervisor stopping it sees a
-    clean stop, not a death by signal). The handlers before are put back after, for
-    ``run_daemons`` to take the signals over."""
+    clean stop, not a death by signal). After the block a signal is kept for
+    ``run_daemons`` or ``fork_workers``, which stop at once when one came; when the block
+    fails, the handlers before are put back."""
 
     def leave(signum: int, frame: Any) -> None:
         log.info("stopped before starting")
         raise SystemExit(0)
+
+    def keep(signum: int, frame: Any) -> None:
+        _early_signals.append(signum)
 
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set handlers (a command run from a test thread)
@@ -48,9 +57,12 @@ def stopped_cleanly_while_starting() -> Iterator[None]:
     before = {signum: signal.signal(signum, leave) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
-    finally:
+    except BaseException:
         for signum, handler in before.items():
             signal.signal(signum, handler)
+        raise
+    for signum in before:
+        signal.signal(signum, keep)
 
 
 def run_daemons(daemons: Sequence[Daemon]) -> None:
@@ -77,6 +89,9 @@ def run_daemons(daemons: Sequence[Daemon]) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal)
         runs = [asyncio.create_task(daemon.run()) for daemon in daemons]
+        while _early_signals:
+            _early_signals.pop()
+            on_signal()
         done, _ = await asyncio.wait(runs, return_when=asyncio.FIRST_EXCEPTION)
         if any(task.exception() is not None for task in done):
             stop()
@@ -123,6 +138,9 @@ def fork_workers(processes: int, child_main: Callable[[int], None]) -> None:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    if _early_signals:  # stopped while it started: no worker process to start
+        _early_signals.clear()
+        return
     for slot in range(processes):
         spawn(slot)
     while children:
