@@ -481,7 +481,7 @@ def _arguments(method: Method, param: Param, value: object, url: str) -> dict[st
 @pytest.mark.parametrize("flavour", ["sync", "async"])
 @pytest.mark.parametrize(("method", "param"), CASES)
 @settings(
-    max_examples=12,
+    max_examples=5,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
