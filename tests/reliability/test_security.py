@@ -554,6 +554,12 @@ def test_flow_control_works_with_each_roles_least_privilege_user(
              for n in range(30)]
         )  # fmt: skip
         ids.append(producer.schedule_now("vip", limit_key="vip"))
+        # Keyed calls due now, filed among the due by the producer's own scripts.
+        ids.append(producer.schedule_keyed("t", throttle=duetime.Throttle("t", 60)).id)
+        ids.append(producer.schedule_keyed("u", unique=duetime.Unique("u"), limit_key="k1").id)
+        full = duetime.Debounce("d", 60, collect="all", most=1)
+        ids.append(producer.schedule_keyed("d", debounce=full, limit_key="k2").id)
+        producer.schedule_keyed("d2", debounce=full, limit_key="k2")  # the first is full: due
         assert operator.flow().enabled
 
         async def scenario() -> None:

@@ -257,6 +257,12 @@ class QueueKeys:
             self.keyed_expiry,
             self.keyed_tasks,
             self.dead,
+            self.turns,
+            self.throttled,
+            self.rate_state,
+            self.running,
+            self.leases,
+            self.flow_holds,
         )
 
     @property

@@ -15,13 +15,19 @@
 -- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[7] limits          HASH  flow control (flow_mode.lua)
 -- KEYS[8] flow records    HASH  task id -> its flow record (flow_records.lua)
--- KEYS[9] due             ZSET  due tasks of a queue under flow control
+-- KEYS[9] due             ZSET  due tasks of a queue under flow control (flow.lua)
 -- KEYS[10] early          HASH  task id -> run-at, for ids promoted ahead of it
 -- KEYS[11] attempts       HASH  task id -> attempts started (a task there has started)
 -- KEYS[12] keyed          HASH  "<mode>:<key>" -> the key's record (keyed.lua)
 -- KEYS[13] keyed_expiry   ZSET  "<mode>:<key>" -> when the record means nothing more (ms)
 -- KEYS[14] keyed_tasks    HASH  task id -> the "<mode>:<key>" whose record names it
 -- KEYS[15] dead           ZSET  (not used here: the three keyed scripts take one list)
+-- KEYS[16] turns          ZSET  (flow.lua)
+-- KEYS[17] throttled      ZSET  (flow.lua)
+-- KEYS[18] rate state     ZSET  (flow.lua)
+-- KEYS[19] running        ZSET  (flow.lua)
+-- KEYS[20] leases         ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[21] holds          HASH  (flow.lua): a key refused for a slot is noted
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] the field: "d:" .. the key
 -- ARGV[3] the id of a task made by this call (generated; refused when live)
@@ -47,15 +53,18 @@
 -- @include wake
 -- @include scheduling
 -- @include flow_mode
+-- @include chunks
 -- @include flow_records
+-- @include flow
 -- @include keyed_records
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, max_wait, collect = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
--- Every key written below is read first (read_keyed, keyed.lua).
-local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[3], KEYS[4], KEYS[7],
-  KEYS[8], field)
-redis.call('ZSCORE', KEYS[9], '')
+-- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task
+-- made due now joins the due set in this call (file_now, flow.lua), as a plain one joins
+-- ready.
+local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], field)
 if redis.call('HEXISTS', KEYS[1], new_id) == 1 then
   return {'collided'}
 end
@@ -101,32 +110,30 @@ if place then
     return {'collapsed', id, run_at, parts[4], deadline or false}
   end
   -- Full: what it holds is due now (a run-at moved earlier, to now: never early), in
-  -- ready, or under flow control in scheduled for a dispatcher to file.
+  -- ready, or under flow control among the due at once (file_now, flow.lua).
   local flowing = flow_mode(KEYS[7], KEYS[8], false)
-  local wake = flowing and must_wake(KEYS[4], true)
   if place == 'ready' then
     redis.call('LREM', KEYS[3], 1, id)
   elseif place ~= 'scheduled' then
     redis.call('ZREM', KEYS[9], place)
   end
+  redis.call('ZREM', KEYS[2], id)
   redis.pcall('HDEL', KEYS[10], id)
-  if flowing then
-    redis.call('ZADD', KEYS[2], now, id)
-  else
-    redis.call('ZREM', KEYS[2], id)
-    redis.call('RPUSH', KEYS[3], id)
-  end
   local due_now = string.sub(envelope, 1, #envelope - tail_length) .. packed_ms(now) .. limits
   redis.call('HSET', KEYS[1], id, due_now)
-  if wake then
-    redis.call('RPUSH', KEYS[4], 1)
+  if flowing then
+    file_now(KEYS[7], KEYS[8], KEYS[9], KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20],
+      KEYS[4], KEYS[3], KEYS[21], {id}, {now}, now)
+  else
+    redis.call('RPUSH', KEYS[3], id)
   end
 end
 local deadline = max_wait > 0 and base + max_wait or false
 local run_at = base + window
 local data = collect == 'all' and array_head(1) .. ARGV[6] or ARGV[6]
 local written = ARGV[5] .. data .. packed_ms(run_at) .. ARGV[7]
-create_task(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], new_id, run_at,
+create_task(KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[16],
+  KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], new_id, run_at,
   now, written, ARGV[8])
 forget_keyed_task(KEYS[14], field, parts[1])
 redis.call('HSET', KEYS[14], new_id, field)

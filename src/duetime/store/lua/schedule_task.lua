@@ -56,17 +56,12 @@ end
 if run_at <= now then
   -- Under flow control a task due now joins the due set in this call, as a plain one
   -- joins ready: a worker can start it (within its limits) with no dispatcher pass.
-  redis.call('LLEN', KEYS[3])
-  redis.call('LLEN', KEYS[4])
-  redis.call('ZSCORE', KEYS[15], '')
-  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
-  redis.call('HGET', KEYS[16], '')
+  probe_file_now(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
+    KEYS[4], KEYS[3], KEYS[16])
   enter_flow(KEYS[8], KEYS[9], id, record, now)
   redis.call('HSET', KEYS[1], id, ARGV[4])
-  file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], {id}, {run_at})
-  feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
-    KEYS[3], now)
-  note_holds(KEYS[16], now)
+  file_now(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
+    KEYS[4], KEYS[3], KEYS[16], {id}, {run_at}, now)
   count_scheduled(KEYS[5], 1)
   return {count_delayed(asked, 0, layout, KEYS[7], KEYS[6]), 1, {}}
 end

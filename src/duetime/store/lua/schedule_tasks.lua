@@ -123,11 +123,8 @@ local wake = must_wake(KEYS[4], soonest < math.huge and comes_first(soonest, KEY
 -- Caveat: an id already in a bucket without an envelope (an orphan, itself damage) that
 -- is scheduled again in the same call as a bucket of the wrong type loses that entry.
 if #filed > 0 then
-  redis.call('LLEN', KEYS[3])
-  redis.call('LLEN', KEYS[4])
-  redis.call('ZSCORE', KEYS[15], '')
-  probe_flow(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14])
-  redis.call('HGET', KEYS[16], '')
+  probe_file_now(KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
+    KEYS[4], KEYS[3], KEYS[16])
 end
 if #late > 0 and #order > 0 then
   redis.call('ZSCORE', KEYS[2], '')
@@ -174,10 +171,8 @@ end
 if #filed > 0 then
   -- Under flow control tasks due now join the due set in this call, as plain ones join
   -- ready: a worker can start them (within their limits) with no dispatcher pass.
-  file_due(KEYS[9], KEYS[10], KEYS[11], KEYS[12], filed, filed_run_ats)
-  feed(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[4],
-    KEYS[3], now)
-  note_holds(KEYS[16], now)
+  file_now(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15],
+    KEYS[4], KEYS[3], KEYS[16], filed, filed_run_ats, now)
 end
 local generation = count_delayed(asked, delayed, layout, KEYS[7], KEYS[6])
 if wake then

@@ -11,7 +11,7 @@
 -- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[7] limits          HASH  flow control (flow_mode.lua)
 -- KEYS[8] flow records    HASH  task id -> its flow record (flow_records.lua)
--- KEYS[9] due             ZSET  due tasks of a queue under flow control
+-- KEYS[9] due             ZSET  due tasks of a queue under flow control (flow.lua)
 -- KEYS[10] early          HASH  (not used here: the three keyed scripts take one list)
 -- KEYS[11] attempts       HASH  task id -> attempts started (a task there has started)
 -- KEYS[12] keyed          HASH  "<mode>:<key>" -> the key's record (keyed.lua)
@@ -19,6 +19,12 @@
 --          a new record at once (a dispatcher's next sweep), then as the sweep says
 -- KEYS[14] keyed_tasks    HASH  task id -> the "<mode>:<key>" whose record names it
 -- KEYS[15] dead           ZSET  task id -> time of death (a dead task is not live)
+-- KEYS[16] turns          ZSET  (flow.lua)
+-- KEYS[17] throttled      ZSET  (flow.lua)
+-- KEYS[18] rate state     ZSET  (flow.lua)
+-- KEYS[19] running        ZSET  (flow.lua)
+-- KEYS[20] leases         ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[21] holds          HASH  (flow.lua): a key refused for a slot is noted
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] the field: "u:" .. the key
 -- ARGV[3] the id of a task made by this call (generated; refused when live)
@@ -38,13 +44,17 @@
 -- @include wake
 -- @include scheduling
 -- @include flow_mode
+-- @include chunks
 -- @include flow_records
+-- @include flow
 -- @include keyed_records
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
--- Every key written below is read first (read_keyed, keyed.lua).
-local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[3], KEYS[4], KEYS[7],
-  KEYS[8], field)
+-- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task
+-- made due now joins the due set in this call (file_now, flow.lua), as a plain one joins
+-- ready.
+local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], field)
 local parts = record and split_record(record) or {}
 if #parts == 3 and redis.call('HEXISTS', KEYS[1], parts[1]) == 1
     and not redis.call('ZSCORE', KEYS[15], parts[1]) then
@@ -63,8 +73,9 @@ end
 if redis.call('HEXISTS', KEYS[1], new_id) == 1 then
   return {'collided'}
 end
-local state = create_task(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8],
-  new_id, base, now, ARGV[5] .. ARGV[6] .. packed_ms(base) .. ARGV[7], ARGV[8])
+local state = create_task(KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], new_id, base,
+  now, ARGV[5] .. ARGV[6] .. packed_ms(base) .. ARGV[7], ARGV[8])
 forget_keyed_task(KEYS[14], field, parts[1])
 redis.call('HSET', KEYS[14], new_id, field)
 keep_record(KEYS[12], KEYS[13], field, {new_id, ARGV[9], 0}, now)

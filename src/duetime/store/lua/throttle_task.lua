@@ -12,13 +12,19 @@
 -- KEYS[6] delayed         ZSET  bucket name -> earliest run-at in that bucket (µs)
 -- KEYS[7] limits          HASH  flow control (flow_mode.lua)
 -- KEYS[8] flow records    HASH  task id -> its flow record (flow_records.lua)
--- KEYS[9] due             ZSET  (not used here: the three keyed scripts take one list)
+-- KEYS[9] due             ZSET  (flow.lua): a leading run due now joins it at once
 -- KEYS[10] early          HASH  (not used here)
 -- KEYS[11] attempts       HASH  task id -> attempts started (a task there has started)
 -- KEYS[12] keyed          HASH  "<mode>:<key>" -> the key's record (keyed.lua)
 -- KEYS[13] keyed_expiry   ZSET  "<mode>:<key>" -> when the record means nothing more (ms)
 -- KEYS[14] keyed_tasks    HASH  task id -> the "<mode>:<key>" whose record names it
 -- KEYS[15] dead           ZSET  (not used here)
+-- KEYS[16] turns          ZSET  (flow.lua)
+-- KEYS[17] throttled      ZSET  (flow.lua)
+-- KEYS[18] rate state     ZSET  (flow.lua)
+-- KEYS[19] running        ZSET  (flow.lua)
+-- KEYS[20] leases         ZSET  "<worker>|<task id>" -> lease deadline (ms)
+-- KEYS[21] holds          HASH  (flow.lua): a key refused for a slot is noted
 -- ARGV[1] now (ms, server clock)
 -- ARGV[2] the field: "t:" .. the key
 -- ARGV[3] the id of a task made by this call (generated; refused when live)
@@ -40,14 +46,18 @@
 -- @include wake
 -- @include scheduling
 -- @include flow_mode
+-- @include chunks
 -- @include flow_records
+-- @include flow
 -- @include keyed_records
 -- @include keyed
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, trailing = tonumber(ARGV[9]), ARGV[10] == '1'
--- Every key written below is read first (read_keyed, keyed.lua).
-local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[3], KEYS[4], KEYS[7],
-  KEYS[8], field)
+-- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task
+-- made due now joins the due set in this call (file_now, flow.lua), as a plain one joins
+-- ready.
+local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[7], KEYS[8], KEYS[9],
+  KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], field)
 if redis.call('HEXISTS', KEYS[1], new_id) == 1 then
   return {'collided'}
 end
@@ -57,8 +67,9 @@ local window_end = #parts == 7 and tonumber(parts[2])
 -- A new trailing run at ``run_at`` made for this call, named by the record.
 local function trailing_run(run_at, leading, calls, expires)
   local written = ARGV[5] .. ARGV[6] .. packed_ms(run_at) .. ARGV[7]
-  create_task(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], new_id,
-    run_at, now, written, ARGV[8])
+  create_task(KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[16],
+    KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], new_id, run_at, now,
+    written, ARGV[8])
   redis.call('HSET', KEYS[14], new_id, field)
   keep_record(KEYS[12], KEYS[13], field,
     {leading, run_at, calls, new_id, #written, #ARGV[5], 9 + #ARGV[7]}, expires)
@@ -98,7 +109,8 @@ if window_end and trailing and parts[4] ~= '' and base < window_end + window the
   return trailing_run(window_end + window, parts[4], 1, window_end + 2 * window)
 end
 forget_keyed_task(KEYS[14], field, parts[4])
-create_task(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], new_id,
+create_task(KEYS[1], KEYS[2], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[16],
+  KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], new_id,
   base, now, ARGV[5] .. ARGV[6] .. packed_ms(base) .. ARGV[7], ARGV[8])
 redis.call('HSET', KEYS[14], new_id, field)
 keep_record(KEYS[12], KEYS[13], field, {new_id, base + window, 1, '', '', '', ''}, base + window)

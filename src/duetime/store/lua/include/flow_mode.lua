@@ -1,9 +1,10 @@
 -- How scheduling meets flow control (flow.lua), given its keys as parameters: the limits
 -- hash (limits_key) and the flow records (records_key). A task with a priority, a cost
 -- or a limit key comes with a record and puts its queue under flow control; there, a
--- task due now does not go to ready: schedule_task and schedule_tasks file it among the
--- due themselves (flow.lua), the other callers put it in scheduled for a dispatcher to
--- file by rank and group.
+-- task due now does not go to ready: schedule_task, schedule_tasks and the keyed scripts
+-- file it among the due themselves (file_now, flow.lua); the other callers (a cron tick,
+-- a reschedule to a time past) put it in scheduled for a dispatcher to file by rank and
+-- group.
 
 -- Whether the queue is under flow control, or is put under it by a task with a record
 -- (``recorded``). Both hashes are read here, before a script's first write (one of the

@@ -1,7 +1,8 @@
 -- What the keyed modes share (debounce_task, throttle_task, schedule_unique): the
 -- envelope a key's task is written in, where that task is, and how a new one is made.
--- Needs wake.lua, scheduling.lua (comes_first), flow_mode.lua, flow_records.lua and
--- keyed_records.lua. Keys are given as parameters.
+-- Needs wake.lua, scheduling.lua (comes_first), flow_mode.lua, flow.lua (with chunks.lua
+-- and flow_records.lua) and keyed_records.lua. Keys are given as parameters; those of
+-- flow control (and wake, ready) as file_now takes them (flow.lua).
 -- An envelope is written here from parts the client packed: its head (array header,
 -- version and task name), the data, the run-at (whole ms, as a msgpack uint 64) and its
 -- limits. A record notes the envelope's length, its head's and its tail's (run-at and
@@ -10,16 +11,16 @@
 -- The key's record (``field`` of keyed_key), read with every key the keyed scripts
 -- write: a script that fails half way keeps the writes it made, and a read of the wrong
 -- type fails too, so a key of the wrong type then fails the call with nothing written.
-local function read_keyed(keyed_key, expiry_key, keyed_tasks_key, scheduled_key, ready_key,
-                          wake_key, config_key, records_key, field)
+local function read_keyed(keyed_key, expiry_key, keyed_tasks_key, scheduled_key, config_key,
+                          records_key, due_key, turns_key, throttled_key, tats_key,
+                          running_key, leases_key, wake_key, ready_key, holds_key, field)
   local record = redis.call('HGET', keyed_key, field)
   redis.call('ZSCORE', expiry_key, '')
   redis.call('HGET', keyed_tasks_key, '')
   redis.call('ZSCORE', scheduled_key, '')
-  redis.call('LLEN', ready_key)
-  redis.call('LLEN', wake_key)
   redis.call('HGET', config_key, '')
-  redis.call('HGET', records_key, '')
+  probe_file_now(records_key, due_key, turns_key, throttled_key, tats_key, running_key,
+    leases_key, wake_key, ready_key, holds_key)
   return record
 end
 
@@ -97,25 +98,33 @@ local function postpone(scheduled_key, ready_key, due_key, early_key, wake_key, 
   redis.call('ZADD', scheduled_key, run_at, id)
 end
 
--- Write a new task due at ``run_at`` (ms): to ready when due and the queue is not under
--- flow control, else to scheduled (a dispatcher promotes it; it is woken when the task
--- comes first). ``record``: its flow record, '' for none. Returns where it went.
-local function create_task(tasks_key, scheduled_key, ready_key, wake_key, stats_key, index_key,
-                           limits_key, records_key, id, run_at, now, envelope, record)
-  local flowing = flow_mode(limits_key, records_key, record ~= '')
+-- Write a new task due at ``run_at`` (ms): when due, to ready, or under flow control
+-- among the due at once (file_now: a worker can start it with no dispatcher pass); else
+-- to scheduled (a dispatcher promotes it; it is woken when the task comes first).
+-- ``record``: its flow record, '' for none. Returns where it went: 'ready' (due now,
+-- either way) or 'scheduled'.
+local function create_task(tasks_key, scheduled_key, stats_key, index_key, config_key,
+                           records_key, due_key, turns_key, throttled_key, tats_key,
+                           running_key, leases_key, wake_key, ready_key, holds_key, id, run_at,
+                           now, envelope, record)
+  local flowing = flow_mode(config_key, records_key, record ~= '')
   if run_at <= now and not flowing then
     redis.call('RPUSH', ready_key, id)
+    redis.call('HSET', tasks_key, id, envelope)
+  elseif run_at <= now then
+    enter_flow(config_key, records_key, id, record, now)
+    redis.call('HSET', tasks_key, id, envelope)
+    file_now(config_key, records_key, due_key, turns_key, throttled_key, tats_key, running_key,
+      leases_key, wake_key, ready_key, holds_key, {id}, {run_at}, now)
   else
-    local wake = must_wake(wake_key, run_at <= now or comes_first(run_at, index_key,
-      scheduled_key))
-    enter_flow(limits_key, records_key, id, record, now)
+    local wake = must_wake(wake_key, comes_first(run_at, index_key, scheduled_key))
+    enter_flow(config_key, records_key, id, record, now)
     redis.call('ZADD', scheduled_key, run_at, id)
     if wake then
       redis.call('RPUSH', wake_key, 1)
     end
+    redis.call('HSET', tasks_key, id, envelope)
   end
-  redis.call('HSET', tasks_key, id, envelope)
   count_scheduled(stats_key, 1)
-  return run_at <= now and not flowing and 'ready' or 'scheduled'
+  return run_at <= now and 'ready' or 'scheduled'
 end
-
