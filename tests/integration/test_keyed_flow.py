@@ -75,7 +75,6 @@ def test_a_due_now_keyed_task_on_a_flow_controlled_queue_runs_with_no_dispatcher
         assert queue.check() == []
 
 
-
 def snapshot(raw: redis.Redis, queue: str) -> dict[object, object]:
     """Every key of the queue, dumped."""
     return {key: raw.dump(key) for key in raw.scan_iter(f"duetime:{{{queue}}}:*")}
