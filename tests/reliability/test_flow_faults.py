@@ -668,9 +668,16 @@ def pause_solo_holder(
 ) -> tuple[Fault, tuple[str, int]]:
     """Freeze a worker running a solo task with SIGSTOP for ``frozen_for`` seconds (past
     its lease and its TTL), then resume it. Returns the fault and the frozen attempt."""
-    victim, task_id = wait_for_solo_holder(ledger, workers, solo)
-    start = time.time()
-    victim.process.send_signal(signal.SIGSTOP)
+    while True:
+        victim, task_id = wait_for_solo_holder(ledger, workers, solo)
+        start = time.time()
+        victim.process.send_signal(signal.SIGSTOP)
+        ledger.refresh()
+        if task_id in ledger.in_flight(victim.pid):
+            break
+        # Its attempt ended between the look and the stop (a loaded machine): a frozen
+        # worker holding nothing proves nothing, so let it go and take the next holder.
+        victim.process.send_signal(signal.SIGCONT)
     try:
         pause_until(start + frozen_for)
     finally:
