@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from duetime import App, Settings, validation
+from duetime import App, Settings, Worker, validation
 from duetime.store.keys import QueueKeys
 
 #: Settings that make retries, heartbeats, leases and shutdown quick enough for tests.
@@ -89,6 +89,29 @@ async def running(*daemons: Any) -> AsyncIterator[None]:
         for outcome in done:
             if isinstance(outcome, BaseException):
                 raise outcome
+
+
+def run_with_only_a_worker(
+    queue_name: str, redis_url: str, schedule: Callable[[], object], runs: int
+) -> list[object]:
+    """Start a worker on the queue, and no dispatcher at all; once it runs, ``schedule``
+    (a call that makes tasks due now); wait until ``runs`` tasks succeeded. The data each
+    ran with, in the order they ran."""
+    ran: list[object] = []
+
+    async def handler(data: object) -> None:
+        ran.append(data)
+
+    worker = Worker(App(default=handler), queue_name, redis_url, settings=FAST)
+
+    async def scenario() -> None:
+        async with running(worker):
+            await wait_until(lambda: worker.counters.succeeded == 0, what="the worker")
+            schedule()
+            await wait_until(lambda: worker.counters.succeeded == runs, what=f"{runs} run(s)")
+
+    asyncio.run(scenario())
+    return ran
 
 
 def add_ok_flaky_broken(app: App, seen: Callable[[str], None] = lambda name: None) -> Any:

@@ -31,7 +31,7 @@ from duetime.states import TaskState
 from duetime.store import QueueKeys, SyncRunner
 from duetime.store.operations import QueueOperations
 from duetime.store.working import Claimed, Outcome
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import run_with_only_a_worker, running, wait_until
 from tests.integration.test_dispatch import dispatcher_steps
 
 T0 = 1_800_000_000_000  # ms; the server time the test sets
@@ -442,28 +442,17 @@ def test_a_task_due_now_on_a_flow_controlled_queue_runs_with_no_dispatcher(
     """Issue #41, point 8: a due-now task joins the due set in its schedule call, as a
     plain one joins ready, so a worker starts it within its limits with no dispatcher
     pass (before, it stayed scheduled until a dispatcher promoted it)."""
-    ran: list[object] = []
 
-    async def handler(data: object) -> None:
-        ran.append(data)
+    def schedule() -> None:
+        if batch:
+            queue.schedule_many([Job(n, delay=0, limit_key="k", priority=n) for n in range(3)])
+        else:
+            for n in range(3):
+                queue.schedule_now(n, limit_key="k", priority=n)
 
     with Queue(queue_name, redis_url) as queue:
         queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
-        worker = Worker(App(default=handler), queue_name, redis_url, settings=FAST)
-
-        async def scenario() -> None:
-            async with running(worker):  # a worker, and no dispatcher at all
-                await wait_until(lambda: worker.counters.succeeded == 0, what="the worker")
-                if batch:
-                    queue.schedule_many(
-                        [Job(n, delay=0, limit_key="k", priority=n) for n in range(3)]
-                    )
-                else:
-                    for n in range(3):
-                        queue.schedule_now(n, limit_key="k", priority=n)
-                await wait_until(lambda: worker.counters.succeeded == 3, what="all three run")
-
-        asyncio.run(scenario())
+        ran = run_with_only_a_worker(queue_name, redis_url, schedule, runs=3)
         assert sorted(ran) == [0, 1, 2]  # type: ignore[type-var]
         assert queue.stats().scheduled == 0
         assert queue.check() == []

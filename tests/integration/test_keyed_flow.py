@@ -6,17 +6,15 @@ started)."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import redis
 
-from duetime import App, Debounce, KeyLimits, Limits, Queue, Throttle, Unique, Worker
+from duetime import Debounce, KeyLimits, Limits, Queue, Throttle, Unique
 from duetime.errors import DamagedKeyError
 from duetime.keyed import Scheduled
 from duetime.states import KeyedOutcome, TaskState
 from duetime.store import QueueKeys
-from tests.helpers import FAST, running, wait_until
+from tests.helpers import run_with_only_a_worker
 
 MODES = ["throttle", "unique", "debounce"]
 
@@ -55,22 +53,11 @@ def test_a_due_now_keyed_task_joins_the_due_set_in_the_call(
 def test_a_due_now_keyed_task_on_a_flow_controlled_queue_runs_with_no_dispatcher(
     redis_url: str, queue_name: str, mode: str
 ) -> None:
-    ran: list[object] = []
-
-    async def handler(data: object) -> None:
-        ran.append(data)
-
     with Queue(queue_name, redis_url) as queue:
         queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
-        worker = Worker(App(default=handler), queue_name, redis_url, settings=FAST)
-
-        async def scenario() -> None:
-            async with running(worker):  # a worker, and no dispatcher at all
-                await wait_until(lambda: worker.counters.succeeded == 0, what="the worker")
-                due_now_call(queue, mode)
-                await wait_until(lambda: worker.counters.succeeded == 1, what="the keyed run")
-
-        asyncio.run(scenario())
+        ran = run_with_only_a_worker(
+            queue_name, redis_url, lambda: due_now_call(queue, mode), runs=1
+        )
         assert ran == [["d"] if mode == "debounce" else mode[0]]
         assert queue.check() == []
 
