@@ -66,7 +66,7 @@ from benchlib import Server, bench_parser, git_revision, merge_results, percenti
 from redis.utils import HIREDIS_AVAILABLE
 
 import duetime
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results" / "core.json"

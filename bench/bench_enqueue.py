@@ -58,8 +58,9 @@ from benchlib import Server, git_revision, percentile
 import duetime
 from duetime import ManualClock, codec
 from duetime.client import new_task_ids
-from duetime.store import QueueKeys, scripts
-from duetime.store.operations import QueueOperations
+from duetime.store.plans import scripts
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
 
 HERE = Path(__file__).resolve().parent.parent
 PAYLOAD = {"user": 12345, "kind": "ab"}  # 16 bytes of msgpack

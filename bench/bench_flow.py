@@ -76,7 +76,7 @@ from benchlib import Server, bench_parser, git_revision, merge_results, percenti
 
 import duetime
 from duetime import Job, KeyLimits, Limits, Rate
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results" / "flow.json"

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import Server, bench_parser, git_revision, merge_results, percentile
 
 from duetime import Queue, cron
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "schedules.json"

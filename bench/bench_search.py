@@ -42,7 +42,7 @@ from benchlib import Server, bench_parser, git_revision, merge_results  # bench/
 import duetime
 from duetime import Job, Queue, SearchPage, TaskSearch, codec
 from duetime.codec import ErrorRecord
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 
 HERE = Path(__file__).resolve().parent
 RESULTS_PATH = HERE / "results" / "search.json"

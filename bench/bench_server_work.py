@@ -32,7 +32,7 @@ from typing import Any
 from benchlib import bench_parser, free_port, git_revision, merge_results, server_binary
 
 from duetime import Job, KeyLimits, Limits, Queue, Rate
-from duetime.store.working import Outcome
+from duetime.store.plans.working import Outcome
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "server_work.json"
 CLAIM_BATCH = 50

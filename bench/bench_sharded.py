@@ -59,7 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchlib import percentile  # bench/ is on the path when run as a script
 
 import duetime
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.layout import QueueLayout
 from tests.servers import Cluster, Server  # the project's throwaway servers
 
 QUEUE = "work"

@@ -27,7 +27,8 @@ from benchlib import Server
 
 import duetime
 from duetime.client import QueueCore
-from duetime.store import operations, runner
+from duetime.store.plans import operations
+from duetime.store.redis import runner
 
 PAYLOAD = b"0123456789abcdef"
 

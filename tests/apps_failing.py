@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import duetime
-from duetime.store.operations import QueueOperations
-from duetime.store.working import WorkerPlans
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.working import WorkerPlans
 
 app = duetime.App()
 

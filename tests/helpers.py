@@ -14,7 +14,7 @@ from typing import Any
 import redis
 
 from duetime import App, Settings, Worker, validation
-from duetime.store.keys import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 
 #: Settings that make retries, heartbeats, leases and shutdown quick enough for tests.
 FAST = Settings(

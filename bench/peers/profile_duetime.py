@@ -37,7 +37,8 @@ from bench_enqueue import bare_schedule_arguments
 from benchlib import Server, percentile
 
 import duetime
-from duetime.store import QueueKeys, scripts
+from duetime.store.plans import scripts
+from duetime.store.plans.keys import QueueKeys
 from peers.common import QUEUE, payload, read_stamps
 from peers.harness import Harness, System
 from peers.venvs import RUNNER, ensure
@@ -187,8 +188,8 @@ def profile_scale(server: Server, due: int) -> None:
     """Server time of promote_due moving ``due`` tasks behind growing backlogs (no
     dispatcher or worker process: the promote plan is run directly, so client-side
     scheduling noise is left out)."""
-    from duetime.store import SyncRunner
-    from duetime.store.operations import QueueOperations
+    from duetime.store.plans.operations import QueueOperations
+    from duetime.store.redis.runner import SyncRunner
 
     queue = duetime.Queue(QUEUE, server.url)
     operations = QueueOperations(QueueKeys(QUEUE), queue.core.clock)

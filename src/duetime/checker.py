@@ -24,12 +24,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from duetime import cron_definitions, keyed
+from duetime import keyed
+from duetime.cron import definitions as cron_definitions
 from duetime.errors import DuetimeError
-from duetime.store.history import DEFAULT_HISTORY_SIZE, HISTORY_TRIM_STEP, read_entry
-from duetime.store.keys import MAX_GENERATION, bucket_name, lease_member, split_lease_member
-from duetime.store.replies import count_or_none
-from duetime.store.snapshot import Snapshot
+from duetime.store.plans.history import DEFAULT_HISTORY_SIZE, HISTORY_TRIM_STEP, read_entry
+from duetime.store.plans.keys import MAX_GENERATION, bucket_name, lease_member, split_lease_member
+from duetime.store.plans.replies import count_or_none
+from duetime.store.plans.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,11 +15,10 @@ from typing import TYPE_CHECKING
 from duetime.clock import ServerClock
 from duetime.errors import DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.store import AsyncRunner
-from duetime.store.layout import QueueLayout
-from duetime.store.operations import QueueOperations, register_queues
-from duetime.store.requests import Durability
-from duetime.store.runner import RedisSpec, mask_url
+from duetime.store.plans.layout import QueueLayout
+from duetime.store.plans.operations import QueueOperations, register_queues
+from duetime.store.plans.requests import Durability
+from duetime.store.redis.runner import AsyncRunner, RedisSpec, mask_url
 
 if TYPE_CHECKING:
     from duetime.metrics.cron import CronTickSource

@@ -20,7 +20,7 @@ import redis
 from playwright.sync_api import Page, expect, sync_playwright
 
 from duetime import Queue
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.browser.conftest import CHROMIUM_ARGS, publish, signed_in_page
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
 

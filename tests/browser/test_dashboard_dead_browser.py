@@ -13,7 +13,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from duetime import Job, Queue, codec
 from duetime.codec import ErrorRecord
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.browser.conftest import CHROMIUM_ARGS, settled_box
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving
 

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from duetime import ManualClock, Queue, codec
 from duetime.codec import ErrorRecord
-from duetime.store.working import Outcome
+from duetime.store.plans.working import Outcome
 from tests.browser.conftest import CHROMIUM_ARGS, publish
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
 

@@ -16,8 +16,9 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
-from duetime.store import QueueKeys, SyncRunner
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import SyncRunner
 from tests.browser.conftest import CHROMIUM_ARGS, publish, signed_in_page
 from tests.browser.test_dashboard_browser import QUEUE, TOKEN, serving, shoot
 

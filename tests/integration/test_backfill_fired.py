@@ -19,8 +19,9 @@ from click.testing import CliRunner
 from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker, cron, current_task
 from duetime.cli import main
 from duetime.dispatcher import QueueDispatcher
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.cron_jobs import parsed_fired
+from duetime.store.plans.cron_jobs import parsed_fired
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import FAST, wait_until_sync
 from tests.integration.test_backfill import stepping
 from tests.integration.test_cli_schedules import daemons_in_a_thread

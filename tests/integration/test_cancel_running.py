@@ -20,8 +20,8 @@ from duetime.client import TaskSearch
 from duetime.errors import TaskCancelledError
 from duetime.hooks import AttemptInfo, AttemptOutcome, AttemptResult, Hooks
 from duetime.states import HistoryOutcome, TaskState
-from duetime.store import QueueKeys
-from duetime.store.working import Ended, Outcome
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.working import Ended, Outcome
 from tests.helpers import FAST, running, wait_until
 
 WORKER = "w1"

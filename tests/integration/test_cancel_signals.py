@@ -12,7 +12,7 @@ from typing import Any
 import redis
 
 from duetime import App, AsyncQueue, Worker, current_task
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import SLOW_HEARTBEAT, subscribers, wait_until
 from tests.integration.test_cancel_running import none_completed, run_worker_until
 

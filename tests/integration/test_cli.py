@@ -32,7 +32,7 @@ from duetime.cli import (
 from duetime.cli import daemons as cli_daemons
 from duetime.codec import ErrorRecord, encode_error
 from duetime.embedded import stop_server
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.servers import binary
 
 # 2027-12-01T08:00:00Z: 09:00 in Paris (winter, +01:00).

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from duetime import AsyncQueue, Queue
 from duetime.cli import EXIT_ERROR, main
 from duetime.client import TaskStatus
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.servers import Server, command
 
 
@@ -102,7 +102,7 @@ def test_a_readonly_replica_error_reaches_the_user_whole(replica: Server, queue_
 
 
 def test_a_password_in_a_url_inside_a_message_is_still_masked() -> None:
-    from duetime.store.connections import mask_urls_in
+    from duetime.store.redis.connections import mask_urls_in
 
     message = (
         "Redis at redis://admin:hunter2@10.0.0.1:6379/0 refused a command: READONLY You "

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from duetime import Queue, known_queues
 from duetime.cli import EXIT_NOT_FOUND, main
-from duetime.store.layout import QUEUE_REGISTRY
+from duetime.store.plans.layout import QUEUE_REGISTRY
 
 #: The arguments each command is given besides its queue (valid ones: what refuses is the
 #: queue), by command path; a command that names a queue and has no row fails the first

@@ -31,7 +31,7 @@ from duetime import (
     current_task,
 )
 from duetime.errors import ConfigurationError, NotDurableError, RedisCommandError, TaskFailedError
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.layout import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import FAST, SLOW_HEARTBEAT, running, subscribers, wait_until, wait_until_sync
 from tests.servers import SLOTS, Cluster, command

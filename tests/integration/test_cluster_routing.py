@@ -14,7 +14,7 @@ import pytest
 
 from duetime import AsyncQueue, Queue
 from duetime.errors import NotDurableError, RedisUnavailableError
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.layout import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import wait_until_sync
 from tests.servers import Cluster, command

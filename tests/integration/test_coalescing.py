@@ -15,7 +15,7 @@ import redis
 from duetime import AsyncQueue, Queue, Settings
 from duetime.errors import InvalidPayloadError, NotDurableError, RedisCommandError
 from duetime.settings import DEFAULT_SETTINGS
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import decoded, scheduled_count, wait_until_sync
 
 CALLERS = 100

@@ -21,11 +21,12 @@ from duetime import (
     Worker,
     codec,
     cron,
-    cron_definitions,
 )
+from duetime.cron import definitions as cron_definitions
 from duetime.dispatcher import QueueDispatcher
 from duetime.errors import InvalidInputError, TaskNotFoundError
-from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import FAST, decoded, running, wait_until
 
 T0 = 1_800_000_000_000  # a whole second, on a whole minute

@@ -17,8 +17,9 @@ from duetime.dispatcher import CRON_BATCH, QueueDispatcher
 from duetime.dispatcher.cron import CRON_READ, CronFirer
 from duetime.dispatcher.tally import JOBS_NAMED, OTHER_JOBS
 from duetime.states import CronFireOutcome
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import decoded
 
 T0 = 1_800_000_000_000  # a whole minute

@@ -23,10 +23,9 @@ import redis
 from duetime import Job, Queue
 from duetime.clock import ManualClock
 from duetime.errors import DamagedKeyError
-from duetime.store import QueueKeys
-from duetime.store.keys import key_type
-from duetime.store.operations import QueueOperations
-from duetime.store.working import Outcome
+from duetime.store.plans.keys import QueueKeys, key_type
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.working import Outcome
 from tests.conftest import require_binary
 from tests.helpers import as_bytes
 from tests.servers import Cluster

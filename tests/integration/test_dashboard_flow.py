@@ -16,9 +16,10 @@ import pytest
 import redis
 
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
-from duetime.store import QueueKeys, SyncRunner
-from duetime.store.layout import QueueLayout
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.layout import QueueLayout
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import SyncRunner
 from tests.integration.test_dashboard import ORIGIN, csrf_of, dashboard, post
 
 HOSTILE_KEY = "<b onmouseover=alert(1)>tenant</b>"

@@ -9,7 +9,7 @@ import re
 
 from duetime import ManualClock, Queue
 from duetime.dashboard.history_view import FINISHED_PAGE
-from duetime.store.working import Outcome
+from duetime.store.plans.working import Outcome
 from tests.integration.test_cli_history import NOW_MS, finish_some
 from tests.integration.test_dashboard import ORIGIN, csrf_of, dashboard
 

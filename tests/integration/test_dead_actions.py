@@ -26,7 +26,7 @@ from duetime.client import (
 )
 from duetime.codec import ErrorRecord, encode_error
 from duetime.errors import InvalidInputError
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.layout import QueueLayout
 from tests.helpers import decoded
 
 HOUR = 3600.0

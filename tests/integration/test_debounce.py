@@ -31,8 +31,9 @@ from duetime.client import keyed as keyed_client
 from duetime.errors import NotDurableError
 from duetime.keyed import Scheduled
 from duetime.states import KeyedOutcome, TaskState
-from duetime.store import QueueKeys, SyncRunner
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import SyncRunner
 from tests.helpers import FAST, as_bytes, decoded, running, wait_until
 
 T0 = 1_800_000_000_000  # ms

@@ -14,8 +14,7 @@ import pytest
 import redis
 
 from duetime import App, Dispatcher, Job, Queue, Worker, current_task, validation
-from duetime.store import QueueKeys
-from duetime.store.keys import bucket_name
+from duetime.store.plans.keys import QueueKeys, bucket_name
 from tests.helpers import FAST, as_bytes, delayed_buckets, running, wait_until
 
 PAYLOAD = {"user": 12345, "kind": "ab"}  # 16 bytes of msgpack

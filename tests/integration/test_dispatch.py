@@ -13,8 +13,9 @@ import redis
 
 from duetime import App, Dispatcher, Job, ManualClock, Queue, Settings, Worker, validation
 from duetime.dispatcher import QueueDispatcher
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import decoded, running, wait_until
 
 T0 = 1_800_000_000_000  # ms; a fixed "server time" the test controls

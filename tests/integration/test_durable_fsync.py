@@ -14,8 +14,8 @@ import pytest
 
 from duetime import App, Dispatcher, Queue, Worker
 from duetime.errors import ConfigurationError, NotDurableError
-from duetime.store.keys import QueueKeys
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.layout import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import FAST, decoded, running, wait_until, wait_until_sync
 from tests.servers import Server, command

@@ -15,7 +15,7 @@ import redis
 from duetime import App, Debounce, Dispatcher, Job, Queue, Worker, codec
 from duetime.errors import InvalidOptionError, TaskExpiredError
 from duetime.states import HistoryOutcome
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import FAST, running, wait_until
 
 

@@ -13,10 +13,11 @@ import pytest
 import redis
 
 from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import QueueOperations
-from duetime.store.requests import Command, Plan
-from duetime.store.working import Ended, Outcome
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.requests import Command, Plan
+from duetime.store.plans.working import Ended, Outcome
+from duetime.store.redis.runner import AsyncRunner
 from duetime.worker.heartbeater import Heartbeater
 from duetime.worker.reporter import Reporter
 from tests.helpers import FAST, running, scheduled_score, wait_until, wait_until_sync

@@ -28,9 +28,10 @@ from duetime import (
 )
 from duetime.errors import InvalidOptionError
 from duetime.states import TaskState
-from duetime.store import QueueKeys, SyncRunner
-from duetime.store.operations import QueueOperations
-from duetime.store.working import Claimed, Outcome
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.working import Claimed, Outcome
+from duetime.store.redis.runner import SyncRunner
 from tests.helpers import run_with_only_a_worker, running, wait_until
 from tests.integration.test_dispatch import dispatcher_steps
 

@@ -14,9 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
-from duetime.store import QueueKeys, SyncRunner
-from duetime.store.operations import QueueOperations
-from duetime.store.working import Claimed, Outcome
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.working import Claimed, Outcome
+from duetime.store.redis.runner import SyncRunner
 
 T0 = 1_800_000_000_000
 KEYS = ["a", "b", "c", None]

@@ -29,8 +29,8 @@ from duetime import Dispatcher, ManualClock, Queue, Settings, WorkerState
 from duetime.cli import main
 from duetime.dashboard import create_app
 from duetime.states import worker_state
-from duetime.store import QueueKeys
-from duetime.store.operating import GONE_KEPT
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operating import GONE_KEPT
 from tests.helpers import running, wait_until_sync
 
 NOW_MS = 1_800_000_000_000

@@ -15,7 +15,7 @@ import pytest
 import duetime
 from duetime import App, AsyncQueue, Dispatcher, Hooks, Queue, ScheduledTask, Worker
 from duetime.errors import QueueNotLentError
-from duetime.store.bridge import LoopRunner
+from duetime.store.redis.bridge import LoopRunner
 from tests.helpers import FAST, running, wait_until
 
 

@@ -18,8 +18,9 @@ from duetime import App, Job, KeyLimits, Limits, ManualClock, Queue, Rate, Worke
 from duetime.dashboard.flow_view import window_waits
 from duetime.metrics import PrometheusHooks
 from duetime.metrics.queues import oldest_held_age
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import FAST, running, wait_until
 from tests.integration.test_lateness import Starts, server_ms
 

@@ -14,10 +14,10 @@ import redis
 
 from duetime import App, AsyncQueue, Dispatcher, HistoryOutcome, ManualClock, Queue, Worker
 from duetime.errors import InvalidInputError
-from duetime.store import QueueKeys
-from duetime.store.history import HISTORY_TRIM_STEP
-from duetime.store.layout import QueueLayout
-from duetime.store.working import Outcome
+from duetime.store.plans.history import HISTORY_TRIM_STEP
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.layout import QueueLayout
+from duetime.store.plans.working import Outcome
 from tests.helpers import FAST, running, wait_until
 
 NOW_MS = 1_800_000_000_000

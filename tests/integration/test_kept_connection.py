@@ -1,4 +1,4 @@
-"""Script calls go out on a connection the runner keeps (see duetime.store.kept), and
+"""Script calls go out on a connection the runner keeps (see duetime.store.redis.kept), and
 behave as through the client: a dropped connection is reconnected and the call sent
 again, a call cut off midway never leaves a reply for the next one to read, a forked
 child uses a connection of its own."""
@@ -17,8 +17,8 @@ import redis.sentinel
 
 from duetime import AsyncQueue, Queue, Settings
 from duetime.errors import NotDurableError
-from duetime.store import QueueKeys
-from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.redis.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
 from tests.helpers import scheduled_count
 from tests.servers import Server, command
 

@@ -13,7 +13,7 @@ from duetime import Debounce, KeyLimits, Limits, Queue, Throttle, Unique
 from duetime.errors import DamagedKeyError
 from duetime.keyed import Scheduled
 from duetime.states import KeyedOutcome, TaskState
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import run_with_only_a_worker
 
 MODES = ["throttle", "unique", "debounce"]

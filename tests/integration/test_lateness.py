@@ -14,8 +14,9 @@ import redis
 
 from duetime import App, ManualClock, Queue, Worker
 from duetime.hooks import AttemptInfo, Hooks
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import FAST, running, scheduled_score, wait_until
 
 YEAR_2020 = 1_577_836_800  # 2020-01-01, epoch seconds

@@ -31,8 +31,8 @@ from duetime.metrics import (
     MetricsEndpoint,
     PrometheusHooks,
 )
-from duetime.store import AsyncRunner
-from duetime.store.layout import shard_tag
+from duetime.store.plans.layout import shard_tag
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until, wait_until_sync
 from tests.servers import free_port
 

@@ -11,7 +11,8 @@ import redis
 
 from duetime import App, ManualClock, Queue, Settings, Worker
 from duetime.dispatcher import QueueDispatcher
-from duetime.store import AsyncRunner, QueueKeys
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.redis.runner import AsyncRunner
 from tests.helpers import decoded, running, take_waiting
 
 T0 = 1_800_000_000_000

@@ -14,7 +14,7 @@ import pytest
 from duetime import App, Dispatcher, Queue, Worker
 from duetime.errors import InvalidInputError, TaskNotFoundError, TaskStateError
 from duetime.states import TaskState
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.layout import QueueLayout
 from tests.helpers import FAST, running, wait_until
 
 
@@ -233,8 +233,8 @@ def test_throughput_counts_each_minute_and_how_late_tasks_started(
 def test_dispatchers_keep_an_hour_of_minutes(redis_url: str, queue_name: str) -> None:
     import redis
 
-    from duetime.store import QueueKeys
-    from duetime.store.dispatching import MINUTE_MS
+    from duetime.store.plans.dispatching import MINUTE_MS
+    from duetime.store.plans.keys import QueueKeys
 
     client = redis.Redis.from_url(redis_url)
     minutes = QueueKeys(queue_name).minutes

@@ -13,9 +13,9 @@ import pytest
 import redis
 
 from duetime.clock import ManualClock
-from duetime.store import QueueKeys
-from duetime.store.operations import QueueOperations
-from duetime.store.scripts import SCHEDULE_TASK, SCHEDULE_TASKS
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.scripts import SCHEDULE_TASK, SCHEDULE_TASKS
 from duetime.validation import milliseconds_not_below
 from tests.helpers import as_bytes
 

@@ -16,8 +16,9 @@ import redis
 from duetime import ManualClock, Queue, Settings, codec
 from duetime.dispatcher import QueueDispatcher
 from duetime.errors import InvalidInputError
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 from tests.integration.test_cron import T0, ready_ids, step_all, with_dispatchers
 
 SECOND = 1000

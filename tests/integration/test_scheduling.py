@@ -28,7 +28,7 @@ from duetime.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import decoded, running, scheduled_count, scheduled_score, wait_until
 
 

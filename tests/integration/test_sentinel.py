@@ -20,7 +20,7 @@ import redis.sentinel
 
 from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
 from duetime.errors import NotDurableError, RedisUnavailableError
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.conftest import require_binary
 from tests.helpers import FAST, SLOW_HEARTBEAT, running, subscribers, wait_until, wait_until_sync
 from tests.servers import SERVICE, Sentinels, command

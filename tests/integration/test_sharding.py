@@ -15,9 +15,9 @@ import redis
 
 from duetime import App, AsyncQueue, Dispatcher, Queue, Worker, current_task
 from duetime.errors import TaskFailedError
-from duetime.store.keys import QueueKeys
-from duetime.store.layout import QueueLayout
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.layout import QueueLayout
+from duetime.store.plans.operations import QueueOperations
 from tests.helpers import FAST, decoded, running, scheduled_count, scheduled_score, wait_until
 
 SHARDS = 4

@@ -17,8 +17,8 @@ from duetime import App, Dispatcher, HistoryOutcome, ManualClock, Queue, Setting
 from duetime.cli import main
 from duetime.codec import Envelope, decode_envelope, encode_envelope
 from duetime.errors import InvalidOptionError
-from duetime.store import QueueKeys
-from duetime.store.working import Outcome
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.working import Outcome
 from tests.helpers import FAST, as_bytes, running, wait_until
 from tests.integration.test_dashboard import dashboard
 from tests.integration.test_dashboard_history import rows

@@ -28,8 +28,9 @@ from duetime.errors import (
     TaskFailedError,
     TaskStateError,
 )
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 from duetime.supervisor import MAX_CRASHES
 from tests.helpers import FAST, running, scheduled_score, wait_until
 from tests.servers import Server, binary

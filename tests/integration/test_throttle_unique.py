@@ -15,8 +15,8 @@ import duetime
 from duetime import App, Debounce, Dispatcher, ManualClock, Queue, Throttle, Unique, Worker
 from duetime.keyed import Scheduled
 from duetime.states import KeyedOutcome, TaskState
-from duetime.store import QueueKeys
-from duetime.store.layout import QueueLayout, shard_tag
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.layout import QueueLayout, shard_tag
 from tests.helpers import FAST, decoded, running, wait_until
 
 T0 = 1_800_000_000_000  # ms

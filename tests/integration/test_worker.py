@@ -15,9 +15,10 @@ import redis
 import duetime
 from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.errors import ResultTimeoutError, TaskFailedError, TaskStateError
-from duetime.store import AsyncRunner, QueueKeys, SyncRunner
-from duetime.store.operations import QueueOperations
-from duetime.store.working import Ended, Outcome
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.working import Ended, Outcome
+from duetime.store.redis.runner import AsyncRunner, SyncRunner
 from tests.helpers import FAST, decoded, running, take_waiting, wait_until
 
 

@@ -41,7 +41,7 @@ from duetime import (
     Unique,
 )
 from duetime.client.models import TASK_OPTIONS, KeyedCallOptions
-from duetime.cron_options import SCHEDULE_OPTIONS
+from duetime.cron.options import SCHEDULE_OPTIONS
 from duetime.errors import ConfigurationError, CorruptStateError, DuetimeError, InvalidInputError
 from duetime.hooks import Hooks
 from tests.conftest import require_binary

@@ -23,7 +23,7 @@ import time
 import redis
 
 from duetime import Queue
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import scheduled_score
 
 

@@ -38,7 +38,7 @@ import duetime
 from duetime import App, AsyncQueue, Dispatcher, Job, Queue, Settings, Worker, codec, validation
 from duetime.cli import EXIT_USAGE, main
 from duetime.errors import DecodeError, DuetimeError, InvalidInputError
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from duetime.validation import END_OF_9999
 from tests.helpers import (
     FAST,

@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from duetime import Queue
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.apps import SERVER_CLOCK_RUNS
 from tests.conftest import IN_CI
 from tests.helpers import scheduled_count, wait_until_sync

@@ -24,7 +24,7 @@ from redis.crc import key_slot
 
 from duetime import App, AsyncQueue, Dispatcher, Worker, current_task
 from duetime.errors import NotDurableError, RedisUnavailableError
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.layout import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import FAST, running, wait_until
 from tests.servers import Cluster, command

@@ -38,7 +38,7 @@ import redis
 
 from duetime import Job, Queue
 from duetime.errors import RedisUnavailableError
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import decoded, wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, Verdict, compare
 from tests.reliability.proxy import FaultyProxy

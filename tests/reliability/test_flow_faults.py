@@ -45,8 +45,9 @@ import pytest
 import redis
 
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
-from duetime.store import QueueKeys, SyncRunner
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import SyncRunner
 from tests.apps import FLOW_LEDGER
 from tests.helpers import decoded, wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, Verdict, compare

@@ -52,8 +52,8 @@ from duetime.errors import (
     InvalidTimestampError,
     ResultTimeoutError,
 )
-from duetime.store import QueueKeys
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
 from tests.apps import RUNS
 from tests.helpers import FAST, as_bytes, running, wait_until, wait_until_sync
 

@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 from duetime import Debounce, ManualClock, Queue, Settings, Throttle, Unique
 from duetime.errors import DamagedKeyError, InvalidInputError
 from duetime.states import KeyedOutcome
-from duetime.store import QueueKeys, SyncRunner
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import SyncRunner
 from tests.reliability.test_bad_input import write_commands
 
 T0 = 1_800_000_000_000

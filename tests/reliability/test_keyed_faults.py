@@ -20,7 +20,7 @@ import redis
 from duetime import Debounce, Job, Queue, Throttle, Unique
 from duetime.keyed import KeyedMode, Scheduled
 from duetime.states import HistoryOutcome
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.helpers import wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, compare
 from tests.reliability.test_faults import (

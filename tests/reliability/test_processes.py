@@ -14,7 +14,7 @@ import redis
 
 from duetime import Queue
 from duetime.states import TaskState
-from duetime.store import QueueKeys
+from duetime.store.plans.keys import QueueKeys
 from tests.apps import RUNS
 from tests.helpers import decoded, wait_until_sync
 

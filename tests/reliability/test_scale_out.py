@@ -30,8 +30,8 @@ from redis.crc import key_slot
 
 from duetime import Job, Queue, Settings
 from duetime.errors import NotDurableError, RedisUnavailableError
-from duetime.store.keys import QueueKeys
-from duetime.store.layout import QueueLayout
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.layout import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import wait_until_sync
 from tests.integration.test_cluster_resharding import move_slot

@@ -40,8 +40,8 @@ import duetime
 from duetime import App, Dispatcher, Job, Queue, Worker
 from duetime.cli import EXIT_UNAVAILABLE, main
 from duetime.errors import DuetimeError, RedisCommandError, RedisUnavailableError
-from duetime.store import QueueKeys
-from duetime.store.scripts import expanded
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.scripts import expanded
 from tests.apps import RUNS
 from tests.conftest import IN_CI
 from tests.helpers import FAST, decoded, take_waiting, wait_until, wait_until_sync

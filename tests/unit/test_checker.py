@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from duetime import codec, cron, cron_definitions
+from duetime import codec, cron
 from duetime.checker import check_invariants
-from duetime.store.snapshot import Snapshot
+from duetime.cron import definitions as cron_definitions
+from duetime.store.plans.snapshot import Snapshot
 
 
 def job_blob(name: str, timezone: str = "UTC") -> bytes:

@@ -9,7 +9,9 @@ from zoneinfo import ZoneInfo
 import pytest
 from freezegun import freeze_time
 
-from duetime import codec, cron, cron_definitions, cron_firing
+from duetime import codec, cron
+from duetime.cron import definitions as cron_definitions
+from duetime.cron import firing as cron_firing
 from duetime.errors import DecodeError, InvalidInputError, InvalidNameError, InvalidPayloadError
 
 

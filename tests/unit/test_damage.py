@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from duetime.store import QueueKeys
-from duetime.store.damage import damaged_key_error, suspects
-from duetime.store.keys import key_type
-from duetime.store.requests import Batch, Command, Eval, EvalMany
-from duetime.store.scripts import SCHEDULE_TASK, SCHEDULE_TASKS
+from duetime.store.plans.keys import QueueKeys, key_type
+from duetime.store.plans.requests import Batch, Command, Eval, EvalMany
+from duetime.store.plans.scripts import SCHEDULE_TASK, SCHEDULE_TASKS
+from duetime.store.redis.damage import damaged_key_error, suspects
 
 KEYS = QueueKeys("q")
 WRONG = Exception("WRONGTYPE Operation against a key holding the wrong kind of value")

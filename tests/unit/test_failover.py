@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from duetime.store.failover import FailoverWatcher, event_service
+from duetime.store.redis.failover import FailoverWatcher, event_service
 
 OLD, NEW = ("10.0.0.1", 6379), ("10.0.0.2", 6379)
 LEADER, OTHER = ("127.0.0.1", 26379), ("127.0.0.1", 26380)

@@ -13,7 +13,7 @@ import pytest
 
 from duetime.errors import DecodeError
 from duetime.states import HistoryOutcome
-from duetime.store.history import (
+from duetime.store.plans.history import (
     DEFAULT_HISTORY_SIZE,
     HISTORY_TRIM_STEP,
     OUTCOME_CODES,
@@ -21,7 +21,9 @@ from duetime.store.history import (
     read_entry,
 )
 
-INCLUDE = resources.files("duetime.store").joinpath("lua", "include", "history.lua").read_text()
+INCLUDE = (
+    resources.files("duetime.store.plans").joinpath("lua", "include", "history.lua").read_text()
+)
 
 
 def lua_constants() -> dict[str, int]:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from duetime import validation
 from duetime.errors import ConfigurationError, InvalidNameError
-from duetime.store.layout import QueueLayout, shard_tag
+from duetime.store.plans.layout import QueueLayout, shard_tag
 
 
 def test_shard_zero_is_the_queue_itself_so_an_unsharded_queue_is_its_first_shard() -> None:

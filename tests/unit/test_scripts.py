@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from duetime.store.scripts import expanded
+from duetime.store.plans.scripts import expanded
 
-LUA = Path(str(resources.files("duetime.store").joinpath("lua")))
+LUA = Path(str(resources.files("duetime.store.plans").joinpath("lua")))
 SCRIPTS = sorted(LUA.glob("*.lua"))
 #: How many leading arguments of each command used by the scripts are key names.
 KEY_ARGUMENTS = {

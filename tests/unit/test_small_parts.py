@@ -12,7 +12,7 @@ from duetime import App, ManualClock, ServerClock, Settings
 from duetime.backoff import Backoff, Outage, retry_delay
 from duetime.clock import wait_until
 from duetime.errors import ConfigurationError, RedisCommandError, UnknownHandlerError
-from duetime.store.requests import Durability, MadeOnDemand
+from duetime.store.plans.requests import Durability, MadeOnDemand
 from duetime.supervisor import cancel_and_wait
 
 
@@ -325,7 +325,7 @@ def test_a_worker_waits_for_the_later_of_a_note_and_the_run_at() -> None:
     """A re-entry or hand-back notes its own time, which may come before the run-at of
     a task promoted ahead and claimed once already: the note must not make it early."""
     from duetime.codec import Envelope
-    from duetime.store.working import Claimed
+    from duetime.store.plans.working import Claimed
     from duetime.worker.attempt import not_before
 
     clock = ManualClock(1_000_000)

@@ -9,9 +9,9 @@ import pytest
 
 from duetime import ManualClock, metrics, startup
 from duetime.settings import Settings
-from duetime.store.layout import QueueLayout
-from duetime.store.operations import QueueOperations
-from duetime.store.requests import Durability
+from duetime.store.plans.layout import QueueLayout
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.requests import Durability
 
 
 def test_a_daemon_starts_and_closes_in_order(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,7 +20,7 @@ from duetime.errors import (
     RedisUnavailableError,
     TaskNotFoundError,
 )
-from duetime.store.runner import mask_urls_in
+from duetime.store.redis.runner import mask_urls_in
 
 EXIT_OK = 0
 EXIT_VIOLATIONS = 1

@@ -13,7 +13,7 @@ from duetime.cli.options import open_queue, queue_command
 from duetime.cli.output import Table, stdout_console
 from duetime.errors import InvalidOptionError
 from duetime.flow import KeyLimits, Limits, Rate
-from duetime.store.flow_control import FlowState
+from duetime.store.plans.flow_control import FlowState
 
 
 @click.group()

@@ -12,8 +12,8 @@ from duetime import cron, times, validation
 from duetime.client.models import CronBackfillInfo, Timestamp
 from duetime.client.shards import QueueShards
 from duetime.errors import ConcurrentChangeError, InvalidInputError, TaskNotFoundError
-from duetime.store.cron_jobs import CronBackfill, merged_spans, parsed_backfill
-from duetime.store.requests import Plan
+from duetime.store.plans.cron_jobs import CronBackfill, merged_spans, parsed_backfill
+from duetime.store.plans.requests import Plan
 
 #: Most ticks one backfill runs: ten years of hourly ticks (87,660) fit; ten years of
 #: per-second ticks (315 million) are refused.

@@ -22,8 +22,8 @@ from duetime.client.models import Duration, TaskIds, Timestamp
 from duetime.client.searching import WAITING
 from duetime.errors import InvalidInputError
 from duetime.states import RescheduleOutcome, TaskState
-from duetime.store.operations import QueueOperations
-from duetime.store.requests import Plan
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.requests import Plan
 
 #: Why a task was skipped: it was running, dead, already due (run now: ``ready``, or
 #: ``waiting`` under flow control for its turn or a limit, which a run now does not

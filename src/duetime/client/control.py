@@ -12,8 +12,8 @@ from duetime.client.inspection import Inspection
 from duetime.client.models import Duration, TaskIds, Timestamp
 from duetime.errors import TaskNotFoundError, TaskStateError
 from duetime.states import RescheduleOutcome, TaskState
-from duetime.store.operations import QueueOperations
-from duetime.store.requests import Plan
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.requests import Plan
 
 #: A dead-letter step of the store (requeue or purge), on one shard: the ids it took.
 DeadStep = Callable[[QueueOperations, Sequence[str]], Plan[list[str]]]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from duetime import codec, cron, cron_definitions, validation
+from duetime import codec, cron, validation
 from duetime.client.backfill import backfill_info
 from duetime.client.ids import new_task_id
 from duetime.client.models import CronInfo, CronRun, TaskRef
@@ -17,9 +17,10 @@ from duetime.client.prepared import prepared_task
 from duetime.client.preparing import task_name_of
 from duetime.client.producing import Producing
 from duetime.client.reports import result_record
+from duetime.cron import definitions as cron_definitions
 from duetime.errors import DecodeError, InvalidInputError, TaskNotFoundError
-from duetime.store.cron_jobs import CronTable, covering
-from duetime.store.requests import Plan
+from duetime.store.plans.cron_jobs import CronTable, covering
+from duetime.store.plans.requests import Plan
 
 #: Cron jobs declared per script call (``add_crons`` of many jobs).
 DECLARE_BATCH = 1000

@@ -14,9 +14,9 @@ from duetime.client.preparing import task_name_of
 from duetime.client.shards import QueueShards
 from duetime.errors import InvalidInputError
 from duetime.states import HistoryOutcome
-from duetime.store.history import MOST_HISTORY_SIZE, HistoryEntry
-from duetime.store.operations import QueueOperations
-from duetime.store.requests import Plan
+from duetime.store.plans.history import MOST_HISTORY_SIZE, HistoryEntry
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.requests import Plan
 
 if TYPE_CHECKING:  # the queue's types, which this module's plans are part of
     from duetime.client.search_methods import HasAsyncRunner, HasRunner

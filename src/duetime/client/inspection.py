@@ -41,9 +41,9 @@ from duetime.errors import (
     TaskStateError,
 )
 from duetime.states import HistoryOutcome, TaskState
-from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
-from duetime.store.operations import QueueOperations
-from duetime.store.requests import Plan
+from duetime.store.plans.dispatching import MINUTE_MS, MINUTES_KEPT
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.requests import Plan
 
 
 class Inspection(QueueShards):

@@ -30,10 +30,10 @@ from duetime.errors import DuetimeError, InvalidOptionError, NotDurableError
 from duetime.hooks import ScheduledTask
 from duetime.keyed import Debounce, KeyedMode, Scheduled, Throttle, field_of
 from duetime.states import KeyedOutcome, TaskState
-from duetime.store import scripts
-from duetime.store.keyed import KeyedReply, keyed_reply
-from duetime.store.requests import Eval, EvalMany, Plan, ScriptCall, written_durably
-from duetime.store.scripts import Script
+from duetime.store.plans import scripts
+from duetime.store.plans.keyed import KeyedReply, keyed_reply
+from duetime.store.plans.requests import Eval, EvalMany, Plan, ScriptCall, written_durably
+from duetime.store.plans.scripts import Script
 
 _keyed_of = itemgetter(KEYED)
 #: The options schedule_keyed takes besides a schedule call's.

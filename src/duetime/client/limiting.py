@@ -8,8 +8,8 @@ from duetime import flow, validation
 from duetime.client.shards import QueueShards
 from duetime.errors import InvalidOptionError
 from duetime.flow import KeyLimits, Limits
-from duetime.store.flow_control import FlowState, GroupFlow, limit_pairs
-from duetime.store.requests import Plan
+from duetime.store.plans.flow_control import FlowState, GroupFlow, limit_pairs
+from duetime.store.plans.requests import Plan
 from duetime.validation import shown
 
 #: The most limit keys ``flow`` reports at once.

@@ -22,8 +22,8 @@ from duetime.client.prepared import (
 from duetime.client.preparing import Preparing
 from duetime.errors import DuetimeError, NotDurableError
 from duetime.hooks import ScheduledTask
-from duetime.store.producing import NewTask, store_tasks
-from duetime.store.requests import Plan
+from duetime.store.plans.producing import NewTask, store_tasks
+from duetime.store.plans.requests import Plan
 
 #: Rounds of fresh ids for generated ids that collided with live ones. One collision of
 #: 72 random bits is already rare; this many in a row means something else is wrong.

@@ -40,10 +40,9 @@ from duetime.flow import KeyLimits, Limits
 from duetime.hooks import Hooks
 from duetime.keyed import Scheduled
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.store import AsyncRunner, SyncRunner
-from duetime.store.bridge import LoopRunner
-from duetime.store.flow_control import FlowState
-from duetime.store.runner import RedisSpec
+from duetime.store.plans.flow_control import FlowState
+from duetime.store.redis.bridge import LoopRunner
+from duetime.store.redis.runner import AsyncRunner, RedisSpec, SyncRunner
 
 T = TypeVar("T")
 

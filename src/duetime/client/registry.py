@@ -4,9 +4,8 @@ client notes a queue in after its first write to it, and a dispatcher when it st
 from __future__ import annotations
 
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.store import SyncRunner
-from duetime.store.operations import RegisteredQueue, registered_queues
-from duetime.store.runner import RedisSpec
+from duetime.store.plans.operations import RegisteredQueue, registered_queues
+from duetime.store.redis.runner import RedisSpec, SyncRunner
 
 
 def known_queues(

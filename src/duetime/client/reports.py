@@ -22,10 +22,10 @@ from duetime.client.models import (
 from duetime.codec import ResultRecord
 from duetime.errors import DecodeError
 from duetime.states import TaskState
-from duetime.store.dispatching import MINUTE_MS
-from duetime.store.operating import DeadEntry, GoneEntry, Listed
-from duetime.store.producing import StatusReply
-from duetime.store.replies import as_text
+from duetime.store.plans.dispatching import MINUTE_MS
+from duetime.store.plans.operating import DeadEntry, GoneEntry, Listed
+from duetime.store.plans.producing import StatusReply
+from duetime.store.plans.replies import as_text
 
 
 def queue_stats(name: str, counts: dict[str, Any]) -> QueueStats:

@@ -11,7 +11,7 @@ from duetime.client.bulk import BulkOutcome
 from duetime.client.core import QueueCore
 from duetime.client.models import Duration, TaskIds, Timestamp
 from duetime.client.searching import DEFAULT_BUDGET, DEFAULT_LIMIT, SearchPage, TaskSearch
-from duetime.store.requests import Plan
+from duetime.store.plans.requests import Plan
 
 T = TypeVar("T")
 

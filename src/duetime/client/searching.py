@@ -30,9 +30,9 @@ from duetime.client.models import LISTED_STATES, TaskStatus
 from duetime.client.reports import task_status
 from duetime.errors import DecodeError, InvalidInputError
 from duetime.states import TaskState
-from duetime.store.operations import QueueOperations
-from duetime.store.requests import Plan
-from duetime.store.searching import Walked
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.requests import Plan
+from duetime.store.plans.searching import Walked
 
 #: Entries the server is asked to look at per HSCAN (its COUNT): one short step each.
 SCAN_PAGE = 1000

@@ -11,15 +11,15 @@ from typing import TypeVar
 from duetime import validation
 from duetime.clock import Clock
 from duetime.cron import CronJob
-from duetime.cron_definitions import decode_job
+from duetime.cron.definitions import decode_job
 from duetime.errors import InvalidOptionError, TaskNotFoundError
 from duetime.hooks import HookChain, Hooks
 from duetime.settings import Settings
 from duetime.states import TaskState
-from duetime.store.layout import QueueLayout
-from duetime.store.operations import QueueOperations, note_queue, shard_operations
-from duetime.store.producing import StatusReply
-from duetime.store.requests import Durability, Plan
+from duetime.store.plans.layout import QueueLayout
+from duetime.store.plans.operations import QueueOperations, note_queue, shard_operations
+from duetime.store.plans.producing import StatusReply
+from duetime.store.plans.requests import Durability, Plan
 
 T = TypeVar("T")
 

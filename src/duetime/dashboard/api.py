@@ -41,7 +41,7 @@ from duetime.errors import (
     TaskNotFoundError,
     TaskStateError,
 )
-from duetime.store.connections import mask_urls_in
+from duetime.store.redis.connections import mask_urls_in
 
 CSRF_HEADER = "x-duetime-csrf"
 #: How many tasks a listing may ask for at once.

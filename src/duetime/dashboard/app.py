@@ -30,7 +30,7 @@ from duetime.dashboard.sign_in import SignIn
 from duetime.dashboard.site import HERE, Dashboard
 from duetime.errors import ConfigurationError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.store.runner import RedisSpec
+from duetime.store.redis.runner import RedisSpec
 
 
 def routes(dashboard: Dashboard) -> list[BaseRoute]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from duetime import AsyncQueue, KeyLimits, Limits
 from duetime.client import MinuteFigures
-from duetime.store.flow_control import FlowState
+from duetime.store.plans.flow_control import FlowState
 
 #: Limit keys listed (the first ones in key order, as ``AsyncQueue.flow`` reads them).
 KEYS_SHOWN = 50

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from duetime.dashboard.app import create_app
 from duetime.dashboard.security import Credentials, check_exposure
 from duetime.settings import DEFAULT_SETTINGS, Settings
-from duetime.store.runner import RedisSpec
+from duetime.store.redis.runner import RedisSpec
 
 
 def serve(

@@ -37,8 +37,8 @@ from duetime.dashboard.inputs import local_path
 from duetime.dashboard.security import Credentials, Role, Sessions, session_of
 from duetime.errors import ConfigurationError, RedisUnavailableError
 from duetime.settings import Settings
-from duetime.store.connections import mask_urls_in
-from duetime.store.runner import RedisSpec
+from duetime.store.redis.connections import mask_urls_in
+from duetime.store.redis.runner import RedisSpec
 
 HERE = Path(__file__).parent
 NOTICE_COOKIE = "duetime_notice"

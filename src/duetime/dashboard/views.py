@@ -36,7 +36,7 @@ from duetime.client import (
 )
 from duetime.dashboard.charts import Chart, Column, Series, render_svg
 from duetime.dashboard.flow_view import Waits, window_waits
-from duetime.store.flow_control import FlowState
+from duetime.store.plans.flow_control import FlowState
 
 #: Tasks shown per page of a listing.
 PAGE_SIZE = 50

@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from duetime import codec, cron_definitions
+from duetime import codec
 from duetime.cron import CronJob
+from duetime.cron import definitions as cron_definitions
 from duetime.dispatcher.tally import TickTally
 from duetime.errors import DecodeError
-from duetime.store import AsyncRunner
-from duetime.store.cron_jobs import CronBackfill, DueBackfill, covering
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.cron_jobs import CronBackfill, DueBackfill, covering
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 
 log = logging.getLogger("duetime.dispatcher")
 

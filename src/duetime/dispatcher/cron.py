@@ -14,16 +14,18 @@ import contextlib
 import logging
 from typing import Any, NamedTuple
 
-from duetime import codec, cron, cron_definitions, cron_firing
+from duetime import codec, cron
 from duetime.clock import Clock
-from duetime.cron_definitions import CronTemplate
+from duetime.cron import definitions as cron_definitions
+from duetime.cron import firing as cron_firing
+from duetime.cron.definitions import CronTemplate
 from duetime.dispatcher.backfill import BackfillFirer
 from duetime.dispatcher.tally import TickTally
 from duetime.errors import DecodeError
 from duetime.states import CronFireOutcome
-from duetime.store import AsyncRunner
-from duetime.store.cron_jobs import DueCron
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.cron_jobs import DueCron
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 
 log = logging.getLogger("duetime.dispatcher")
 

@@ -34,11 +34,11 @@ from duetime.dispatcher.recoverer import Recoverer
 from duetime.errors import ConfigurationError, DuetimeError
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import DaemonStartup, register
-from duetime.store import AsyncRunner, QueueKeys
-from duetime.store.dispatching import Promotion
-from duetime.store.layout import QueueLayout, shard_tag
-from duetime.store.operations import QueueOperations
-from duetime.store.runner import BLOCK_MARGIN, RedisSpec
+from duetime.store.plans.dispatching import Promotion
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.layout import QueueLayout, shard_tag
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import BLOCK_MARGIN, AsyncRunner, RedisSpec
 from duetime.supervisor import Supervisor, cancel_and_wait
 
 log = logging.getLogger("duetime.dispatcher")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 
 from duetime.settings import Settings
-from duetime.store import AsyncRunner
-from duetime.store.dispatching import MINUTE_MS, MINUTES_KEPT
-from duetime.store.keyed import recheck_ms
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.dispatching import MINUTE_MS, MINUTES_KEPT
+from duetime.store.plans.keyed import recheck_ms
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 
 log = logging.getLogger("duetime.dispatcher")
 

@@ -11,9 +11,9 @@ import logging
 import time
 
 from duetime.settings import Settings
-from duetime.store import AsyncRunner
-from duetime.store.dispatching import Promotion
-from duetime.store.operations import QueueOperations
+from duetime.store.plans.dispatching import Promotion
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.redis.runner import AsyncRunner
 
 log = logging.getLogger("duetime.dispatcher")
 

@@ -11,7 +11,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from duetime.store.layout import queue_of_shard_tag
+from duetime.store.plans.layout import queue_of_shard_tag
 
 CRON_OUTCOMES = ("fired", "skipped", "delayed", "missed", "outside_window", "backfilled")
 

@@ -25,7 +25,7 @@ from duetime.metrics.cron import CronCollector, CronTickSource
 from duetime.metrics.queues import QueueCollector
 from duetime.metrics.series import process_registry
 from duetime.settings import Settings
-from duetime.store.runner import RedisSpec
+from duetime.store.redis.runner import RedisSpec
 
 log = logging.getLogger("duetime.metrics")
 

@@ -22,7 +22,7 @@ from duetime.client import Queue, QueueStats
 from duetime.client.reports import recently_gone
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.states import WorkerState, worker_state
-from duetime.store.runner import RedisSpec
+from duetime.store.redis.runner import RedisSpec
 
 log = logging.getLogger("duetime.metrics")
 

@@ -27,7 +27,7 @@ from duetime.errors import (
 )
 from duetime.hooks import AttemptOutcome, AttemptResult
 from duetime.settings import MOST_PROMOTE_AHEAD
-from duetime.store.working import Claimed, Outcome
+from duetime.store.plans.working import Claimed, Outcome
 from duetime.supervisor import Supervisor
 from duetime.worker.context import Snooze, current_attempt
 from duetime.worker.reporter import Reporter

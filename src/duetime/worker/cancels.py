@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
-from duetime.store.cancel_signals import CancelListener
+from duetime.store.redis.cancel_signals import CancelListener
 from duetime.worker.state import Attempt, WorkerSetup, WorkerState
 from duetime.worker.timeouts import TimeoutTimer
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from duetime.backoff import Backoff, Outage
 from duetime.errors import DuetimeError
-from duetime.store.working import Claimed
+from duetime.store.plans.working import Claimed
 from duetime.worker.state import Shard, WorkerSetup, WorkerState
 
 log = logging.getLogger("duetime.worker")

@@ -14,8 +14,8 @@ from duetime import validation
 from duetime.clock import Clock
 from duetime.hooks import Hooks
 from duetime.settings import Settings
-from duetime.store import AsyncRunner
-from duetime.store.bridge import LoopRunner
+from duetime.store.redis.bridge import LoopRunner
+from duetime.store.redis.runner import AsyncRunner
 
 if TYPE_CHECKING:
     from duetime.worker.state import Attempt

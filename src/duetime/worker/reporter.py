@@ -19,8 +19,8 @@ from duetime.errors import (
     TaskExpiredError,
 )
 from duetime.hooks import AttemptInfo, DeadTaskInfo
-from duetime.store.requests import Durability
-from duetime.store.working import Ended, Outcome
+from duetime.store.plans.requests import Durability
+from duetime.store.plans.working import Ended, Outcome
 from duetime.worker.context import Snooze
 from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, log_dropped
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 from duetime import validation
 from duetime.hooks import AttemptInfo, HookChain
 from duetime.settings import Settings
-from duetime.store import AsyncRunner
-from duetime.store.operations import QueueOperations
-from duetime.store.working import Outcome
+from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.working import Outcome
+from duetime.store.redis.runner import AsyncRunner
 from duetime.worker.context import LentConnection
 
 if TYPE_CHECKING:

@@ -20,11 +20,10 @@ from duetime.errors import ConfigurationError, DuetimeError, RedisUnavailableErr
 from duetime.hooks import HookChain, LogHooks
 from duetime.settings import DEFAULT_SETTINGS, Settings
 from duetime.startup import DaemonStartup
-from duetime.store import AsyncRunner
-from duetime.store.layout import QueueLayout
-from duetime.store.operations import shard_operations
-from duetime.store.requests import Durability
-from duetime.store.runner import BLOCK_MARGIN, RedisSpec
+from duetime.store.plans.layout import QueueLayout
+from duetime.store.plans.operations import shard_operations
+from duetime.store.plans.requests import Durability
+from duetime.store.redis.runner import BLOCK_MARGIN, AsyncRunner, RedisSpec
 from duetime.supervisor import Supervisor, cancel_and_wait
 from duetime.worker.attempt import AttemptRunner
 from duetime.worker.cancels import cancel_listening

@@ -11,7 +11,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from duetime.store.keys import PREFIX, QueueKeys
+from duetime.store.plans.keys import PREFIX, QueueKeys
 
 _CRON_TICK_ID = re.compile(r"cron:(.+):[0-9]+")
 

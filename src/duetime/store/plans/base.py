@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from duetime.clock import Clock
-from duetime.store.keys import QueueKeys
-from duetime.store.requests import Command, Plan
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.requests import Command, Plan
 
 
 def sample_clock(clock: Clock, route: str) -> Plan[None]:

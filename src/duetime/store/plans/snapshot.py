@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duetime.errors import DuetimeError
-from duetime.store.base import QueueBase
-from duetime.store.keys import QueueKeys
-from duetime.store.replies import as_text, pairs
-from duetime.store.requests import Batch, Command, Plan
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.replies import as_text, pairs
+from duetime.store.plans.requests import Batch, Command, Plan
 
 
 @dataclass(slots=True)

@@ -14,7 +14,7 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from duetime.store.failover import FailoverWatcher
+from duetime.store.redis.failover import FailoverWatcher
 
 
 class _Watched:

@@ -20,7 +20,18 @@ import redis
 import redis.asyncio
 
 from duetime.settings import Settings
-from duetime.store.connections import (
+from duetime.store.plans.requests import (
+    Batch,
+    Command,
+    Durability,
+    Durably,
+    Eval,
+    EvalMany,
+    Plan,
+    Request,
+)
+from duetime.store.plans.scripts import Script
+from duetime.store.redis.connections import (
     BLOCK_MARGIN,
     RedisSpec,
     connect,
@@ -31,8 +42,8 @@ from duetime.store.connections import (
     resolve_url,
     start_embedded,
 )
-from duetime.store.damage import damaged_key_error, suspects, types_of
-from duetime.store.failures import (
+from duetime.store.redis.damage import damaged_key_error, suspects, types_of
+from duetime.store.redis.failures import (
     REDIS_ERRORS,
     advance,
     failed_inside_redis_py,
@@ -41,18 +52,8 @@ from duetime.store.failures import (
     translated,
     translated_refusal,
 )
-from duetime.store.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
-from duetime.store.requests import (
-    Batch,
-    Command,
-    Durability,
-    Durably,
-    Eval,
-    EvalMany,
-    Plan,
-    Request,
-)
-from duetime.store.routing import (
+from duetime.store.redis.kept import NOT_SENT, AsyncKeptConnection, KeptConnection
+from duetime.store.redis.routing import (
     batch_pipeline,
     routed,
     scan_reply,
@@ -61,8 +62,7 @@ from duetime.store.routing import (
     wait_targets,
     with_confirmations,
 )
-from duetime.store.scripts import Script
-from duetime.store.wire import (
+from duetime.store.redis.wire import (
     evalsha_arguments,
     evalsha_commands,
     missing_script,

@@ -12,7 +12,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
-from duetime import ticks, validation
+from duetime import validation
+from duetime.cron import ticks
 from duetime.errors import InvalidInputError
 
 MISSED_POLICIES: tuple[str, ...] = ("skip", "once", "all")

@@ -17,8 +17,8 @@ from duetime.errors import (
     RedisOutOfMemoryError,
     RedisUnavailableError,
 )
-from duetime.store.connections import mask_urls_in
-from duetime.store.requests import Batch, Plan, Request
+from duetime.store.plans.requests import Batch, Plan, Request
+from duetime.store.redis.connections import mask_urls_in
 
 T = TypeVar("T")
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.keys import split_lease_member
-from duetime.store.replies import as_text, score_or_none, whole_score
-from duetime.store.requests import Command, Eval, Plan
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.keys import split_lease_member
+from duetime.store.plans.replies import as_text, score_or_none, whole_score
+from duetime.store.plans.requests import Command, Eval, Plan
 
 #: The per-minute figures: a minute in ms, and how many minutes dispatchers keep.
 MINUTE_MS = 60_000

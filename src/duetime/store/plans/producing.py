@@ -10,11 +10,11 @@ from typing import Any
 
 from duetime.errors import CorruptStateError, NotDurableError
 from duetime.states import RescheduleOutcome, TaskState
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.keys import MAX_GENERATION, bucket_name, id_hash
-from duetime.store.replies import as_text, count_or_none, score_or_none
-from duetime.store.requests import (
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.keys import MAX_GENERATION, bucket_name, id_hash
+from duetime.store.plans.replies import as_text, count_or_none, score_or_none
+from duetime.store.plans.requests import (
     Command,
     Durability,
     Eval,

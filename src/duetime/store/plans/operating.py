@@ -12,11 +12,11 @@ from typing import Any
 from duetime import codec
 from duetime.errors import DecodeError
 from duetime.states import TaskState
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.keys import split_lease_member
-from duetime.store.replies import as_text, count_or_none, ms_or_none
-from duetime.store.requests import Batch, Command, Eval, Plan
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.keys import split_lease_member
+from duetime.store.plans.replies import as_text, count_or_none, ms_or_none
+from duetime.store.plans.requests import Batch, Command, Eval, Plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
-from duetime import codec, cron_options, flow
+from duetime import codec, flow
 from duetime.cron import MISSED_POLICIES, OVERLAP_POLICIES, RESULT_TTL_MS, CronJob, tick_id
+from duetime.cron import options as cron_options
 from duetime.errors import DecodeError, InvalidInputError
 
 #: The newest definition format this version writes and reads (2: with flow control;

@@ -19,20 +19,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from duetime.clock import Clock, ServerClock
-from duetime.store.cron_jobs import CronPlans
-from duetime.store.dispatching import DispatcherPlans
-from duetime.store.flow_control import FlowPlans
-from duetime.store.history import HistoryPlans
-from duetime.store.keyed import KeyedPlans
-from duetime.store.layout import QUEUE_REGISTRY, QueueLayout
-from duetime.store.operating import OperatorPlans
-from duetime.store.producing import ProducerPlans
-from duetime.store.replies import as_text
-from duetime.store.requests import Command, Plan
-from duetime.store.searching import SearchPlans
-from duetime.store.server_checks import ServerCheckPlans
-from duetime.store.snapshot import SnapshotPlans
-from duetime.store.working import WorkerPlans
+from duetime.store.plans.cron_jobs import CronPlans
+from duetime.store.plans.dispatching import DispatcherPlans
+from duetime.store.plans.flow_control import FlowPlans
+from duetime.store.plans.history import HistoryPlans
+from duetime.store.plans.keyed import KeyedPlans
+from duetime.store.plans.layout import QUEUE_REGISTRY, QueueLayout
+from duetime.store.plans.operating import OperatorPlans
+from duetime.store.plans.producing import ProducerPlans
+from duetime.store.plans.replies import as_text
+from duetime.store.plans.requests import Command, Plan
+from duetime.store.plans.searching import SearchPlans
+from duetime.store.plans.server_checks import ServerCheckPlans
+from duetime.store.plans.snapshot import SnapshotPlans
+from duetime.store.plans.working import WorkerPlans
 
 
 class QueueOperations(

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duetime.states import CronFireOutcome
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.replies import as_text, count_or_none, pairs
-from duetime.store.requests import Batch, Command, Eval, Plan, packed_arguments
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.replies import as_text, count_or_none, pairs
+from duetime.store.plans.requests import Batch, Command, Eval, Plan, packed_arguments
 
 #: Most due jobs one due_cron call reads (its script passes their names to HMGET in one
 #: call: Lua's unpack takes about 8,000 values).

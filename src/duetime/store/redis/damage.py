@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from duetime.errors import DamagedKeyError
-from duetime.store.keys import key_type
-from duetime.store.requests import Batch, Command, Durably, Eval, Request
+from duetime.store.plans.keys import key_type
+from duetime.store.plans.requests import Batch, Command, Durably, Eval, Request
 
 #: Most keys asked about for one refusal (a large schedule_many names many buckets).
 MOST_KEYS = 1000

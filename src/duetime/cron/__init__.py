@@ -2,14 +2,14 @@
 task each tick becomes.
 
 A tick is one instant at which a job fires: a cron expression's (on its zone's wall
-clock, see ``duetime.ticks`` for the daylight-saving rules) or an interval's (``every``,
+clock, see ``duetime.cron.ticks`` for the daylight-saving rules) or an interval's (``every``,
 from an anchor). Each becomes an ordinary task with the deterministic id
 ``cron:<name>:<tick ms>``, so however many dispatchers fire the same tick, one task
 exists. With a ``jitter`` window a tick's task runs at the tick plus a deterministic
 offset, below the window and below the gap to the next tick (so runs keep their order);
 never before the tick. A job's ticks lie within its ``start`` and ``end`` (both
 included). Which due ticks fire (missed-tick policy, catch-up window) is
-``duetime.cron_firing``'s.
+``duetime.cron.firing``'s.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from functools import lru_cache
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo
 
-from duetime import codec, cron_options, flow, ticks, validation
+from duetime import codec, flow, validation
+from duetime.cron import options as cron_options
+from duetime.cron import ticks
 from duetime.errors import InvalidInputError
 
 MissedPolicy = Literal["skip", "once", "all"]

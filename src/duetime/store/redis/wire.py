@@ -9,8 +9,8 @@ from typing import Any
 
 import redis
 
-from duetime.store.requests import Durability, EvalMany
-from duetime.store.scripts import Script
+from duetime.store.plans.requests import Durability, EvalMany
+from duetime.store.plans.scripts import Script
 
 
 def wire_arguments(args: Sequence[Any]) -> list[Any]:

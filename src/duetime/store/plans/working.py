@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.history import packed_record
-from duetime.store.replies import as_text, score_or_none
-from duetime.store.requests import (
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.history import packed_record
+from duetime.store.plans.replies import as_text, score_or_none
+from duetime.store.plans.requests import (
     Command,
     Durability,
     Eval,

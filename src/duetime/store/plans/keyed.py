@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.replies import as_text
-from duetime.store.requests import Eval, Plan, ScriptCall
-from duetime.store.scripts import Script
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.replies import as_text
+from duetime.store.plans.requests import Eval, Plan, ScriptCall
+from duetime.store.plans.scripts import Script
 
 #: Records looked at per sweep call: bounds how long one call holds the server.
 SWEEP_BATCH: Final = 500

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from duetime.store import scripts
-from duetime.store.producing import ProducerPlans, StatusReply, status_reply
-from duetime.store.replies import as_text, pairs
-from duetime.store.requests import Command, EvalMany, Plan
+from duetime.store.plans import scripts
+from duetime.store.plans.producing import ProducerPlans, StatusReply, status_reply
+from duetime.store.plans.replies import as_text, pairs
+from duetime.store.plans.requests import Command, EvalMany, Plan
 
 #: Which hash a walk reads: every live task's envelope, the last error of each task that
 #: failed an attempt (retrying or dead), or the flow record of each task that has one.

@@ -11,8 +11,8 @@ import asyncio
 from typing import TypeVar
 
 from duetime.errors import QueueNotLentError
-from duetime.store.requests import Plan
-from duetime.store.runner import AsyncRunner
+from duetime.store.plans.requests import Plan
+from duetime.store.redis.runner import AsyncRunner
 
 T = TypeVar("T")
 

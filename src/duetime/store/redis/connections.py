@@ -40,8 +40,8 @@ from redis.retry import Retry
 
 from duetime.errors import ConfigurationError
 from duetime.settings import Settings
-from duetime.store.failover import watcher_for
-from duetime.store.watched import watched_classes
+from duetime.store.redis.failover import watcher_for
+from duetime.store.redis.watched import watched_classes
 
 #: Extra seconds a blocking command's socket waits beyond the block itself.
 BLOCK_MARGIN = 5.0

@@ -10,10 +10,10 @@ from typing import Any
 from duetime import codec
 from duetime.errors import DecodeError
 from duetime.states import HistoryOutcome
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.replies import as_text, count_or_none
-from duetime.store.requests import Batch, Command, Eval, Plan, wire_id
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.replies import as_text, count_or_none
+from duetime.store.plans.requests import Batch, Command, Eval, Plan, wire_id
 
 #: How many entries a queue's history (each shard's, when sharded) keeps unless told
 #: otherwise: HISTORY_DEFAULT_SIZE in history.lua.

@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from duetime.flow import record_parts
-from duetime.store import scripts
-from duetime.store.base import QueueBase
-from duetime.store.replies import as_text
-from duetime.store.requests import Batch, Command, Eval, Plan
+from duetime.store.plans import scripts
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.replies import as_text
+from duetime.store.plans.requests import Batch, Command, Eval, Plan
 
 #: A rate limit's wait of the whole queue, in the throttled set and the rate state.
 QUEUE_GROUP = "\0"

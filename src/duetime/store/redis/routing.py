@@ -10,9 +10,9 @@ from typing import Any, Protocol
 
 import redis
 
-from duetime.store.failures import translated_refusal
-from duetime.store.requests import Batch, Command, Durability, EvalMany, ScriptCall
-from duetime.store.wire import evalsha_arguments, raise_first_error, wire_arguments
+from duetime.store.plans.requests import Batch, Command, Durability, EvalMany, ScriptCall
+from duetime.store.redis.failures import translated_refusal
+from duetime.store.redis.wire import evalsha_arguments, raise_first_error, wire_arguments
 
 
 class Runner(Protocol):

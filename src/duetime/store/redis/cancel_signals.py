@@ -22,8 +22,8 @@ from typing import Any
 import redis
 
 from duetime.backoff import Backoff, Outage
-from duetime.store.replies import as_text
-from duetime.store.runner import AsyncRunner
+from duetime.store.plans.replies import as_text
+from duetime.store.redis.runner import AsyncRunner
 
 log = logging.getLogger("duetime.worker")
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar, overload
 from duetime import codec
 from duetime.errors import ConfigurationError, NotDurableError
 from duetime.settings import Settings
-from duetime.store.scripts import Script
+from duetime.store.plans.scripts import Script
 
 T = TypeVar("T")
 

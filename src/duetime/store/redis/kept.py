@@ -40,7 +40,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from duetime.store.watched import opened_before_a_switch
+from duetime.store.redis.watched import opened_before_a_switch
 
 _pack_in_c: Callable[[tuple[Any, ...]], bytes] | None
 try:

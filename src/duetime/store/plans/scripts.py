@@ -22,7 +22,7 @@ class Script:
 
 
 def _read(*path: str) -> str:
-    return resources.files("duetime.store").joinpath("lua", *path).read_text("utf-8")
+    return resources.files("duetime.store.plans").joinpath("lua", *path).read_text("utf-8")
 
 
 def expanded(source: str) -> str:

@@ -4,9 +4,9 @@ confirm fsyncs (for durable_fsync) and which eviction policy it runs."""
 from __future__ import annotations
 
 from duetime.errors import ConfigurationError, RedisCommandError
-from duetime.store.base import QueueBase
-from duetime.store.replies import as_text
-from duetime.store.requests import Command, Plan
+from duetime.store.plans.base import QueueBase
+from duetime.store.plans.replies import as_text
+from duetime.store.plans.requests import Command, Plan
 
 
 class ServerCheckPlans(QueueBase):
