@@ -108,9 +108,9 @@ def bare_schedule_arguments(keys: QueueKeys, generation: int, count: int) -> lis
     now = int(time.time() * 1000)
     run_at = now + 3_600_000
     operations = QueueOperations(keys, ManualClock(now))
-    operations.generation = generation
+    operations.state.generation = generation
     calls = [
-        operations.schedule_call(now, task_id, run_at, envelope_of(run_at), run_at * 1000)
+        operations.producer.schedule_call(now, task_id, run_at, envelope_of(run_at), run_at * 1000)
         for task_id in new_task_ids(count)
     ]
     return [[c.script.sha, len(c.keys), *c.keys, *c.args] for c in calls]
@@ -118,7 +118,7 @@ def bare_schedule_arguments(keys: QueueKeys, generation: int, count: int) -> lis
 
 def generation_of(queue: duetime.Queue) -> int:
     """The generation of delayed buckets the queue writes to now."""
-    return queue.core.shards[0].generation or 0
+    return queue.core.shards[0].state.generation or 0
 
 
 def single_calls(server: Server, sizes: Sizes) -> list[Figure]:

@@ -90,16 +90,16 @@ def measure(kind: str, workdir: Path, variant: str, tasks: int) -> int:
             queue.schedule_many([Job(n, at=due, **options(n)) for n in range(tasks)])
             operations = queue.core.operations
             for _ in range(tasks // 1000 + 2):
-                queue.runner.run(operations.promote_due(1000))
+                queue.runner.run(operations.dispatcher.promote_due(1000))
             control = ["callgrind_control"]
             subprocess.run([*control, "-z", str(server.pid)], check=True, capture_output=True)
             done = 0
             while done < tasks:
-                claimed = queue.runner.run(operations.claim("w", 60_000, CLAIM_BATCH)) or []
+                claimed = queue.runner.run(operations.worker.claim("w", 60_000, CLAIM_BATCH)) or []
                 if not claimed:
                     raise RuntimeError(f"{variant}: nothing to claim after {done} tasks")
                 outcomes = [Outcome(item.task_id, item.attempt) for item in claimed]
-                queue.runner.run(operations.ack("w", outcomes))
+                queue.runner.run(operations.worker.ack("w", outcomes))
                 done += len(claimed)
             subprocess.run([*control, "-d", str(server.pid)], check=True, capture_output=True)
     finally:

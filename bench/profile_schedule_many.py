@@ -27,7 +27,7 @@ from benchlib import Server
 
 import duetime
 from duetime.client import QueueCore
-from duetime.store.plans import operations
+from duetime.store.plans.producing import ProducerPlans
 from duetime.store.redis import runner
 
 PAYLOAD = b"0123456789abcdef"
@@ -56,7 +56,7 @@ def main() -> None:
     args = parser.parse_args()
     spent: dict[str, float] = {}
     timed(spent, QueueCore, "prepare_all")
-    timed(spent, operations.QueueOperations, "schedule_calls")
+    timed(spent, ProducerPlans, "schedule_calls")
     timed(spent, runner.SyncRunner, "_script_calls")
     collecting = {"began": 0.0}
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import duetime
-from duetime.store.plans.operations import QueueOperations
 from duetime.store.plans.working import WorkerPlans
 
 app = duetime.App()
@@ -24,4 +23,4 @@ def _broken_claim(self: WorkerPlans, *args: Any, **kwargs: Any) -> NoReturn:
     raise ValueError("claim is broken in this process")
 
 
-QueueOperations.claim = _broken_claim  # type: ignore[method-assign]
+WorkerPlans.claim = _broken_claim  # type: ignore[method-assign]

@@ -208,7 +208,7 @@ def profile_scale(server: Server, due: int) -> None:
         began = time.perf_counter()
         moved = 0
         while moved < due:
-            moved += runner.run(operations.promote_due(1000)).moved
+            moved += runner.run(operations.dispatcher.promote_due(1000)).moved
         wall = time.perf_counter() - began
         stats = server.command_stats()
         script = stats.get("evalsha", {"usec": 0, "calls": 1})

@@ -43,7 +43,7 @@ _frozen = False  # once per process: a second daemon starting later freezes noth
 async def warn_if_evicting(runner: AsyncRunner, operations: QueueOperations) -> None:
     """Warn loudly when the server may evict keys: an evicted key is a lost task."""
     try:
-        policy = await runner.run(operations.eviction_policy())
+        policy = await runner.run(operations.server.eviction_policy())
     except DuetimeError as error:  # e.g. CONFIG denied by an ACL
         log.warning("could not read maxmemory-policy (%s); make sure it is noeviction", error)
         return
@@ -70,7 +70,7 @@ async def warn_if_beyond(runner: AsyncRunner, layout: QueueLayout) -> None:
     it was written with more shards, and those tasks would wait for ever."""
     beyond = QueueOperations(layout.beyond, ServerClock())
     try:
-        occupied = await runner.run(beyond.occupied())
+        occupied = await runner.run(beyond.producer.occupied())
     except DuetimeError as error:
         log.warning("could not look for tasks beyond shard %d: %s", layout.count - 1, error)
         return
@@ -92,7 +92,7 @@ async def check_durability(
     shard's server cannot confirm fsyncs."""
     if durability is not None and durability.fsync:
         for operations in shards:
-            await runner.run(operations.check_fsync())
+            await runner.run(operations.server.check_fsync())
 
 
 class DaemonStartup:

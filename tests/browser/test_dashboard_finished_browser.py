@@ -32,22 +32,22 @@ def fill_history(redis_url: str) -> None:
         for n in range(6):
             queue.schedule_now({"to": f"user{n}@example.com"}, id=f"send-{n}", task="send_email")
         queue.schedule_now({"image": "a.png"}, id="resize-1", task="resize_image", max_attempts=2)
-        claimed = run(ops.claim("web-1.4117", 60_000, 10)) or []
+        claimed = run(ops.worker.claim("web-1.4117", 60_000, 10)) or []
         clock.advance(0.2)
         sent = [
             Outcome(c.task_id, c.attempt, duration_us=1_200, task="send_email") for c in claimed[:6]
         ]
-        run(ops.ack("web-1.4117", sent))
+        run(ops.worker.ack("web-1.4117", sent))
         for attempt, retry in ((1, 0), (2, None)):
             if attempt == 2:
-                run(ops.promote_due(10))
-                run(ops.claim("web-2.4217", 60_000, 1))
+                run(ops.dispatcher.promote_due(10))
+                run(ops.worker.claim("web-2.4217", 60_000, 1))
             worker = "web-1.4117" if attempt == 1 else "web-2.4217"
             record = codec.encode_error(
                 ErrorRecord(LONG_ERROR, "Traceback ...", attempt, 0, worker)
             )
             run(
-                ops.fail(
+                ops.worker.fail(
                     worker, "resize-1", attempt, record, retry, ran=(85_000, 0), summary=LONG_ERROR
                 )
             )
@@ -132,9 +132,9 @@ def test_run_now_on_a_task_that_ran_meanwhile_lands_on_its_attempts(
             # Before the click, the task is made due and a worker finishes it.
             queue.run_now(task_id)
             ops, run = queue.core.operations, queue.runner.run
-            run(ops.promote_due(10))
-            claimed = run(ops.claim("web-1.4117", 60_000, 1)) or []
-            assert run(ops.ack("web-1.4117", [Outcome(task_id, claimed[0].attempt)]))
+            run(ops.dispatcher.promote_due(10))
+            claimed = run(ops.worker.claim("web-1.4117", 60_000, 1)) or []
+            assert run(ops.worker.ack("web-1.4117", [Outcome(task_id, claimed[0].attempt)]))
             run_now.click()
             expect(page.locator(".notice.error")).to_contain_text("already ended (succeeded")
             expect(page.locator('[data-testid="task-history"] .badge')).to_have_text(["succeeded"])

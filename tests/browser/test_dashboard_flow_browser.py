@@ -46,8 +46,8 @@ def fill_flow(redis_url: str) -> None:
         ]
         jobs += [Job({"n": n}, at=at, task="send_email") for n in range(2)]
         queue.schedule_many(jobs)
-        runner.run(operations.promote_due(100))
-        runner.run(operations.claim("web-1.4117", 60_000, 12))
+        runner.run(operations.dispatcher.promote_due(100))
+        runner.run(operations.worker.claim("web-1.4117", 60_000, 12))
     runner.close()
 
 

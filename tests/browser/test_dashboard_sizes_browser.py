@@ -33,13 +33,13 @@ def fill(redis_url: str) -> list[str]:
         ids = [queue.schedule_now(DATA, task="send_email", max_attempts=1) for _ in range(8)]
         ids.append(queue.schedule_now(DATA, id=CRON_ID, task="send_email", max_attempts=1))
         ops, run = queue.core.operations, queue.runner.run
-        claimed = run(ops.claim("web-1.4117", 60_000, len(ids))) or []
+        claimed = run(ops.worker.claim("web-1.4117", 60_000, len(ids))) or []
         assert len(claimed) == len(ids)
         clock.advance(1)
         for task in claimed:
             record = codec.encode_error(ErrorRecord(ERROR, "Traceback ...", 1, 0, "web-1.4117"))
             run(
-                ops.fail(
+                ops.worker.fail(
                     "web-1.4117", task.task_id, task.attempt, record, None, ran=(900, 0),
                     summary=ERROR,
                 )

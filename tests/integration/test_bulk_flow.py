@@ -247,7 +247,7 @@ def backlog_on_shards(queue: Queue) -> list[str]:
     moved = queue.reschedule_many(ids, 0)
     assert len(moved.done) == 60 and queue.stats().scheduled == 63
     for shard in queue.core.shards:
-        queue.runner.run(shard.promote_due(1000))
+        queue.runner.run(shard.dispatcher.promote_due(1000))
     stats = queue.stats()
     assert (stats.scheduled, stats.ready) == (3, 60)
     assert stats.ready - stats.waiting == len(queue.core.shards)  # one fed to each ready

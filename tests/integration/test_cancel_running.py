@@ -30,8 +30,10 @@ WORKER = "w1"
 def claimed(queue: Queue, lease_ms: int = 60_000, **options: Any) -> str:
     """A task scheduled now and claimed by WORKER, as a worker would."""
     task_id = queue.schedule_now({"n": 1}, **options)
-    queue.runner.run(queue.core.operations.promote_due(10))  # files it under flow control
-    [item] = queue.runner.run(queue.core.operations.claim(WORKER, lease_ms, 1)) or []
+    queue.runner.run(
+        queue.core.operations.dispatcher.promote_due(10)
+    )  # files it under flow control
+    [item] = queue.runner.run(queue.core.operations.worker.claim(WORKER, lease_ms, 1)) or []
     assert item.task_id == task_id
     return task_id
 
@@ -59,10 +61,12 @@ def test_a_running_tasks_cancel_is_marked_and_its_ack_ends_it_as_cancelled(
         assert status is not None and status.state == TaskState.RUNNING
         assert status.cancel_asked_at == pytest.approx(time.time(), abs=5)
         assert queue.cancel(task_id) is True  # asked again: still running, still yes
-        reply = queue.runner.run(queue.core.operations.heartbeat(WORKER, 60_000, [(task_id, 1)]))
+        reply = queue.runner.run(
+            queue.core.operations.worker.heartbeat(WORKER, 60_000, [(task_id, 1)])
+        )
         assert reply.cancelling == [task_id] and reply.lost == []
         flags = queue.runner.run(
-            queue.core.operations.ack(WORKER, [Outcome(task_id, 1, 60_000, b"\x92\xc3\x01")])
+            queue.core.operations.worker.ack(WORKER, [Outcome(task_id, 1, 60_000, b"\x92\xc3\x01")])
         )
         assert flags == [Ended.CANCELLED]
         ended_as_cancelled(queue, task_id, raw)
@@ -79,7 +83,7 @@ def test_a_failure_after_the_cancel_neither_retries_nor_kills_the_task(
         task_id = claimed(queue)
         assert queue.cancel(task_id)
         ended = queue.runner.run(
-            queue.core.operations.fail(
+            queue.core.operations.worker.fail(
                 WORKER, task_id, 1, b"error", None if final else 10, ran=(5, 1), summary="boom"
             )
         )
@@ -97,7 +101,7 @@ def test_a_snooze_after_the_cancel_ends_it(
         task_id = claimed(queue)
         assert queue.cancel(task_id)
         ended = queue.runner.run(
-            queue.core.operations.snooze(WORKER, task_id, 1, 60_000, whole_key=False)
+            queue.core.operations.worker.snooze(WORKER, task_id, 1, 60_000, whole_key=False)
         )
         assert ended == Ended.CANCELLED
         ended_as_cancelled(queue, task_id, raw)
@@ -115,14 +119,14 @@ def test_a_reaped_lease_or_worker_ends_a_cancelled_task_rather_than_running_it_a
         kept = claimed(queue, lease_ms=1)
         assert queue.cancel(cancelled)
         time.sleep(0.01)
-        assert queue.runner.run(operations.reap_expired_leases(100)) == 1
+        assert queue.runner.run(operations.dispatcher.reap_expired_leases(100)) == 1
         ended_as_cancelled(queue, cancelled, raw)
         kept_status = queue.status(kept)
         assert kept_status is not None and kept_status.state != TaskState.RUNNING
 
         silent = claimed(queue)
         assert queue.cancel(silent)
-        assert queue.runner.run(operations.reap_worker(WORKER, 2**62)) == 0
+        assert queue.runner.run(operations.dispatcher.reap_worker(WORKER, 2**62)) == 0
         ended_as_cancelled(queue, silent, raw, before=1)
 
 
@@ -134,16 +138,16 @@ def test_a_stopping_workers_hand_back_ends_a_cancelled_task(
         cancelled = claimed(queue)
         kept = claimed(queue)
         assert queue.cancel(cancelled)
-        assert queue.runner.run(operations.release_worker(WORKER, 1000)) == 1
+        assert queue.runner.run(operations.worker.release_worker(WORKER, 1000)) == 1
         ended_as_cancelled(queue, cancelled, raw)
         status = queue.status(kept)
         assert status is not None and status.state == TaskState.READY
 
         # The one handed back, taken by BLMOVE but not leased yet (the worker had no
         # free slot): in a worker's list, its cancel is asked as a running one's.
-        assert queue.runner.run(operations.take_ready("w2", 1)) == kept
+        assert queue.runner.run(operations.worker.take_ready("w2", 1)) == kept
         assert queue.cancel(kept)
-        assert queue.runner.run(operations.give_back("w2", kept))
+        assert queue.runner.run(operations.worker.give_back("w2", kept))
         ended_as_cancelled(queue, kept, raw, before=1)
 
 
@@ -154,14 +158,14 @@ def test_a_cancel_frees_the_running_tasks_slot_under_a_key_limit(
         queue.set_key_limits("acme", KeyLimits(concurrency=1))
         first = claimed(queue, limit_key="acme")
         second = queue.schedule_now({"n": 2}, limit_key="acme")
-        queue.runner.run(queue.core.operations.promote_due(10))
-        assert queue.runner.run(queue.core.operations.claim("w2", 60_000, 1)) == []
+        queue.runner.run(queue.core.operations.dispatcher.promote_due(10))
+        assert queue.runner.run(queue.core.operations.worker.claim("w2", 60_000, 1)) == []
         assert queue.cancel(first)
         ended = queue.runner.run(
-            queue.core.operations.fail(WORKER, first, 1, b"error", 10, summary="stopped")
+            queue.core.operations.worker.fail(WORKER, first, 1, b"error", 10, summary="stopped")
         )
         assert ended == Ended.CANCELLED
-        [item] = queue.runner.run(queue.core.operations.claim("w2", 60_000, 1)) or []
+        [item] = queue.runner.run(queue.core.operations.worker.claim("w2", 60_000, 1)) or []
         assert item.task_id == second  # the key's only slot came back with the cancel
         assert queue.check() == []
 
@@ -297,8 +301,8 @@ def test_every_running_task_of_a_limit_key_is_found_and_asked_to_stop(
         ours = [queue.schedule_now({"n": n}, limit_key="acme") for n in range(3)]
         theirs = queue.schedule_now({"n": 9}, limit_key="other")
         waiting = queue.schedule_in(3600, {"n": 10}, limit_key="acme")
-        queue.runner.run(queue.core.operations.promote_due(10))
-        claimed_ids = queue.runner.run(queue.core.operations.claim(WORKER, 60_000, 10)) or []
+        queue.runner.run(queue.core.operations.dispatcher.promote_due(10))
+        claimed_ids = queue.runner.run(queue.core.operations.worker.claim(WORKER, 60_000, 10)) or []
         assert {item.task_id for item in claimed_ids} == {*ours, theirs}
         page = queue.search(TaskSearch(limit_key="acme", state="running"))
         assert page.walked == "keys" and page.cursor is None

@@ -32,10 +32,14 @@ def finish_some(redis_url: str, queue_name: str) -> None:
         ops, run = queue.core.operations, queue.runner.run
         queue.schedule_now({}, id="flaky-1", task="send", max_attempts=2)
         for attempt, retry in ((1, 0), (2, None)):
-            run(ops.promote_due(10))
-            run(ops.claim("w1", 60_000, 1))
+            run(ops.dispatcher.promote_due(10))
+            run(ops.worker.claim("w1", 60_000, 1))
             clock.advance(0.01)
-            run(ops.fail("w1", "flaky-1", attempt, b"e", retry, ran=(12_000, 0), summary="E: no"))
+            run(
+                ops.worker.fail(
+                    "w1", "flaky-1", attempt, b"e", retry, ran=(12_000, 0), summary="E: no"
+                )
+            )
         queue.cancel(queue.schedule_in(60, {}, id="later", task="report"))
         queue.cancel(queue.schedule_in(60, {}, id="other"))
 

@@ -126,10 +126,14 @@ def fill_listings(redis_url: str, queue_name: str) -> list[str]:
         ids = [queue.schedule_now({"n": n}, task="send_email", max_attempts=1) for n in range(3)]
         ids.append(queue.schedule_now({}, id=CRON_TICK, task="send_email", max_attempts=1))
         ops, run = queue.core.operations, queue.runner.run
-        claimed = run(ops.claim("web-1.4117", 60_000, len(ids))) or []
+        claimed = run(ops.worker.claim("web-1.4117", 60_000, len(ids))) or []
         for task in claimed:
             record = codec.encode_error(ErrorRecord(ERROR, "Traceback ...", 1, 0, "web-1.4117"))
-            run(ops.fail("web-1.4117", task.task_id, task.attempt, record, None, summary=ERROR))
+            run(
+                ops.worker.fail(
+                    "web-1.4117", task.task_id, task.attempt, record, None, summary=ERROR
+                )
+            )
         queue.add_cron(
             CRON_NAMES[0], "30 2 * * *", {}, tz="America/New_York", task="send_email",
             missed="once", overlap="skip", jitter=30, catch_up=3600, max_runs=100,
@@ -140,7 +144,7 @@ def fill_listings(redis_url: str, queue_name: str) -> list[str]:
         for key in LIMIT_KEYS:
             flowing.set_key_limits(key, KeyLimits(3, Rate(100, 60.0)))
             flowing.schedule_now({}, limit_key=key)
-        flowing.runner.run(flowing.core.operations.promote_due(100))
+        flowing.runner.run(flowing.core.operations.dispatcher.promote_due(100))
     return ids
 
 

@@ -87,12 +87,12 @@ def test_a_job_named_twice_in_one_call_fires_once(
         runner = AsyncRunner(redis_url, Settings())
         operations = QueueOperations(QueueKeys(queue_name), clock)
         try:
-            [entry] = await runner.run(operations.due_cron(T0, 10))
+            [entry] = await runner.run(operations.cron.due_cron(T0, 10))
             firing = CronFirer._firing(entry, T0, {})
             row = firing.row(T0 + 1000)
             later = list(row)
             later[9] = f"cron:report:{T0 + MINUTE}"  # another tick under the same name
-            return await runner.run(operations.fire_cron([row, later]))
+            return await runner.run(operations.cron.fire_cron([row, later]))
         finally:
             await runner.close()
 

@@ -53,7 +53,7 @@ class Env:
         return self.queue.runner.run(plan)
 
     def claim(self, count: int = 10) -> None:
-        self.run(self.ops.claim("w", LEASE_MS, count))
+        self.run(self.ops.worker.claim("w", LEASE_MS, count))
 
 
 Step = Callable[[Env], Any]
@@ -70,7 +70,7 @@ def claimed(env: Env) -> None:
 
 def dead(env: Env) -> None:
     claimed(env)
-    env.run(env.ops.fail("w", env.ids[0], 1, b"error", None))
+    env.run(env.ops.worker.fail("w", env.ids[0], 1, b"error", None))
 
 
 def moved_by_blmove(env: Env) -> None:
@@ -87,12 +87,12 @@ def delayed(env: Env, count: int = 40) -> None:
 def due_for_promotion(env: Env) -> None:
     delayed(env)
     env.ids.append(env.queue.schedule_in(10, {"retry": True}, id="retry"))
-    env.run(env.ops.promote_due(100))  # learns the buckets
+    env.run(env.ops.dispatcher.promote_due(100))  # learns the buckets
     env.clock.set(NOW_MS + 31_000)
 
 
 def cron_declared(env: Env) -> None:
-    env.run(env.ops.declare_cron([("job", b"definition", NOW_MS + 60_000)]))
+    env.run(env.ops.cron.declare_cron([("job", b"definition", NOW_MS + 60_000)]))
 
 
 def cron_fired(env: Env) -> None:
@@ -106,12 +106,12 @@ def fire(env: Env) -> Any:
     # its first tick goes on from the one before, ticks.
     row = ["job", str(NOW_MS + 60_000), str(NOW_MS + 120_000), "allow", "0", "0", 0, 0, 0,
            "1", "cron:job:1", str(NOW_MS), b"envelope", ""]  # fmt: skip
-    return env.ops.fire_cron([row])
+    return env.ops.cron.fire_cron([row])
 
 
 def cron_paused(env: Env) -> None:
     cron_declared(env)
-    env.run(env.ops.set_cron_next("job", None))
+    env.run(env.ops.cron.set_cron_next("job", None))
 
 
 def then(prepare: Step, now_ms: int) -> Step:
@@ -182,68 +182,72 @@ CASES: dict[str, tuple[Step, Step, tuple[str, ...]]] = {
     # The layout's count is bumped with pcall, as counters are.
     "promote and stage": (
         due_for_promotion,
-        lambda env: env.run(env.ops.promote_due(100, ahead_ms=1_000, stage_ms=5_000)),
+        lambda env: env.run(env.ops.dispatcher.promote_due(100, ahead_ms=1_000, stage_ms=5_000)),
         ("delayed_layout",),
     ),
     "claim from ready": (due_now, lambda env: env.claim(), ()),
     "claim taken by BLMOVE": (
         moved_by_blmove,
-        lambda env: env.run(env.ops.claim("w", LEASE_MS, 0, env.ids)),
+        lambda env: env.run(env.ops.worker.claim("w", LEASE_MS, 0, env.ids)),
         (),
     ),
     "heartbeat": (
         then(claimed, NOW_MS + 1_000),
-        lambda env: env.run(env.ops.heartbeat("w", LEASE_MS, [(i, 1) for i in env.ids], 1)),
+        lambda env: env.run(env.ops.worker.heartbeat("w", LEASE_MS, [(i, 1) for i in env.ids], 1)),
         (),
     ),
     "ack": (
         claimed,
         lambda env: env.run(
-            env.ops.ack("w", [Outcome(i, 1, 60_000, b"result", 5) for i in env.ids])
+            env.ops.worker.ack("w", [Outcome(i, 1, 60_000, b"result", 5) for i in env.ids])
         ),
         (),
     ),
     "fail, retry": (
         claimed,
-        lambda env: env.run(env.ops.fail("w", env.ids[0], 1, b"error", 1_000)),
+        lambda env: env.run(env.ops.worker.fail("w", env.ids[0], 1, b"error", 1_000)),
         LATENESS_NOTE,
     ),
     "fail, dead": (
         claimed,
-        lambda env: env.run(env.ops.fail("w", env.ids[0], 1, b"error", None, 60_000, b"r")),
+        lambda env: env.run(env.ops.worker.fail("w", env.ids[0], 1, b"error", None, 60_000, b"r")),
         (),
     ),
     "reap expired leases": (
         then(claimed, NOW_MS + LEASE_MS + 1),
-        lambda env: env.run(env.ops.reap_expired_leases(100)),
+        lambda env: env.run(env.ops.dispatcher.reap_expired_leases(100)),
         LATENESS_NOTE,
     ),
     "reap a silent worker": (
         claimed,
-        lambda env: env.run(env.ops.reap_worker("w", NOW_MS + 1, 1_000)),
+        lambda env: env.run(env.ops.dispatcher.reap_worker("w", NOW_MS + 1, 1_000)),
         LATENESS_NOTE,
     ),
     "release a stopping worker": (
         claimed,
-        lambda env: env.run(env.ops.release_worker("w", 1_000, 1)),
+        lambda env: env.run(env.ops.worker.release_worker("w", 1_000, 1)),
         LATENESS_NOTE,
     ),
-    "give back": (moved_by_blmove, lambda env: env.run(env.ops.give_back("w", env.ids[0])), ()),
+    "give back": (
+        moved_by_blmove,
+        lambda env: env.run(env.ops.worker.give_back("w", env.ids[0])),
+        (),
+    ),
     "requeue dead": (
         dead,
-        lambda env: env.run(env.ops.requeue_dead(env.ids[:1])),
+        lambda env: env.run(env.ops.operator.requeue_dead(env.ids[:1])),
         LATENESS_NOTE,
     ),
-    "purge dead": (dead, lambda env: env.run(env.ops.purge_dead(env.ids[:1])), ()),
+    "purge dead": (dead, lambda env: env.run(env.ops.operator.purge_dead(env.ids[:1])), ()),
     "declare cron": (nothing, cron_declared, ()),
-    "pause cron": (cron_declared, lambda env: env.run(env.ops.set_cron_next("job", None)), ()),
+    "pause cron": (cron_declared, lambda env: env.run(env.ops.cron.set_cron_next("job", None)), ()),
     "resume cron": (
         cron_paused,
-        lambda env: env.run(env.ops.set_cron_next("job", NOW_MS + 1_000)),
+        lambda env: env.run(env.ops.cron.set_cron_next("job", NOW_MS + 1_000)),
         (),
     ),
     "fire cron": (cron_declared, lambda env: env.run(fire(env)), ()),
-    "remove cron": (cron_fired, lambda env: env.run(env.ops.remove_cron("job")), ()),
+    "remove cron": (cron_fired, lambda env: env.run(env.ops.cron.remove_cron("job")), ()),
 }
 
 

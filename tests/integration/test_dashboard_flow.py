@@ -52,8 +52,8 @@ def flow_scene(redis_url: str, queue_name: str) -> Iterator[FlowScene]:
         at = (clock.now_ms() - 1000) / 1000
         keys = ["acme"] * 3 + ["slow"] * 2 + [LONG_KEY, HOSTILE_KEY, None]
         queue.schedule_many([Job(n, at=at, limit_key=key) for n, key in enumerate(keys)])
-        runner.run(operations.promote_due(100))
-        assert len(runner.run(operations.claim("w1", 60_000, 20)) or []) == 6
+        runner.run(operations.dispatcher.promote_due(100))
+        assert len(runner.run(operations.worker.claim("w1", 60_000, 20)) or []) == 6
         yield FlowScene(queue, queue_name)
         assert queue.check() == []
     runner.close()

@@ -76,10 +76,12 @@ def test_run_now_on_a_task_that_ran_meanwhile_lands_on_its_attempts(
             # Meanwhile someone else runs it now, and a worker finishes it.
             queue.run_now(task_id)
             ops, run = queue.core.operations, queue.runner.run
-            run(ops.promote_due(10))
-            claimed = run(ops.claim("w1", 60_000, 1))
+            run(ops.dispatcher.promote_due(10))
+            claimed = run(ops.worker.claim("w1", 60_000, 1))
             assert claimed is not None and len(claimed) == 1
-            assert run(ops.ack("w1", [Outcome(task_id, claimed[0].attempt, duration_us=4_000)]))
+            assert run(
+                ops.worker.ack("w1", [Outcome(task_id, claimed[0].attempt, duration_us=4_000)])
+            )
             form = {"csrf": csrf_of(shown), "id": task_id, "back": here}
             answer = client.post(f"/q/{queue_name}/task/run-now", data=form, headers=ORIGIN)
             assert answer.status_code == 200 and answer.url.path.endswith("/task")

@@ -294,7 +294,7 @@ def test_a_task_promoted_ahead_of_its_run_at_is_taken_back_by_a_call(
     with Queue(queue_name, redis_url, clock=clock) as queue:
         first = queue.schedule_keyed({"n": 1}, debounce=Debounce("k", 1))
         clock.set(T0 + 997)
-        assert runner.run(QueueOperations(keys, clock).promote_due(100, 5)).moved == 1
+        assert runner.run(QueueOperations(keys, clock).dispatcher.promote_due(100, 5)).moved == 1
         assert decoded(raw.lrange(keys.ready, 0, -1)) == [first.id]
         assert raw.hget(keys.early, first.id) is not None
         second = queue.schedule_keyed({"n": 2}, debounce=Debounce("k", 1))
@@ -321,7 +321,7 @@ def test_under_flow_control_a_due_task_is_taken_back_from_the_due_set(
         blocker = queue.schedule_now({"blocker": 1}, limit_key="a")
         first = queue.schedule_keyed({"n": 1}, debounce=Debounce("k", 1), limit_key="a")
         clock.set(T0 + 997)
-        runner.run(QueueOperations(keys, clock).promote_due(100, 5))
+        runner.run(QueueOperations(keys, clock).dispatcher.promote_due(100, 5))
         assert any(first.id in member for member in decoded(raw.zrange(keys.due, 0, -1)))
         second = queue.schedule_keyed({"n": 2}, debounce=Debounce("k", 1), limit_key="a")
         assert (second.id, second.outcome) == (first.id, KeyedOutcome.COLLAPSED)
@@ -361,7 +361,7 @@ def test_a_dispatcher_sweeps_records_once_their_run_at_has_passed(
         ]
         assert raw.hlen(keys.keyed) == 3 and raw.hlen(keys.keyed_tasks) == 3
         clock.set(T0 + 12_000)  # the run-ats of k0 and k1 have passed (by a second or more)
-        assert runner.run(operations.sweep_keyed(1000)) == 2
+        assert runner.run(operations.keyed.sweep_keyed(1000)) == 2
         assert decoded(raw.hkeys(keys.keyed)) == ["d:k2"]
         assert decoded(raw.hkeys(keys.keyed_tasks)) == [ids[2]]
         assert decoded(raw.zrange(keys.keyed_expiry, 0, -1)) == ["d:k2"]

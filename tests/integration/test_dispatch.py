@@ -135,7 +135,7 @@ def test_racing_dispatchers_never_promote_a_task_twice(
         moved = staged = 0
         try:
             while True:
-                promotion = await runner.run(operations.promote_due(37, 0, stage_ms))
+                promotion = await runner.run(operations.dispatcher.promote_due(37, 0, stage_ms))
                 if not promotion.moved + promotion.staged:
                     break
                 moved += promotion.moved

@@ -16,7 +16,7 @@ from duetime import App, Dispatcher, ManualClock, Queue, Settings, Worker
 from duetime.store.plans.keys import QueueKeys
 from duetime.store.plans.operations import QueueOperations
 from duetime.store.plans.requests import Command, Plan
-from duetime.store.plans.working import Ended, Outcome
+from duetime.store.plans.working import Ended, Outcome, WorkerPlans
 from duetime.store.redis.runner import AsyncRunner
 from duetime.worker.heartbeater import Heartbeater
 from duetime.worker.reporter import Reporter
@@ -40,11 +40,11 @@ def test_a_late_lost_report_of_an_old_attempt_does_not_cancel_the_new_one(
     lost) must fence attempt 1 only. Before, it cancelled attempt 2 and ran attempt 3."""
     keys = QueueKeys(queue_name)
     gate = f"test:{queue_name}:gate"
-    real_heartbeat = QueueOperations.heartbeat
+    real_heartbeat = WorkerPlans.heartbeat
     held_back: list[bool] = []
 
     def gated_heartbeat(
-        self: QueueOperations, worker_id: str, lease_ms: int, running: Any, *more: Any
+        self: WorkerPlans, worker_id: str, lease_ms: int, running: Any, *more: Any
     ) -> Plan[Any]:
         running = list(running)
         if (task_id, 1) in running and not held_back:
@@ -52,7 +52,7 @@ def test_a_late_lost_report_of_an_old_attempt_does_not_cancel_the_new_one(
             yield Command(("BLPOP", gate, 20), block=20)
         return (yield from real_heartbeat(self, worker_id, lease_ms, running, *more))
 
-    monkeypatch.setattr(QueueOperations, "heartbeat", gated_heartbeat)
+    monkeypatch.setattr(WorkerPlans, "heartbeat", gated_heartbeat)
     clock = ManualClock(server_ms(raw))
     starts: list[int] = []
     release = asyncio.Event()
@@ -75,8 +75,8 @@ def test_a_late_lost_report_of_an_old_attempt_does_not_cancel_the_new_one(
                 async with running(worker):
                     await wait_until(lambda: starts == [1] and bool(held_back), what="attempt 1")
                     clock.advance(FAST.lease_duration + 1)  # attempt 1's lease runs out
-                    assert await runner.run(operations.reap_expired_leases(10)) == 1
-                    await runner.run(operations.promote_due(10))
+                    assert await runner.run(operations.dispatcher.reap_expired_leases(10)) == 1
+                    await runner.run(operations.dispatcher.promote_due(10))
                     await wait_until(lambda: starts == [1, 2], what="attempt 2 on the same worker")
                     raw.rpush(gate, 1)  # the late heartbeat arrives: attempt 1 is lost
                     await wait_until(lambda: raw.llen(gate) == 0, what="the late heartbeat")
@@ -143,7 +143,7 @@ def test_a_task_moved_by_a_reaped_workers_pending_blmove_is_recovered_after_a_bl
         async def claim_as_paused() -> None:
             runner = AsyncRunner(redis_url, settings)
             try:
-                await runner.run(QueueOperations(keys, clock).claim(paused, 30_000, 1))
+                await runner.run(QueueOperations(keys, clock).worker.claim(paused, 30_000, 1))
             finally:
                 await runner.close()
 
@@ -287,13 +287,15 @@ def test_an_attempt_whose_lease_ran_out_before_its_start_is_not_started(
             runner = AsyncRunner(redis_url, Settings())
             operations = QueueOperations(keys, clock)
             try:
-                await runner.run(operations.promote_due(10, 1000))  # noted ahead of its run-at
+                await runner.run(
+                    operations.dispatcher.promote_due(10, 1000)
+                )  # noted ahead of its run-at
                 async with running(worker):
                     member = f"{worker.worker_id}|{task_id}"
                     await wait_until(lambda: raw.zscore(keys.leases, member) is not None)
                     await asyncio.sleep(settings.lease_duration)  # past half a lease, stalled
                     clock.advance(settings.lease_duration + 1)  # run-at and lease deadline pass
-                    assert await runner.run(operations.reap_expired_leases(10)) == 1
+                    assert await runner.run(operations.dispatcher.reap_expired_leases(10)) == 1
                     await wait_until(lambda: worker.counters.fenced == 1, what="the check")
                     assert started == []
             finally:
@@ -320,11 +322,13 @@ def test_a_heartbeat_that_crosses_an_ack_counts_nothing_as_fenced(
             runner = AsyncRunner(redis_url, Settings())
             operations = QueueOperations(keys, clock)
             try:
-                [claimed] = await runner.run(operations.claim("w", 10_000, 1)) or []
+                [claimed] = await runner.run(operations.worker.claim("w", 10_000, 1)) or []
                 done = Outcome(claimed.task_id, claimed.attempt)
-                assert await runner.run(operations.ack("w", [done])) == [Ended.APPLIED]
+                assert await runner.run(operations.worker.ack("w", [done])) == [Ended.APPLIED]
                 beat = await runner.run(
-                    operations.heartbeat("w", 10_000, [(claimed.task_id, claimed.attempt)], 2)
+                    operations.worker.heartbeat(
+                        "w", 10_000, [(claimed.task_id, claimed.attempt)], 2
+                    )
                 )
                 assert beat.lost == [(claimed.task_id, claimed.attempt)]
             finally:
@@ -345,11 +349,11 @@ def test_a_lost_report_that_crosses_the_attempts_own_ack_is_not_a_fence(
     no warning, nothing counted as fenced (under load this logged bursts of false
     "lost its lease" warnings)."""
     beat_gate, ack_gate = f"test:{queue_name}:beat", f"test:{queue_name}:ack"
-    real_heartbeat, real_ack = QueueOperations.heartbeat, QueueOperations.ack
+    real_heartbeat, real_ack = WorkerPlans.heartbeat, WorkerPlans.ack
     held: list[str] = []
 
     def gated_heartbeat(
-        self: QueueOperations, worker_id: str, lease_ms: int, running: Any, *more: Any
+        self: WorkerPlans, worker_id: str, lease_ms: int, running: Any, *more: Any
     ) -> Plan[Any]:
         running = list(running)
         if running and "beat" not in held:
@@ -357,14 +361,14 @@ def test_a_lost_report_that_crosses_the_attempts_own_ack_is_not_a_fence(
             yield Command(("BLPOP", beat_gate, 20), block=20)
         return (yield from real_heartbeat(self, worker_id, lease_ms, running, *more))
 
-    def gated_ack(self: QueueOperations, *arguments: Any) -> Plan[Any]:
+    def gated_ack(self: WorkerPlans, *arguments: Any) -> Plan[Any]:
         flags = yield from real_ack(self, *arguments)
         held.append("acked")  # applied in Redis; the worker has not heard back yet
         yield Command(("BLPOP", ack_gate, 20), block=20)
         return flags
 
-    monkeypatch.setattr(QueueOperations, "heartbeat", gated_heartbeat)
-    monkeypatch.setattr(QueueOperations, "ack", gated_ack)
+    monkeypatch.setattr(WorkerPlans, "heartbeat", gated_heartbeat)
+    monkeypatch.setattr(WorkerPlans, "ack", gated_ack)
     release = asyncio.Event()
 
     async def handler(data: object) -> str:

@@ -52,17 +52,17 @@ class Harness:
     def promote(self) -> float | None:
         """One promotion pass; when the dispatcher would next wake for a run-at or a
         rate limit (ms)."""
-        return self.runner.run(self.operations.promote_due(1000)).next_due_ms
+        return self.runner.run(self.operations.dispatcher.promote_due(1000)).next_due_ms
 
     def claim(self, worker: str = "w1", most: int = 1, taken: tuple[str, ...] = ()) -> list[str]:
-        claimed = self.runner.run(self.operations.claim(worker, 60_000, most, taken)) or []
+        claimed = self.runner.run(self.operations.worker.claim(worker, 60_000, most, taken)) or []
         return [item.task_id for item in claimed]
 
     def claimed(self, worker: str = "w1", most: int = 1) -> list[Claimed]:
-        return self.runner.run(self.operations.claim(worker, 60_000, most)) or []
+        return self.runner.run(self.operations.worker.claim(worker, 60_000, most)) or []
 
     def ack(self, task_id: str, worker: str = "w1", attempt: int = 1) -> None:
-        [acked] = self.runner.run(self.operations.ack(worker, [Outcome(task_id, attempt)]))
+        [acked] = self.runner.run(self.operations.worker.ack(worker, [Outcome(task_id, attempt)]))
         assert acked
 
     def close(self) -> None:
@@ -173,7 +173,7 @@ def test_a_killed_workers_slot_comes_back_when_its_lease_is_reaped(flow: Harness
     assert len(flow.claim("dies")) == 1
     assert flow.claim("w2") == []
     flow.clock.set(T0 + 61_000)  # its lease ran out: the worker is gone
-    assert flow.runner.run(flow.operations.reap_expired_leases(100)) == 1
+    assert flow.runner.run(flow.operations.dispatcher.reap_expired_leases(100)) == 1
     flow.promote()
     started = flow.claim("w2", most=2)
     assert len(started) == 1 and started[0] in ids
@@ -216,7 +216,7 @@ def test_a_failed_attempt_frees_its_slot_and_its_retry_keeps_its_key(flow: Harne
     [claimed] = flow.claimed()
     retry_at = None
     applied = flow.runner.run(
-        flow.operations.fail("w1", claimed.task_id, 1, b"boom", retry_at or 0)
+        flow.operations.worker.fail("w1", claimed.task_id, 1, b"boom", retry_at or 0)
     )
     assert applied
     flow.promote()
@@ -486,9 +486,9 @@ def test_a_task_taken_back_from_a_killed_worker_keeps_its_place(flow: Harness, h
     flow.promote()
     flow.clock.set(T0 + 61_000)  # the lease ran out; the worker went silent
     if how == "lease":
-        assert flow.runner.run(flow.operations.reap_expired_leases(100)) == 1
+        assert flow.runner.run(flow.operations.dispatcher.reap_expired_leases(100)) == 1
     else:
-        assert flow.runner.run(flow.operations.reap_worker("dies", T0 + 60_000)) == 1
+        assert flow.runner.run(flow.operations.dispatcher.reap_worker("dies", T0 + 60_000)) == 1
     flow.promote()
     assert flow.claim("w2", most=5) == [started]  # ahead of the backlog due after it
     flow.ack(started, "w2", attempt=2)

@@ -65,12 +65,12 @@ class Model:
             self.run_at[task_id] = now + round(delay * 1000)
 
     def promote(self) -> None:
-        self.runner.run(self.operations.promote_due(1000))
+        self.runner.run(self.operations.dispatcher.promote_due(1000))
 
     def claim(self) -> None:
         worker = self.random.choice(WORKERS)
         most = self.random.randint(1, 4)
-        claimed = self.runner.run(self.operations.claim(worker, LEASE_MS, most)) or []
+        claimed = self.runner.run(self.operations.worker.claim(worker, LEASE_MS, most)) or []
         now = self.clock.now_ms() or T0
         for item in claimed:
             assert item.task_id not in self.running, f"{item.task_id} started twice at once"
@@ -90,21 +90,25 @@ class Model:
         worker, item = self.running.pop(task_id)
         how = self.random.random()
         if how < 0.7:
-            [acked] = self.runner.run(self.operations.ack(worker, [Outcome(task_id, item.attempt)]))
+            [acked] = self.runner.run(
+                self.operations.worker.ack(worker, [Outcome(task_id, item.attempt)])
+            )
             assert acked
             self.finished.add(task_id)
         elif how < 0.85:
-            assert self.runner.run(self.operations.fail(worker, task_id, item.attempt, b"x", 100))
+            assert self.runner.run(
+                self.operations.worker.fail(worker, task_id, item.attempt, b"x", 100)
+            )
         else:
             whole = self.random.random() < 0.5
             assert self.runner.run(
-                self.operations.snooze(worker, task_id, item.attempt, 300, whole)
+                self.operations.worker.snooze(worker, task_id, item.attempt, 300, whole)
             )
 
     def expire(self) -> None:
         """A worker dies: its leases run out and a dispatcher takes them back."""
         self.clock.advance((LEASE_MS + 1) / 1000)
-        self.runner.run(self.operations.reap_expired_leases(1000))
+        self.runner.run(self.operations.dispatcher.reap_expired_leases(1000))
         self.running.clear()
 
     def cancel(self) -> None:
@@ -126,7 +130,7 @@ class Model:
         for worker in WORKERS:
             held = [(i, item.attempt) for i, (w, item) in self.running.items() if w == worker]
             if held:
-                reply = self.runner.run(self.operations.heartbeat(worker, LEASE_MS, held))
+                reply = self.runner.run(self.operations.worker.heartbeat(worker, LEASE_MS, held))
                 assert reply.lost == []
 
     # --- what must hold after every step ----------------------------------------
@@ -167,7 +171,9 @@ def test_random_steps_keep_every_limit_and_lose_nothing(model: Model) -> None:
         while model.running:
             task_id = next(iter(model.running))
             worker, item = model.running.pop(task_id)
-            assert model.runner.run(model.operations.ack(worker, [Outcome(task_id, item.attempt)]))
+            assert model.runner.run(
+                model.operations.worker.ack(worker, [Outcome(task_id, item.attempt)])
+            )
             model.finished.add(task_id)
         model.check()
     assert model.finished | model.cancelled == set(model.key_of)

@@ -146,12 +146,14 @@ def test_the_reap_records_a_gone_worker_once_and_keeps_the_last_ones(
     with Queue(queue_name, redis_url, clock=clock) as queue:
         ops, run = queue.core.operations, queue.runner.run
         ids = {queue.schedule_now({}, id=f"t{n}") for n in range(3)}
-        run(ops.heartbeat("w1", LEASE_MS, []))
-        assert len(run(ops.claim("w1", LEASE_MS, 10)) or []) == 3
+        run(ops.worker.heartbeat("w1", LEASE_MS, []))
+        assert len(run(ops.worker.claim("w1", LEASE_MS, 10)) or []) == 3
         clock.advance(10)
-        assert run(ops.reap_dead_workers(TTL_MS, 0)) == 3
-        assert run(ops.reap_dead_workers(TTL_MS, 0)) == 0  # another dispatcher: nothing left
-        assert run(ops.reap_worker("w1", NOW_MS + 10_000)) == 0
+        assert run(ops.dispatcher.reap_dead_workers(TTL_MS, 0)) == 3
+        assert (
+            run(ops.dispatcher.reap_dead_workers(TTL_MS, 0)) == 0
+        )  # another dispatcher: nothing left
+        assert run(ops.dispatcher.reap_worker("w1", NOW_MS + 10_000)) == 0
         [gone] = queue.stats().gone_workers
         assert (gone.id, gone.last_heartbeat, gone.reaped_at) == (
             "w1",
@@ -161,9 +163,9 @@ def test_the_reap_records_a_gone_worker_once_and_keeps_the_last_ones(
         assert gone.taken_back == 3 and set(gone.task_ids) == ids
         assert queue.stats().workers == {}
         for n in range(GONE_KEPT + 5):
-            run(ops.heartbeat(f"idle{n}", LEASE_MS, []))
+            run(ops.worker.heartbeat(f"idle{n}", LEASE_MS, []))
         clock.advance(10)
-        run(ops.reap_dead_workers(TTL_MS, 0))
+        run(ops.dispatcher.reap_dead_workers(TTL_MS, 0))
         kept = queue.stats().gone_workers
         assert len(kept) == GONE_KEPT and "w1" not in {g.id for g in kept}
         assert all(g.taken_back == 0 and g.task_ids == () for g in kept)
@@ -172,8 +174,8 @@ def test_the_reap_records_a_gone_worker_once_and_keeps_the_last_ones(
         # A record damaged by hand (another type) never fails a reap: it is left as it is.
         raw.delete(QueueKeys(queue_name).gone_workers)
         raw.set(QueueKeys(queue_name).gone_workers, "hand-written")
-        run(ops.heartbeat("w2", LEASE_MS, []))
+        run(ops.worker.heartbeat("w2", LEASE_MS, []))
         clock.advance(10)
-        assert run(ops.reap_dead_workers(TTL_MS, 0)) == 0
+        assert run(ops.dispatcher.reap_dead_workers(TTL_MS, 0)) == 0
         assert raw.zcard(QueueKeys(queue_name).workers) == 0  # reaped all the same
         assert raw.get(QueueKeys(queue_name).gone_workers) == b"hand-written"

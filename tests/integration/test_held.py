@@ -54,14 +54,18 @@ def test_a_binding_rate_limit_holds_tasks_and_does_not_make_them_late(
             operations = QueueOperations(keys, clock)
             try:
                 async with running(worker):
-                    await runner.run(operations.promote_due(10))  # (none due since point 8)
+                    await runner.run(
+                        operations.dispatcher.promote_due(10)
+                    )  # (none due since point 8)
                     await wait_until(lambda: worker.counters.succeeded == 1, what="the first")
                     state = queue.flow()  # the Flow page's oldest held, and the gauge's
                     assert [state.held_since_ms(group) for group in state.groups] == [start]
                     assert oldest_held_age(queue) > 0
                     for n in (2, 3):
                         clock.set(start + 1000 * (n - 1))  # the rate lets the next one go
-                        await runner.run(operations.promote_due(10))  # gives the turn back
+                        await runner.run(
+                            operations.dispatcher.promote_due(10)
+                        )  # gives the turn back
                         await wait_until(partial(succeeded, worker, n), what=f"#{n}")
             finally:
                 await runner.close()
@@ -106,7 +110,9 @@ def test_a_key_at_its_concurrency_holds_the_next_task_until_a_slot_frees(
             runner = AsyncRunner(redis_url, FAST)
             try:
                 async with running(worker):
-                    await runner.run(QueueOperations(keys, clock).promote_due(10))  # (no-op)
+                    await runner.run(
+                        QueueOperations(keys, clock).dispatcher.promote_due(10)
+                    )  # (no-op)
                     await wait_until(lambda: len(starts.infos) == 1, what="the first")
                     clock.advance(0.5)
                     release.set()  # its ack frees the slot; the second starts at once

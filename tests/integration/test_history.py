@@ -38,20 +38,26 @@ def test_every_ending_of_an_attempt_is_recorded_in_the_step_that_ends_it(
         queue.schedule_now({}, id="flaky", task="send", max_attempts=2)
         queue.schedule_now({}, id="snoozy", task="poll")
         queue.schedule_in(3600, {}, id="later", task="report")
-        run(ops.claim("w1", LEASE_MS, 10))
+        run(ops.worker.claim("w1", LEASE_MS, 10))
         clock.advance(0.005)
-        run(ops.ack("w1", [Outcome("ok", 1, lateness_us=1_500, duration_us=2_500, task="send")]))
-        failed = run(ops.fail("w1", "flaky", 1, b"e", 1_000, ran=(3_000, 200), summary="E: x"))
-        snoozed = run(ops.snooze("w1", "snoozy", 1, 500, False, ran=(100, 0)))
+        run(
+            ops.worker.ack(
+                "w1", [Outcome("ok", 1, lateness_us=1_500, duration_us=2_500, task="send")]
+            )
+        )
+        failed = run(
+            ops.worker.fail("w1", "flaky", 1, b"e", 1_000, ran=(3_000, 200), summary="E: x")
+        )
+        snoozed = run(ops.worker.snooze("w1", "snoozy", 1, 500, False, ran=(100, 0)))
         assert failed and snoozed
         clock.advance(1)
-        run(ops.promote_due(10))
-        run(ops.claim("w2", LEASE_MS, 10))  # snoozy (its attempt was given back), flaky #2
+        run(ops.dispatcher.promote_due(10))
+        run(ops.worker.claim("w2", LEASE_MS, 10))  # snoozy (its attempt was given back), flaky #2
         clock.advance(LEASE_MS / 1000 + 1)
-        assert run(ops.reap_expired_leases(10)) == 2
-        run(ops.promote_due(10))
-        run(ops.claim("w3", LEASE_MS, 10))
-        assert run(ops.reap_worker("w3", clock.now_ms() + 1)) == 2  # w3 went silent
+        assert run(ops.dispatcher.reap_expired_leases(10)) == 2
+        run(ops.dispatcher.promote_due(10))
+        run(ops.worker.claim("w3", LEASE_MS, 10))
+        assert run(ops.dispatcher.reap_worker("w3", clock.now_ms() + 1)) == 2  # w3 went silent
         assert queue.cancel("later")
 
         assert outcomes(queue.history()) == [
@@ -121,13 +127,13 @@ def test_the_history_keeps_its_size_and_trims_its_index_with_it(
         assert queue.history_size() == 1000
         queue.set_history(3)
         queue.schedule_now({}, id="first")
-        run(ops.claim("w", LEASE_MS, 1))
-        run(ops.fail("w", "first", 1, b"e", 0))  # first's entry 1
+        run(ops.worker.claim("w", LEASE_MS, 1))
+        run(ops.worker.fail("w", "first", 1, b"e", 0))  # first's entry 1
         for n in range(3):
             queue.cancel(queue.schedule_in(60, {}, id=f"c{n}"))  # entries 2 to 4
-        run(ops.promote_due(10))
-        run(ops.claim("w", LEASE_MS, 1))
-        run(ops.fail("w", "first", 2, b"e", 0))  # entry 5; entries 1 and 2 are past the size
+        run(ops.dispatcher.promote_due(10))
+        run(ops.worker.claim("w", LEASE_MS, 1))
+        run(ops.worker.fail("w", "first", 2, b"e", 0))  # entry 5; entries 1 and 2 are past the size
         assert outcomes(queue.history()) == [
             ("first", "retried", 2), ("c2", "cancelled", 0), ("c1", "cancelled", 0),
         ]  # fmt: skip

@@ -157,7 +157,7 @@ def test_a_retry_is_late_from_the_end_of_its_back_off(
                     retry_at = scheduled_score(raw, keys, task_id)
                     assert retry_at is not None and retry_at > clock.now_ms() + 1000
                     clock.set(int(retry_at))  # the back-off ends
-                    assert (await runner.run(operations.promote_due(10))).moved == 1
+                    assert (await runner.run(operations.dispatcher.promote_due(10))).moved == 1
                     assert queue.stats().oldest_ready_age == 0
                     await wait_until(lambda: worker.counters.succeeded == 1, what="the retry")
                     return retry_at
@@ -202,8 +202,8 @@ def test_an_attempt_after_a_lost_lease_is_late_from_the_re_entry(
                 async with running(worker):
                     await wait_until(lambda: len(starts.infos) == 1, what="attempt 1")
                     clock.advance(FAST.lease_duration + 5)  # its lease runs out
-                    assert await runner.run(operations.reap_expired_leases(10)) == 1
-                    assert (await runner.run(operations.promote_due(10))).moved == 1
+                    assert await runner.run(operations.dispatcher.reap_expired_leases(10)) == 1
+                    assert (await runner.run(operations.dispatcher.promote_due(10))).moved == 1
                     await wait_until(lambda: worker.counters.succeeded == 1, what="attempt 2")
                     release.set()
             finally:

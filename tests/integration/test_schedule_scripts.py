@@ -73,13 +73,13 @@ def state(raw: redis.Redis, keys: QueueKeys) -> dict[str, Any]:
 
 def schedule(raw: redis.Redis, keys: QueueKeys, asked: int, run_at_us: int, single: bool) -> Any:
     operations = QueueOperations(keys, ManualClock(NOW_MS))
-    operations.generation = asked
+    operations.state.generation = asked
     run_at_ms = milliseconds_not_below(run_at_us)
     if single:
-        call = operations.schedule_call(NOW_MS, TASK_ID, run_at_ms, b"envelope", run_at_us)
+        call = operations.producer.schedule_call(NOW_MS, TASK_ID, run_at_ms, b"envelope", run_at_us)
         script, keys_and_args = SCHEDULE_TASK, (call.keys, call.args)
     else:
-        calls, _ = operations.schedule_calls(
+        calls, _ = operations.producer.schedule_calls(
             NOW_MS, [(TASK_ID, run_at_us, None)], lambda _, __: b"envelope", lambda _: ""
         )
         script, keys_and_args = SCHEDULE_TASKS, calls[0]

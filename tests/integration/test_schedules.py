@@ -195,9 +195,9 @@ def test_a_job_pauses_after_its_runs_failed_in_a_row(
             """The run of ``tick`` fails its last attempt (dead), or ends otherwise."""
             task_id = f"cron:fragile:{tick}"
             if fails:
-                claimed = queue.runner.run(operations.claim("w", 60_000, 1))
+                claimed = queue.runner.run(operations.worker.claim("w", 60_000, 1))
                 assert claimed is not None and [c.task_id for c in claimed] == [task_id]
-                queue.runner.run(operations.fail("w", task_id, 1, b"error", None))
+                queue.runner.run(operations.worker.fail("w", task_id, 1, b"error", None))
             else:
                 assert queue.cancel(task_id)
 

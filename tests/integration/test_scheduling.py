@@ -277,7 +277,7 @@ def test_cancel_of_a_running_task_asks_and_leaves_it_to_its_worker(
     test_cancel_running.py for every way that ends it)."""
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_now({"a": 1})
-        queue.runner.run(queue.core.operations.claim("w1", 10_000, 10))
+        queue.runner.run(queue.core.operations.worker.claim("w1", 10_000, 10))
         assert queue.status(task_id).state == "running"  # type: ignore[union-attr]
         assert queue.cancel(task_id) is True
         status = queue.status(task_id)
@@ -302,7 +302,7 @@ def test_reschedule_moves_waiting_tasks_and_refuses_others(
         with pytest.raises(TaskNotFoundError):
             queue.reschedule("nope", later)
         running = queue.schedule_now({"b": 1})
-        queue.runner.run(queue.core.operations.claim("w1", 10_000, 10))
+        queue.runner.run(queue.core.operations.worker.claim("w1", 10_000, 10))
         with pytest.raises(TaskStateError, match="running"):
             queue.reschedule(running, later)
 

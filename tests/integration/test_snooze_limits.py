@@ -124,11 +124,11 @@ def test_the_snooze_script_counts_in_the_envelope_and_keeps_the_rest(
         )  # fmt: skip
         before = {i: _stored(raw, keys, i) for i in (plain, limited)}
         for round_ in range(1, 131):  # past 127: the count takes two bytes
-            run(ops.promote_due(10))
-            claimed = run(ops.claim("w1", LEASE_MS, 10))
+            run(ops.dispatcher.promote_due(10))
+            claimed = run(ops.worker.claim("w1", LEASE_MS, 10))
             assert claimed is not None and len(claimed) == 2
             for item in claimed:
-                assert run(ops.snooze("w1", item.task_id, item.attempt, 0, False))
+                assert run(ops.worker.snooze("w1", item.task_id, item.attempt, 0, False))
             for task_id in (plain, limited):
                 envelope = _stored(raw, keys, task_id)
                 assert envelope == _snoozed(before[task_id], round_)
@@ -161,8 +161,8 @@ def test_envelopes_of_every_version_decode_and_a_count_survives_a_reschedule(
     with Queue(queue_name, redis_url, clock=clock) as queue:
         ops, run = queue.core.operations, queue.runner.run
         task_id = queue.schedule_now("x")
-        run(ops.claim("w1", LEASE_MS, 10))
-        assert run(ops.snooze("w1", task_id, 1, 60_000, False))
+        run(ops.worker.claim("w1", LEASE_MS, 10))
+        assert run(ops.worker.snooze("w1", task_id, 1, 60_000, False))
         queue.reschedule(task_id, (NOW_MS + 120_000) / 1000)
         assert _stored(raw, keys, task_id).snoozes == 1
 
@@ -180,14 +180,14 @@ def test_a_run_of_snoozes_is_one_history_entry_and_pushes_no_result_out(
         ops, run = queue.core.operations, queue.runner.run
         for n in range(3):
             queue.schedule_now({}, id=f"ok{n}", task="send")
-        run(ops.claim("w1", LEASE_MS, 10))
-        run(ops.ack("w1", [Outcome(f"ok{n}", 1, task="send") for n in range(3)]))
+        run(ops.worker.claim("w1", LEASE_MS, 10))
+        run(ops.worker.ack("w1", [Outcome(f"ok{n}", 1, task="send") for n in range(3)]))
         queue.schedule_now({}, id="snoozy", task="poll", max_attempts=3)
         for _ in range(50):
             clock.advance(1)
-            run(ops.promote_due(10))
-            [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
-            assert run(ops.snooze("w1", "snoozy", item.attempt, 0, False, ran=(10, 0)))
+            run(ops.dispatcher.promote_due(10))
+            [item] = run(ops.worker.claim("w1", LEASE_MS, 10)) or []
+            assert run(ops.worker.snooze("w1", "snoozy", item.attempt, 0, False, ran=(10, 0)))
         history = queue.history()
         assert [(a.task_id, a.outcome, a.count) for a in history] == [
             ("snoozy", HistoryOutcome.SNOOZED, 50),
@@ -200,13 +200,13 @@ def test_a_run_of_snoozes_is_one_history_entry_and_pushes_no_result_out(
         assert snoozes.last_at == (NOW_MS + 50_000) / 1000
         # A failure ends the run; the next snooze is an entry of its own.
         clock.advance(1)
-        run(ops.promote_due(10))
-        [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
-        assert run(ops.fail("w1", "snoozy", item.attempt, b"e", 0, summary="E"))
+        run(ops.dispatcher.promote_due(10))
+        [item] = run(ops.worker.claim("w1", LEASE_MS, 10)) or []
+        assert run(ops.worker.fail("w1", "snoozy", item.attempt, b"e", 0, summary="E"))
         clock.advance(1)
-        run(ops.promote_due(10))
-        [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
-        assert run(ops.snooze("w1", "snoozy", item.attempt, 0, False))
+        run(ops.dispatcher.promote_due(10))
+        [item] = run(ops.worker.claim("w1", LEASE_MS, 10)) or []
+        assert run(ops.worker.snooze("w1", "snoozy", item.attempt, 0, False))
         assert [(a.outcome, a.count) for a in queue.history(task_id="snoozy")] == [
             (HistoryOutcome.SNOOZED, 1),
             (HistoryOutcome.RETRIED, 1),
@@ -225,9 +225,9 @@ def test_the_finished_page_and_the_cli_show_a_run_of_snoozes_as_one_row(
         queue.schedule_now({}, id="snoozy", task="poll")
         for _ in range(12):
             clock.advance(1)
-            run(ops.promote_due(10))
-            [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
-            assert run(ops.snooze("w1", "snoozy", item.attempt, 0, False))
+            run(ops.dispatcher.promote_due(10))
+            [item] = run(ops.worker.claim("w1", LEASE_MS, 10)) or []
+            assert run(ops.worker.snooze("w1", "snoozy", item.attempt, 0, False))
     with dashboard(redis_url, queue_name) as client:
         page = client.get(f"/q/{queue_name}/finished").text
         assert rows(page) == ["snoozy"] and "snoozed \u00d712" in page and "last " in page
@@ -247,13 +247,13 @@ def test_a_requeue_counts_snoozes_afresh(redis_url: str, queue_name: str, raw: r
         task_id = queue.schedule_now({"x": 1}, expires=3600)  # a version 3 envelope
         first = _stored(raw, keys, task_id)
         for _ in range(3):
-            run(ops.promote_due(10))
-            [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
-            assert run(ops.snooze("w1", task_id, item.attempt, 0, False))
+            run(ops.dispatcher.promote_due(10))
+            [item] = run(ops.worker.claim("w1", LEASE_MS, 10)) or []
+            assert run(ops.worker.snooze("w1", task_id, item.attempt, 0, False))
         assert _stored(raw, keys, task_id).snoozes == 3
-        run(ops.promote_due(10))
-        [item] = run(ops.claim("w1", LEASE_MS, 10)) or []
-        assert run(ops.fail("w1", task_id, item.attempt, b"e", None, summary="E"))
+        run(ops.dispatcher.promote_due(10))
+        [item] = run(ops.worker.claim("w1", LEASE_MS, 10)) or []
+        assert run(ops.worker.fail("w1", task_id, item.attempt, b"e", None, summary="E"))
         assert queue.stats().dead == 1
         assert queue.requeue_dead([task_id]) == 1
         assert _stored(raw, keys, task_id) == first

@@ -30,6 +30,7 @@ from duetime.errors import (
 )
 from duetime.store.plans.keys import QueueKeys
 from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.working import WorkerPlans
 from duetime.store.redis.runner import AsyncRunner
 from duetime.supervisor import MAX_CRASHES
 from tests.helpers import FAST, running, scheduled_score, wait_until
@@ -46,16 +47,16 @@ def run(coroutine: Any) -> Any:
 def test_an_unexpected_error_in_the_claimer_is_logged_and_the_claimer_restarts(
     redis_url: str, queue_name: str, monkeypatch: pytest.MonkeyPatch, caplog: Any
 ) -> None:
-    real_claim = QueueOperations.claim
+    real_claim = WorkerPlans.claim
     calls = {"claim": 0}
 
-    def claim_failing_once(self: QueueOperations, *args: Any, **kwargs: Any) -> Any:
+    def claim_failing_once(self: WorkerPlans, *args: Any, **kwargs: Any) -> Any:
         calls["claim"] += 1
         if calls["claim"] == 1:
             raise ValueError("injected once")
         return real_claim(self, *args, **kwargs)
 
-    monkeypatch.setattr(QueueOperations, "claim", claim_failing_once)
+    monkeypatch.setattr(WorkerPlans, "claim", claim_failing_once)
     done: list[object] = []
     with Queue(queue_name, redis_url) as queue:
         queue.schedule_now({"n": 1})
@@ -76,10 +77,10 @@ def test_an_unexpected_error_in_the_claimer_is_logged_and_the_claimer_restarts(
 def test_a_claimer_that_keeps_failing_stops_the_worker_which_deregisters(
     redis_url: str, raw: redis.Redis, queue_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def claim_always_failing(self: QueueOperations, *args: Any, **kwargs: Any) -> Any:
+    def claim_always_failing(self: WorkerPlans, *args: Any, **kwargs: Any) -> Any:
         raise ValueError("always broken")
 
-    monkeypatch.setattr(QueueOperations, "claim", claim_always_failing)
+    monkeypatch.setattr(WorkerPlans, "claim", claim_always_failing)
     worker = Worker(App(default=print), queue_name, redis_url, settings=FAST)
 
     async def scenario() -> None:
@@ -385,7 +386,10 @@ def test_a_reaped_worker_is_counted_once_however_many_dispatchers_reap_it(
         runner = AsyncRunner(redis_url, Settings())
         try:
             operations = QueueOperations(keys, Queue(queue_name, redis_url).core.clock)
-            return [await runner.run(operations.reap_dead_workers(5000, 3000)) for _ in range(4)]
+            return [
+                await runner.run(operations.dispatcher.reap_dead_workers(5000, 3000))
+                for _ in range(4)
+            ]
         finally:
             await runner.close()
 

@@ -248,29 +248,29 @@ def test_an_expired_attempt_is_fenced(redis_url: str, raw: redis.Redis, queue_na
         runner = AsyncRunner(redis_url, Settings())
         operations = QueueOperations(keys, clock)
         try:
-            [claimed] = await runner.run(operations.claim("stale", 1000, 1)) or []
+            [claimed] = await runner.run(operations.worker.claim("stale", 1000, 1)) or []
             clock.advance(1.0)  # the lease deadline is reached
-            assert await runner.run(operations.reap_expired_leases(100)) == 1
+            assert await runner.run(operations.dispatcher.reap_expired_leases(100)) == 1
             late = Outcome(task_id, claimed.attempt, 60_000, b"late")
-            assert await runner.run(operations.ack("stale", [late])) == [Ended.FENCED]
+            assert await runner.run(operations.worker.ack("stale", [late])) == [Ended.FENCED]
             assert not await runner.run(
-                operations.fail("stale", task_id, claimed.attempt, b"e", None)
+                operations.worker.fail("stale", task_id, claimed.attempt, b"e", None)
             )
             beat = await runner.run(
-                operations.heartbeat("stale", 1000, [(task_id, claimed.attempt)])
+                operations.worker.heartbeat("stale", 1000, [(task_id, claimed.attempt)])
             )
             assert beat.lost == [(task_id, claimed.attempt)]
             # The same worker claiming the task again does not revive the old attempt.
-            await runner.run(operations.promote_due(10))
-            [again] = await runner.run(operations.claim("stale", 1000, 1)) or []
+            await runner.run(operations.dispatcher.promote_due(10))
+            [again] = await runner.run(operations.worker.claim("stale", 1000, 1)) or []
             assert again.attempt == claimed.attempt + 1
             # A late report names the old attempt only; the new one is renewed, not lost.
             both = [(task_id, claimed.attempt), (task_id, again.attempt)]
-            beat = await runner.run(operations.heartbeat("stale", 1000, both))
+            beat = await runner.run(operations.worker.heartbeat("stale", 1000, both))
             assert beat.lost == [(task_id, claimed.attempt)]
-            assert await runner.run(operations.ack("stale", [late])) == [Ended.FENCED]
+            assert await runner.run(operations.worker.ack("stale", [late])) == [Ended.FENCED]
             fresh = Outcome(task_id, again.attempt, 60_000, b"\xc3")
-            assert await runner.run(operations.ack("stale", [fresh])) == [Ended.APPLIED]
+            assert await runner.run(operations.worker.ack("stale", [fresh])) == [Ended.APPLIED]
         finally:
             await runner.close()
 
@@ -327,9 +327,9 @@ def test_a_claim_of_thousands_moves_leases_and_acks_every_id_in_order(
 
     operations = QueueOperations(keys, duetime.ServerClock())
     with closing(SyncRunner(redis_url, Settings())) as runner:
-        assert runner.run(operations.claim("w", 60_000, 0)) == []
+        assert runner.run(operations.worker.claim("w", 60_000, 0)) == []
         assert raw.llen(keys.ready) == 2_600
-        claimed = runner.run(operations.claim("w", 60_000, 2_500)) or []
+        claimed = runner.run(operations.worker.claim("w", 60_000, 2_500)) or []
         assert [c.task_id for c in claimed] == ready[:2_500]
         assert {c.attempt for c in claimed} == {1}
         assert all(c.envelope and c.problem is None for c in claimed)
@@ -338,7 +338,7 @@ def test_a_claim_of_thousands_moves_leases_and_acks_every_id_in_order(
         assert raw.zcard(keys.leases) == 2_500
         for first in range(0, 2_500, 500):
             outcomes = [Outcome(c.task_id, c.attempt) for c in claimed[first : first + 500]]
-            assert runner.run(operations.ack("w", outcomes)) == [Ended.APPLIED] * 500
+            assert runner.run(operations.worker.ack("w", outcomes)) == [Ended.APPLIED] * 500
     assert raw.llen(keys.active("w")) == 0 and raw.zcard(keys.leases) == 0
     assert raw.hlen(keys.tasks) == 100
 
@@ -356,7 +356,7 @@ def test_a_claim_into_a_list_of_the_wrong_type_leaves_ready_whole(
         closing(SyncRunner(redis_url, Settings())) as runner,
         pytest.raises(duetime.errors.DuetimeError, match="WRONGTYPE"),
     ):
-        runner.run(QueueOperations(keys, duetime.ServerClock()).claim("w", 60_000, 5))
+        runner.run(QueueOperations(keys, duetime.ServerClock()).worker.claim("w", 60_000, 5))
     assert raw.lrange(keys.ready, 0, -1) == before
     assert raw.zcard(keys.leases) == 0 and not raw.exists(keys.attempts)
 
@@ -370,11 +370,11 @@ def _dead_worker_leaves(redis_url: str, queue_name: str, step: str) -> str:
         runner = AsyncRunner(redis_url, Settings())
         operations = QueueOperations(QueueKeys(queue_name), duetime.ServerClock())
         try:
-            await runner.run(operations.heartbeat("victim", 1000, ()))
-            taken = await runner.run(operations.take_ready("victim", 1.0))
+            await runner.run(operations.worker.heartbeat("victim", 1000, ()))
+            taken = await runner.run(operations.worker.take_ready("victim", 1.0))
             assert taken == task_id
             if step != "after BLMOVE, before the lease":
-                await runner.run(operations.claim("victim", 60_000, 0, [taken]))
+                await runner.run(operations.worker.claim("victim", 60_000, 0, [taken]))
         finally:
             await runner.close()
 
@@ -537,7 +537,9 @@ def test_cancelling_a_task_promoted_ahead_leaves_no_note_behind(
         async def promote() -> None:
             runner = AsyncRunner(redis_url, Settings())
             try:
-                await runner.run(QueueOperations(keys, clock).promote_due(10, ahead_ms=5))
+                await runner.run(
+                    QueueOperations(keys, clock).dispatcher.promote_due(10, ahead_ms=5)
+                )
             finally:
                 await runner.close()
 

@@ -795,11 +795,11 @@ def test_a_dispatcher_clock_ahead_of_a_workers_does_not_lift_a_rate_limit(
         try:
             queue.set_limits(Limits(each_key=KeyLimits(rate=Rate(1, per=1.0))))
             queue.schedule_many([Job(n, at=T0 / 1000, limit_key="k") for n in range(2)])
-            runner.run(worker.promote_due(100))
-            assert len(runner.run(worker.claim("w1", 60_000, 2)) or []) == 1
-            runner.run(dispatcher.promote_due(100))
+            runner.run(worker.dispatcher.promote_due(100))
+            assert len(runner.run(worker.worker.claim("w1", 60_000, 2)) or []) == 1
+            runner.run(dispatcher.dispatcher.promote_due(100))
             worker_clock.set(T0 + 995)
-            started = runner.run(worker.claim("w2", 60_000, 2)) or []
+            started = runner.run(worker.worker.claim("w2", 60_000, 2)) or []
         finally:
             runner.close()
     assert started == [], "a second start 995 ms after the first, under 1/s"

@@ -649,12 +649,12 @@ def test_a_stopping_worker_and_a_give_back_drop_ids_that_are_not_tasks(
         raw.rpush(keys.active("w"), "ghost-a")
         raw.zadd(keys.leases, {"w|ghost-a": time.time() * 1000 + 60_000})
         raw.hset(keys.attempts, "ghost-a", 1)
-        assert queue.runner.run(operations.release_worker("w", 1_000)) == 1
+        assert queue.runner.run(operations.worker.release_worker("w", 1_000)) == 1
         assert [as_bytes(i).decode() for i in raw.lrange(keys.ready, 0, -1)] == [real]
         raw.lmove(keys.ready, keys.active("w2"), "LEFT", "RIGHT")
         raw.rpush(keys.active("w2"), "ghost-b")
-        assert queue.runner.run(operations.give_back("w2", "ghost-b"))
-        assert queue.runner.run(operations.give_back("w2", real))
+        assert queue.runner.run(operations.worker.give_back("w2", "ghost-b"))
+        assert queue.runner.run(operations.worker.give_back("w2", real))
         assert [as_bytes(i).decode() for i in raw.lrange(keys.ready, 0, -1)] == [real]
         assert queue.stats().counters["dropped_unknown"] == 2
         assert queue.check() == []

@@ -202,7 +202,7 @@ def test_the_sweep_clears_garbage_records_and_their_entries(
         with Queue(queue_name, redis_url, clock=clock) as queue:
             kinds = sorted(v.kind for v in queue.check())
             assert kinds == ["garbage"] * 3 + ["leak"] * 2, queue.check()
-            assert runner.run(QueueOperations(keys, clock).sweep_keyed(1000)) == 4
+            assert runner.run(QueueOperations(keys, clock).keyed.sweep_keyed(1000)) == 4
             assert not raw.exists(keys.keyed) and not raw.exists(keys.keyed_expiry)
             # A note no record names is reported; nothing of a task is touched by a sweep.
             assert [v.subject for v in queue.check()] == ["orphan"]

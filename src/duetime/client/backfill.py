@@ -45,7 +45,7 @@ class BackfillPlans(QueueShards):
                 f"backfill end ({_shown(to_ms)}) is before its start ({_shown(from_ms)})"
             )
         shard, job = yield from self._cron_home(name)
-        now = yield from shard.now()
+        now = yield from shard.state.now()
         if to_ms is None:
             to_ms = now
             if to_ms < from_ms:
@@ -59,11 +59,11 @@ class BackfillPlans(QueueShards):
             )
         ticks = _ticks_in(job, from_ms, to_ms)
         for _ in range(MOST_START_TRIES):
-            stored, fired = yield from shard.backfill_record(name)
+            stored, fired = yield from shard.cron.backfill_record(name)
             previous = None if stored is None else parsed_backfill(stored)
             backfill = _planned(job, ticks, spacing, previous, fired)
-            now = yield from shard.now()
-            code = yield from shard.start_backfill(name, stored, backfill, now)
+            now = yield from shard.state.now()
+            code = yield from shard.cron.start_backfill(name, stored, backfill, now)
             if code == 0:
                 raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
             if code == 1:

@@ -22,7 +22,7 @@ from duetime.client.models import Duration, TaskIds, Timestamp
 from duetime.client.searching import WAITING
 from duetime.errors import InvalidInputError
 from duetime.states import RescheduleOutcome, TaskState
-from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.operating import OperatorPlans
 from duetime.store.plans.requests import Plan
 
 #: Why a task was skipped: it was running, dead, already due (run now: ``ready``, or
@@ -151,16 +151,16 @@ class BulkControl(Control):
         """``reschedule_many_plan`` to ``delay`` from now, by the server's clock."""
         ids = _checked_ids(task_ids)
         delay_ms = validation.delay_ms(delay)
-        now_ms = yield from self.operations.now()
+        now_ms = yield from self.operations.state.now()
         return (yield from self.reschedule_many_plan(ids, (now_ms + delay_ms) / 1000))
 
     def requeue_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
         """``requeue_dead`` of the ids named, saying which were not dead (``NOT_DEAD``)."""
-        return (yield from self._dead_many("requeue", task_ids, QueueOperations.requeue_dead))
+        return (yield from self._dead_many("requeue", task_ids, OperatorPlans.requeue_dead))
 
     def purge_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
         """``purge_dead`` of the ids named, saying which were not dead (``NOT_DEAD``)."""
-        return (yield from self._dead_many("purge", task_ids, QueueOperations.purge_dead))
+        return (yield from self._dead_many("purge", task_ids, OperatorPlans.purge_dead))
 
     def _dead_many(self, action: str, task_ids: TaskIds, step: DeadStep) -> Plan[BulkOutcome]:
         ids = _checked_ids(task_ids)
@@ -171,7 +171,7 @@ class BulkControl(Control):
     def _cancel_live(self, task_id: str, stop_running: bool) -> Plan[TaskState | None]:
         return (
             yield from self._first_found(
-                task_id, lambda shard: shard.cancel(task_id, True, stop_running)
+                task_id, lambda shard: shard.producer.cancel(task_id, True, stop_running)
             )
         )
 
@@ -179,7 +179,9 @@ class BulkControl(Control):
         return (
             yield from self._first_found(
                 task_id,
-                lambda shard: shard.reschedule(task_id, run_at_ms, codec.rescheduled_envelope),
+                lambda shard: shard.producer.reschedule(
+                    task_id, run_at_ms, codec.rescheduled_envelope
+                ),
             )
         )
 
@@ -196,9 +198,11 @@ class BulkControl(Control):
                 reason = str(reply.state) if live else GONE
                 tally.skipped[task_id] = WAITING if reply.waiting else reason
                 continue
-            now_ms = yield from shard.now()
+            now_ms = yield from shard.state.now()
             # The step is atomic: a task claimed since the look above is refused by it.
-            outcome = yield from shard.reschedule(task_id, now_ms, codec.rescheduled_envelope)
+            outcome = yield from shard.producer.reschedule(
+                task_id, now_ms, codec.rescheduled_envelope
+            )
             if outcome == RescheduleOutcome.OK:
                 tally.done.append(task_id)
             else:

@@ -12,11 +12,11 @@ from duetime.client.inspection import Inspection
 from duetime.client.models import Duration, TaskIds, Timestamp
 from duetime.errors import TaskNotFoundError, TaskStateError
 from duetime.states import RescheduleOutcome, TaskState
-from duetime.store.plans.operations import QueueOperations
+from duetime.store.plans.operating import OperatorPlans
 from duetime.store.plans.requests import Plan
 
 #: A dead-letter step of the store (requeue or purge), on one shard: the ids it took.
-DeadStep = Callable[[QueueOperations, Sequence[str]], Plan[list[str]]]
+DeadStep = Callable[[OperatorPlans, Sequence[str]], Plan[list[str]]]
 
 
 class Control(Inspection):
@@ -27,14 +27,15 @@ class Control(Inspection):
         """Remove a waiting (or dead) task; for a running one, ask its worker to stop it:
         the end of its attempt ends it as cancelled. False when no live task has the id."""
         validation.task_id(task_id)
-        place = yield from self._first_found(task_id, lambda shard: shard.cancel(task_id))
+        place = yield from self._first_found(task_id, lambda shard: shard.producer.cancel(task_id))
         return place is not None
 
     def reschedule_plan(self, task_id: str, at: Timestamp) -> Plan[None]:
         validation.task_id(task_id)
         run_at_ms = validation.timestamp_ms(at)
         outcome = yield from self._first_found(
-            task_id, lambda shard: shard.reschedule(task_id, run_at_ms, codec.rescheduled_envelope)
+            task_id,
+            lambda shard: shard.producer.reschedule(task_id, run_at_ms, codec.rescheduled_envelope),
         )
         if outcome is None:
             raise TaskNotFoundError(f"no live task {task_id!r} in queue {self.name!r}")
@@ -45,7 +46,7 @@ class Control(Inspection):
         """Move a waiting task to ``delay`` from now, by its shard's server clock."""
         validation.task_id(task_id)
         delay_ms = validation.delay_ms(delay)
-        now_ms = yield from self._home(task_id).now()
+        now_ms = yield from self._home(task_id).state.now()
         yield from self.reschedule_plan(task_id, (now_ms + delay_ms) / 1000)
 
     def pause_plan(self, paused: bool) -> Plan[bool]:
@@ -53,14 +54,14 @@ class Control(Inspection):
         makes the queue known (a queue may be paused before its first task)."""
         changed = False
         for shard in self.shards:
-            changed = (yield from shard.set_paused(paused)) or changed
+            changed = (yield from shard.operator.set_paused(paused)) or changed
         if paused and not self.listed:
             yield from self._list()
         return changed
 
     def paused_plan(self) -> Plan[bool]:
         for shard in self.shards:
-            if (yield from shard.is_paused()):
+            if (yield from shard.operator.is_paused()):
                 return True
         return False
 
@@ -69,7 +70,7 @@ class Control(Inspection):
         out its back-off. Its run-at becomes the server's now."""
         status = yield from self.status_plan(task_id)
         if status is None:
-            ended = yield from self._home(task_id).task_history(task_id, 1)
+            ended = yield from self._home(task_id).history.task_history(task_id, 1)
             if ended:  # it ran (or was cancelled) already: say so, not "unknown"
                 raise TaskStateError(
                     f"task {task_id} already ended ({ended[0].outcome}, attempt "
@@ -82,16 +83,16 @@ class Control(Inspection):
                 f"task {task_id} is {status.state}, not scheduled: only a waiting task can "
                 "be run now"
             )
-        now_ms = yield from self._home(task_id).now()
+        now_ms = yield from self._home(task_id).state.now()
         yield from self.reschedule_plan(task_id, now_ms / 1000)
 
     def requeue_plan(self, task_ids: TaskIds) -> Plan[int]:
         """Requeue the given dead tasks (one id, or a sequence), or all when None."""
-        return (yield from self._each_dead(task_ids, QueueOperations.requeue_dead))
+        return (yield from self._each_dead(task_ids, OperatorPlans.requeue_dead))
 
     def purge_plan(self, task_ids: TaskIds) -> Plan[int]:
         """Delete the given dead tasks (one id, or a sequence), or all when None."""
-        return (yield from self._each_dead(task_ids, QueueOperations.purge_dead))
+        return (yield from self._each_dead(task_ids, OperatorPlans.purge_dead))
 
     def _each_dead(self, task_ids: TaskIds, step: DeadStep) -> Plan[int]:
         """Apply a dead-letter step to the given ids, or to every dead task, in every
@@ -100,8 +101,8 @@ class Control(Inspection):
             return len((yield from self._named_dead(validation.task_ids(task_ids), step)))
         total = 0
         for shard in self.shards:
-            while batch := (yield from shard.dead_ids(1000)):
-                total += len((yield from step(shard, batch)))
+            while batch := (yield from shard.operator.dead_ids(1000)):
+                total += len((yield from step(shard.operator, batch)))
         return total
 
     def _named_dead(self, ids: Sequence[str], step: DeadStep) -> Plan[list[str]]:
@@ -112,7 +113,7 @@ class Control(Inspection):
         for shard in self.shards:
             if not left:
                 break
-            taken = set((yield from step(shard, left)))
+            taken = set((yield from step(shard.operator, left)))
             done += [task_id for task_id in left if task_id in taken]
             left = [task_id for task_id in left if task_id not in taken]
         return done

@@ -82,7 +82,7 @@ class CronPlans(Producing):
         homes = [self.layout.of_cron(job.name) for job in jobs]
         nows = {}
         for home in sorted(set(homes)):
-            nows[home] = yield from self.shards[home].now()
+            nows[home] = yield from self.shards[home].state.now()
         firsts = []
         for job, home in zip(jobs, homes, strict=True):
             first = job.first_run_after(nows[home])
@@ -97,14 +97,14 @@ class CronPlans(Producing):
                     (jobs[i].name, cron_definitions.encode_job(jobs[i]), firsts[i])
                     for i in mine[start : start + DECLARE_BATCH]
                 ]
-                codes = yield from self.shards[home].declare_cron(batch)
+                codes = yield from self.shards[home].cron.declare_cron(batch)
                 for (name, _, _), code in zip(batch, codes, strict=True):
                     outcomes[name] = ("unchanged", "created", "updated")[code]
             # A copy declared under another shard count would fire each tick a second
             # time (its ticks are other tasks in another shard): one job, one place.
             for other in self._search_order(home)[1:]:
                 for i in mine:
-                    yield from other.remove_cron(jobs[i].name)
+                    yield from other.cron.remove_cron(jobs[i].name)
         if jobs and not self.listed:
             yield from self._list()
         return outcomes
@@ -124,11 +124,11 @@ class CronPlans(Producing):
         outcomes = yield from self.declare_cron_plan(jobs)
         if prune:
             for index, shard in enumerate(self.shards):
-                table = yield from shard.cron_table()
+                table = yield from shard.cron.cron_table()
                 for name in sorted(table.definitions):
                     if name in outcomes and self.layout.of_cron(name) == index:
                         continue
-                    yield from shard.remove_cron(name)
+                    yield from shard.cron.remove_cron(name)
                     outcomes.setdefault(name, "removed")
         return outcomes
 
@@ -140,11 +140,11 @@ class CronPlans(Producing):
         for shard in self._search_order(self.layout.of_cron(name)):
             next_tick = None
             if not paused:
-                table = yield from shard.cron_entry(name)
+                table = yield from shard.cron.cron_entry(name)
                 blob = table.definitions.get(name)
                 if blob is None:
                     continue
-                now = yield from shard.now()
+                now = yield from shard.state.now()
                 next_tick = cron_definitions.decode_job(blob).first_run_after(now)
                 state = table.states.get(name)
                 if next_tick is None or (state is not None and state.ended):
@@ -153,7 +153,7 @@ class CronPlans(Producing):
                         "its expression fires no more): declare it again with a later end "
                         "or more max_runs"
                     )
-            if done := (yield from shard.set_cron_next(name, next_tick)):
+            if done := (yield from shard.cron.set_cron_next(name, next_tick)):
                 return done == 1
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
@@ -184,15 +184,15 @@ class CronPlans(Producing):
         validation.cron_name(name)
         removed = False
         for shard in self.shards:
-            removed = (yield from shard.remove_cron(name)) or removed
+            removed = (yield from shard.cron.remove_cron(name)) or removed
         return removed
 
     def list_cron_plan(self, upcoming: int) -> Plan[list[CronInfo]]:
         _upcoming(upcoming)
         jobs = []
         for shard in self.shards:
-            table = yield from shard.cron_table()
-            now = yield from shard.now()
+            table = yield from shard.cron.cron_table()
+            now = yield from shard.state.now()
             for name in table.definitions:
                 jobs.append((yield from self._cron_info(name, table, now, upcoming)))
         return sorted(jobs, key=lambda job: job.name)
@@ -202,9 +202,9 @@ class CronPlans(Producing):
         validation.cron_name(name)
         _upcoming(upcoming)
         for shard in self._search_order(self.layout.of_cron(name)):
-            table = yield from shard.cron_entry(name)
+            table = yield from shard.cron.cron_entry(name)
             if name in table.definitions:
-                now = yield from shard.now()
+                now = yield from shard.state.now()
                 return (yield from self._cron_info(name, table, now, upcoming))
         return None
 

@@ -90,21 +90,21 @@ class HistoryPlans(QueueShards):
     def _of_task(self, task_id: str, most: int) -> Plan[list[HistoryEntry]]:
         """A task's entries, from the first of its shards (in search order) that has any."""
         for shard in self._search_order(self.layout.of_task(task_id)):
-            found = yield from shard.task_history(task_id, most)
+            found = yield from shard.history.task_history(task_id, most)
             if found:
                 return found
         return []
 
     def history_size_plan(self) -> Plan[int]:
         """How many entries each shard's history keeps (0: off); as shard 0 says."""
-        size, _ = yield from self.operations.history_size()
+        size, _ = yield from self.operations.history.history_size()
         return size
 
     def set_history_plan(self, size: int | None) -> Plan[None]:
         if size is not None:
             validation.whole_number(size, "history size", 0, MOST_HISTORY_SIZE)
         for shard in self.shards:
-            yield from shard.set_history_size(size)
+            yield from shard.history.set_history_size(size)
         if not self.listed:  # a write that makes the queue known, as a first task does
             yield from self._list()
 
@@ -116,7 +116,7 @@ def _matching(
     found: list[HistoryEntry] = []
     below = 0
     while len(found) < count:
-        entries, below = yield from shard.history_run(below, HISTORY_CHUNK)
+        entries, below = yield from shard.history.history_run(below, HISTORY_CHUNK)
         found += [entry for entry in entries if keep(entry)]
         if below == 0:
             break

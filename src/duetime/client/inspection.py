@@ -63,11 +63,11 @@ class Inspection(QueueShards):
         shard, reply = yield from self._locate(validation.task_id(task_id))
         status = task_status(task_id, reply)
         if status is not None and reply.waiting:
-            hold = yield from shard.hold(status.limit_key or "")
+            hold = yield from shard.flow.hold(status.limit_key or "")
             status = dataclasses.replace(status, waiting_for=hold.reason())
         if status is not None and status.state == TaskState.FINISHED:
             # Its envelope is gone with it: its handler and attempts are the history's.
-            entries = yield from shard.task_history(task_id, 1)
+            entries = yield from shard.history.task_history(task_id, 1)
             if entries:
                 last = entries[0]
                 started = last.attempt - 1 if last.outcome == HistoryOutcome.EXPIRED else None
@@ -77,7 +77,9 @@ class Inspection(QueueShards):
                     attempts=status.attempts if started is None else started,
                 )
         elif status is not None:
-            found = yield from shard.keyed_status(task_id)  # its debounce, throttle or unique key
+            found = yield from shard.keyed.keyed_status(
+                task_id
+            )  # its debounce, throttle or unique key
             if found is not None and found[1] is not None:
                 status = dataclasses.replace(status, keyed=keyed.keyed_state(found[0], found[1]))
         return status
@@ -97,7 +99,7 @@ class Inspection(QueueShards):
                 error = codec.decode_error(reply.error).error if reply.error else ""
                 raise TaskFailedError(task_id, error or "it is in the dead-letter set")
             if reply.state == TaskState.UNKNOWN:
-                entries = yield from shard.task_history(task_id, 1)
+                entries = yield from shard.history.task_history(task_id, 1)
                 if entries and entries[0].outcome == HistoryOutcome.CANCELLED:
                     raise TaskCancelledError(task_id)
                 if entries and entries[0].outcome == HistoryOutcome.EXPIRED:
@@ -114,7 +116,7 @@ class Inspection(QueueShards):
                 chunk = min(chunk, limit - waited)
                 if chunk <= 0:
                     raise ResultTimeoutError(f"task {task_id} has no result after {limit:g}s")
-            blob = yield from shard.wait_result(task_id, chunk)
+            blob = yield from shard.producer.wait_result(task_id, chunk)
             if blob is not None:
                 return self._outcome(task_id, blob)
             waited += chunk
@@ -136,7 +138,7 @@ class Inspection(QueueShards):
     def stats_plan(self) -> Plan[QueueStats]:
         each = []
         for shard in self.shards:
-            counts = yield from shard.counts()
+            counts = yield from shard.operator.counts()
             each.append(queue_stats(shard.keys.queue, counts))
         if len(each) == 1:
             return each[0]
@@ -146,11 +148,11 @@ class Inspection(QueueShards):
         validation.whole_number(limit, "limit", 1, 10_000)
         validation.whole_number(offset, "offset", 0, 10**12)
         if len(self.shards) == 1:
-            entries = yield from self.operations.dead_entries(offset, limit)
+            entries = yield from self.operations.operator.dead_entries(offset, limit)
         else:  # the latest deaths of every shard, merged
             entries = []
             for shard in self.shards:
-                entries += yield from shard.dead_entries(0, offset + limit)
+                entries += yield from shard.operator.dead_entries(0, offset + limit)
             entries.sort(key=lambda entry: entry.died_at_ms, reverse=True)
             entries = entries[offset : offset + limit]
         return [dead_task(entry) for entry in entries]
@@ -166,7 +168,7 @@ class Inspection(QueueShards):
         validation.whole_number(offset, "offset", 0, 1_000_000)
         found = []
         for shard in self.shards:
-            entries = yield from shard.listed(TaskState(state), offset + limit)
+            entries = yield from shard.operator.listed(TaskState(state), offset + limit)
             found += [task_summary(entry) for entry in entries]
         if len(self.shards) > 1:
             found.sort(key=LISTING_ORDER[TaskState(state)])
@@ -175,11 +177,11 @@ class Inspection(QueueShards):
     def throughput_plan(self, minutes: int) -> Plan[list[MinuteFigures]]:
         """The last ``minutes`` minutes, oldest first, the current one last (partial)."""
         validation.whole_number(minutes, "minutes", 1, MINUTES_KEPT - 1)
-        now_minute = (yield from self.operations.now()) // MINUTE_MS
+        now_minute = (yield from self.operations.state.now()) // MINUTE_MS
         totals: dict[str, int] = {}
         maxima: dict[str, int] = {}  # "<minute>:late_max_us" or ":held_max_us" -> µs
         for shard in self.shards:
-            for name, count in (yield from shard.minute_figures()).items():
+            for name, count in (yield from shard.operator.minute_figures()).items():
                 number, _, figure = name.partition(":")
                 if figure in ("late_max_us", "held_max_us") and number.isdigit():
                     maxima[name] = max(count, maxima.get(name, 0))
@@ -195,12 +197,12 @@ class Inspection(QueueShards):
         and whether a shard past this queue's shard count holds anything."""
         violations = []
         for index, shard in enumerate(self.shards):
-            found = check_invariants((yield from shard.snapshot()))
+            found = check_invariants((yield from shard.snapshot.snapshot()))
             if len(self.shards) > 1:
                 found = [Violation(v.kind, f"shard {index}: {v.subject}", v.detail) for v in found]
             violations += found
         beyond = QueueOperations(self.layout.beyond, self.clock)
-        if (yield from beyond.occupied()):
+        if (yield from beyond.producer.occupied()):
             violations.append(
                 Violation(
                     kind="tasks beyond the shards",

@@ -81,7 +81,7 @@ class KeyedScheduling(Producing):
         assert mode is not None
         index = self.layout.of_keyed(mode.key)
         shard = self.shards[index]
-        now = yield from shard.now()
+        now = yield from shard.state.now()
         run_at_ms = math.ceil(run_at_us_of(item, now) / 1000)  # whole ms, never earlier
         head, limits = codec.envelope_parts(
             item[TASK_NAME], item[MAX_ATTEMPTS], item[TIMEOUT_MS], item[RESULT_TTL_MS],
@@ -91,7 +91,7 @@ class KeyedScheduling(Producing):
         script, extra = self._mode_arguments(mode)
         for _ in range(MAX_ID_ROUNDS):
             task_id = self._id_in_shard(index)
-            call = shard.keyed_call(now, field_of(mode), task_id, run_at_ms, parts, extra)
+            call = shard.keyed.keyed_call(now, field_of(mode), task_id, run_at_ms, parts, extra)
             reply = keyed_reply(script, (yield from self._keyed_write(index, script, call)))
             if reply.outcome != "collided":
                 return self._scheduled(mode, reply, run_at_ms, item)
@@ -124,7 +124,7 @@ class KeyedScheduling(Producing):
         if self.durability is None:
             return (yield Eval(script, *call))
         if self.durability.fsync and index not in self._fsync_checked:
-            yield from self.shards[index].check_fsync()  # before writing, not after
+            yield from self.shards[index].server.check_fsync()  # before writing, not after
             self._fsync_checked.add(index)
         try:
             return (yield from written_durably(EvalMany(script, [call]), self.durability))[0]

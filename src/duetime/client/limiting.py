@@ -35,7 +35,7 @@ class Limiting(QueueShards):
         in it is dropped). The queue is under flow control from then on."""
         pairs = limit_pairs(_limits(limits, "set_limits").fields())
         for shard in self.shards:
-            yield from shard.set_limits("replace", pairs)
+            yield from shard.flow.set_limits("replace", pairs)
         yield from self._listed()
 
     def set_queue_limits_plan(self, limits: Limits) -> Plan[None]:
@@ -44,7 +44,7 @@ class Limiting(QueueShards):
         limits = _limits(limits, "set_queue_limits")
         pairs = limit_pairs(Limits(limits.cap, limits.rate, limits.each_key).fields())
         for shard in self.shards:
-            yield from shard.set_limits("queue", pairs)
+            yield from shard.flow.set_limits("queue", pairs)
         yield from self._listed()
 
     def set_key_limits_plan(self, key: str, limits: KeyLimits | None) -> Plan[None]:
@@ -58,7 +58,7 @@ class Limiting(QueueShards):
         given = Limits(keys={key: limits}).fields() if limits is not None else {}
         fields = {f"concurrency:{key}": "", f"rate:{key}": "", **given}
         for shard in self.shards:
-            yield from shard.set_limits("update", limit_pairs(fields))
+            yield from shard.flow.set_limits("update", limit_pairs(fields))
         yield from self._listed()
 
     def _listed(self) -> Plan[None]:
@@ -69,7 +69,7 @@ class Limiting(QueueShards):
     def limits_plan(self) -> Plan[Limits | None]:
         """The queue's limits (its first shard's), or None when it is not under flow
         control."""
-        fields = yield from self.shards[0].limit_fields()
+        fields = yield from self.shards[0].flow.limit_fields()
         return None if fields is None else Limits.from_fields(fields)
 
     def flow_plan(self, most_keys: int = 50) -> Plan[FlowState]:
@@ -78,7 +78,7 @@ class Limiting(QueueShards):
         validation.whole_number(most_keys, "most_keys", 0, MOST_KEYS_SHOWN)
         states: list[FlowState] = []
         for shard in self.shards:
-            states.append((yield from shard.flow_state(most_keys)))
+            states.append((yield from shard.flow.flow_state(most_keys)))
         if len(states) == 1:
             return states[0]
         merged: dict[str, GroupFlow] = {}

@@ -49,7 +49,7 @@ class Producing(Preparing):
         for item in prepared:
             shard = self.layout.of_task(item[TASK_ID])
             if shard not in nows:
-                nows[shard] = yield from self.shards[shard].now()
+                nows[shard] = yield from self.shards[shard].state.now()
             items.append((item[TASK_ID], run_at_us_of(item, nows[shard]), item))
         pending = list(range(len(items)))  # positions still to write
         for _ in range(MAX_ID_ROUNDS):
@@ -94,19 +94,19 @@ class Producing(Preparing):
         placed: list[tuple[list[int], list[int]]] = []  # per shard: positions, order written
         for shard, positions in by_shard.items():
             if shard not in nows:  # a fresh id may land in a shard not yet asked
-                nows[shard] = yield from self.shards[shard].now()
+                nows[shard] = yield from self.shards[shard].state.now()
             operations = self.shards[shard]
             if self.durability and self.durability.fsync and shard not in self._fsync_checked:
-                yield from operations.check_fsync()  # before writing, not after
+                yield from operations.server.check_fsync()  # before writing, not after
                 self._fsync_checked.add(shard)
-            yield from operations.learn_generation()
-            shard_calls, written = operations.schedule_calls(
+            yield from operations.producer.learn_generation()
+            shard_calls, written = operations.producer.schedule_calls(
                 nows[shard],
                 items if len(positions) == len(items) else [items[p] for p in positions],
                 envelope_of,
                 _record_of,
             )
-            calls.append((operations, shard_calls))
+            calls.append((operations.producer, shard_calls))
             placed.append((positions, written))
         refused_by_shard = yield from store_tasks(calls, self.durability)
         refused = [
@@ -124,7 +124,7 @@ class Producing(Preparing):
         collided = []
         for shard, indexes in by_shard.items():
             group = [positions[i] for i in indexes]
-            stored = yield from self.shards[shard].envelopes([items[p][0] for p in group])
+            stored = yield from self.shards[shard].producer.envelopes([items[p][0] for p in group])
             collided += [
                 p
                 for p, blob in zip(group, stored, strict=True)
@@ -142,14 +142,18 @@ class Producing(Preparing):
         shard = self._home(task_id)
         now = shard.clock.now_ms()
         if now is None:
-            now = yield from shard.now()
+            now = yield from shard.state.now()
         run_at_us = run_at_us_of(item, now)
         run_at = validation.milliseconds_not_below(run_at_us)
         envelope = envelope_of(item, run_at)
-        if shard.generation is None:
-            yield from shard.learn_generation()
-        refused = shard.refused(
-            (yield shard.schedule_call(now, task_id, run_at, envelope, run_at_us, item[FLOW]))
+        if shard.state.generation is None:
+            yield from shard.producer.learn_generation()
+        refused = shard.producer.refused(
+            (
+                yield shard.producer.schedule_call(
+                    now, task_id, run_at, envelope, run_at_us, item[FLOW]
+                )
+            )
         )
         if refused and item[GENERATED]:
             # Our own write resent after a dropped reply, or a collision: sorted out there.

@@ -295,13 +295,13 @@ class Searching(Inspection):
         at: SearchCursor | None = SearchCursor.parse(cursor, walked, len(self.shards))
         total = 0
         for shard in self.shards:
-            total += yield from shard.walk_size(walked)
+            total += yield from shard.search.walk_size(walked)
         found: list[TaskStatus] = []
         looked = scanned = 0
         while at is not None and looked < budget and len(found) < limit:
             shard = self.shards[at.shard]
             count = min(SCAN_PAGE, budget - looked)
-            position, entries = yield from shard.scan_page(walked, at.position, count)
+            position, entries = yield from shard.search.scan_page(walked, at.position, count)
             looked += count
             scanned += len(entries)
             if at.returned is not None and position == at.ended:
@@ -335,7 +335,7 @@ class Searching(Inspection):
                 for task_id, record in entries
                 if criteria.matches_id(task_id) and criteria.matches_record(walked, record)
             ]
-            envelopes = (yield from shard.envelopes(picked)) if picked else []
+            envelopes = (yield from shard.producer.envelopes(picked)) if picked else []
             candidates = [
                 task_id
                 for task_id, envelope in zip(picked, envelopes, strict=True)
@@ -347,7 +347,7 @@ class Searching(Inspection):
                 for task_id, envelope in entries
                 if criteria.matches_id(task_id) and criteria.matches_envelope(envelope)
             ]
-        replies = yield from shard.statuses(candidates)
+        replies = yield from shard.search.statuses(candidates)
         found: list[TaskStatus] = []
         waiting: list[int] = []  # where the matches that wait under flow control are
         for task_id, reply in zip(candidates, replies, strict=True):
@@ -363,7 +363,7 @@ class Searching(Inspection):
         if waiting:
             # What holds them, as ``status`` says it: one read per limit key among them.
             keys = list(dict.fromkeys(found[n].limit_key or "" for n in waiting))
-            holds = dict(zip(keys, (yield from shard.holds(keys)), strict=True))
+            holds = dict(zip(keys, (yield from shard.flow.holds(keys)), strict=True))
             for n in waiting:
                 hold = holds[found[n].limit_key or ""]
                 found[n] = dataclasses.replace(found[n], waiting_for=hold.reason())

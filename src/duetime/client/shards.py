@@ -85,7 +85,7 @@ class QueueShards:
         TaskNotFoundError when none does."""
         validation.cron_name(name)
         for shard in self._search_order(self.layout.of_cron(name)):
-            table = yield from shard.cron_entry(name)
+            table = yield from shard.cron.cron_entry(name)
             blob = table.definitions.get(name)
             if blob is not None:
                 return shard, decode_job(blob)
@@ -96,7 +96,7 @@ class QueueShards:
         home = self.layout.of_task(task_id)
         found: tuple[QueueOperations, StatusReply] | None = None
         for shard in self._search_order(home):
-            reply = yield from shard.status(task_id)
+            reply = yield from shard.producer.status(task_id)
             if reply.state != TaskState.UNKNOWN:
                 return shard, reply
             found = found or (shard, reply)

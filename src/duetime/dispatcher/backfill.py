@@ -46,7 +46,7 @@ class BackfillFirer:
 
     async def fire_due(self, now: int) -> bool:
         """Fire every backfill due at ``now``; True when a full batch was (more may be)."""
-        due = await self.runner.run(self.operations.due_backfills(now, BACKFILL_BATCH))
+        due = await self.runner.run(self.operations.cron.due_backfills(now, BACKFILL_BATCH))
         rows = []
         for entry in due:
             try:
@@ -55,9 +55,9 @@ class BackfillFirer:
                 log.error(
                     "queue %s: backfill of cron job %r dropped: %s", self.queue, entry.name, problem
                 )
-                await self.runner.run(self.operations.drop_backfill(entry.name))
+                await self.runner.run(self.operations.cron.drop_backfill(entry.name))
         if rows:
-            outcomes = await self.runner.run(self.operations.fire_backfill(rows))
+            outcomes = await self.runner.run(self.operations.cron.fire_backfill(rows))
             for row, outcome in zip(rows, outcomes, strict=True):
                 if isinstance(outcome, int):
                     self.tally.add(row[0], "backfilled", outcome)

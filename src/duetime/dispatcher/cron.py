@@ -89,7 +89,7 @@ class CronFirer:
     async def fire_due(self, now: int) -> bool:
         """Fire every job (and backfill) due at ``now``; True when as many were due as a
         pass reads (more may be)."""
-        due = await self.runner.run(self.operations.due_cron(now, CRON_READ))
+        due = await self.runner.run(self.operations.cron.due_cron(now, CRON_READ))
         await self._fire_in_batches(due, now)
         more_backfills = await self.backfills.fire_due(now)
         return len(due) == CRON_READ or more_backfills
@@ -97,7 +97,7 @@ class CronFirer:
     async def prepare(self, tick_ms: int) -> None:
         """Read the jobs and work out their ticks while asleep, so that at the tick the
         only round trip is the (compare-and-set) firing itself."""
-        due = await self.runner.run(self.operations.due_cron(tick_ms, CRON_BATCH))
+        due = await self.runner.run(self.operations.cron.due_cron(tick_ms, CRON_BATCH))
         self._prepared = (tick_ms, await self._firings(due, tick_ms))
 
     async def fire_prepared(self) -> None:
@@ -147,7 +147,7 @@ class CronFirer:
                     entry.name,
                     problem,
                 )
-                await self.runner.run(self.operations.set_cron_next(entry.name, None))
+                await self.runner.run(self.operations.cron.set_cron_next(entry.name, None))
         return firings
 
     @staticmethod
@@ -193,7 +193,7 @@ class CronFirer:
         if not firings:
             return
         rows = [firing.row(now + CRON_OVERLAP_RECHECK_MS) for firing in firings]
-        outcomes = await self.runner.run(self.operations.fire_cron(rows))
+        outcomes = await self.runner.run(self.operations.cron.fire_cron(rows))
         for firing, outcome in zip(firings, outcomes, strict=True):
             if outcome in (CronFireOutcome.SKIPPED, CronFireOutcome.DELAYED):
                 log.info(

@@ -83,7 +83,7 @@ class QueueDispatcher:
         may next be due, or None when more is waiting right now."""
         await self.cron.fire_prepared()
         promotion = await self.runner.run(
-            self.operations.promote_due(self._batch, self._ahead_ms, self._stage_ms)
+            self.operations.dispatcher.promote_due(self._batch, self._ahead_ms, self._stage_ms)
         )
         now = promotion.now_ms
         busy = promotion.moved + promotion.staged >= self._batch
@@ -141,7 +141,7 @@ class QueueDispatcher:
                     continue
                 if wake_at is not None and delay > IDLE_ENOUGH and self.clock.wants_sample():
                     try:
-                        await self.runner.run(self.operations.refresh_clock())
+                        await self.runner.run(self.operations.state.refresh_clock())
                         continue  # recompute the sleep with the fresh clock
                     except DuetimeError:
                         pass  # sleep as planned; the next step retries
@@ -149,7 +149,9 @@ class QueueDispatcher:
                 # leaves it pending for the next sleep, so no connection is torn down.
                 if wake is None:
                     wake = asyncio.create_task(
-                        self.runner.run(self.operations.wait_wake(self.settings.block_timeout))
+                        self.runner.run(
+                            self.operations.dispatcher.wait_wake(self.settings.block_timeout)
+                        )
                     )
                 # epoll rounds timeouts up to whole milliseconds: wake a little early on
                 # the timer, then sleep the last fraction on the precise timer thread

@@ -29,19 +29,19 @@ class Janitor:
 
     async def clean_up(self, now: int) -> None:
         run = self.runner.run
-        orphans = await run(self.operations.sweep_orphan_lists())
+        orphans = await run(self.operations.dispatcher.sweep_orphan_lists())
         if orphans:
             log.warning(
                 "queue %s: %d task(s) re-entered from orphan processing lists", self.queue, orphans
             )
         purged = await run(
-            self.operations.purge_dead(
+            self.operations.operator.purge_dead(
                 died_before_ms=now - round(self.settings.dead_ttl * 1000),
                 keep_at_most=self.settings.dead_max,
             )
         )
         if purged:
             log.info("queue %s: %d dead task(s) past retention purged", self.queue, len(purged))
-        await run(self.operations.trim_minutes(now // MINUTE_MS - MINUTES_KEPT + 1))
-        await run(self.operations.sweep_keyed(recheck_ms(self.settings.maintenance_interval)))
+        await run(self.operations.dispatcher.trim_minutes(now // MINUTE_MS - MINUTES_KEPT + 1))
+        await run(self.operations.keyed.sweep_keyed(recheck_ms(self.settings.maintenance_interval)))
         self.next_at_ms = now + round(self.settings.maintenance_interval * 1000)

@@ -55,7 +55,7 @@ class Recoverer:
             and promotion.next_lease_deadline_ms is not None
             and promotion.next_lease_deadline_ms <= now
         ):
-            reaped = await run(self.operations.reap_expired_leases(REAP_BATCH))
+            reaped = await run(self.operations.dispatcher.reap_expired_leases(REAP_BATCH))
             if reaped:
                 log.warning(
                     "queue %s: %d task(s) re-entered after their lease expired", self.queue, reaped
@@ -67,7 +67,9 @@ class Recoverer:
             and promotion.oldest_heartbeat_ms + self.worker_ttl_ms <= now
         ):
             reaped = await run(
-                self.operations.reap_dead_workers(self.worker_ttl_ms, self._look_again_ms)
+                self.operations.dispatcher.reap_dead_workers(
+                    self.worker_ttl_ms, self._look_again_ms
+                )
             )
             if reaped:
                 log.warning(
@@ -75,7 +77,7 @@ class Recoverer:
                 )
             ran = True
         if promotion.next_reaped_look_ms is not None and promotion.next_reaped_look_ms <= now:
-            reaped = await run(self.operations.look_at_reaped(self.worker_ttl_ms))
+            reaped = await run(self.operations.dispatcher.look_at_reaped(self.worker_ttl_ms))
             if reaped:
                 log.warning(
                     "queue %s: %d task(s) re-entered from the list of a reaped or stopped "

@@ -371,7 +371,7 @@ class AttemptRunner:
         sent = time.monotonic()
         try:
             reply = await self._runner.run(
-                attempt.shard.operations.heartbeat(
+                attempt.shard.operations.worker.heartbeat(
                     self._worker_id, self._lease_ms, [(attempt.task_id, attempt.attempt)]
                 )
             )

@@ -67,13 +67,13 @@ class Claimer:
                     await self._while_paused(shard)
                 elif not claimed:
                     task_id = await run(
-                        operations.take_ready(self._worker_id, self._settings.block_timeout)
+                        operations.worker.take_ready(self._worker_id, self._settings.block_timeout)
                     )
                     if task_id is None:
                         continue
                     if state.free() <= 0:
                         # Another shard's claimer filled the last slot meanwhile.
-                        await run(operations.give_back(self._worker_id, task_id))
+                        await run(operations.worker.give_back(self._worker_id, task_id))
                         continue
                     slots = self._claim_size(state.free())
                     if await self._claim(shard, slots, [task_id]) is None:
@@ -95,7 +95,7 @@ class Claimer:
             # Woken as if resumed, yet still paused: a wake left in place by hand. Without
             # this pause the claimer would spin.
             await asyncio.sleep(min(timeout, 1.0))
-        shard.woken = await self._runner.run(shard.operations.wait_resumed(timeout))
+        shard.woken = await self._runner.run(shard.operations.worker.wait_resumed(timeout))
 
     async def _claim(self, shard: Shard, slots: int, taken: list[str]) -> list[Claimed] | None:
         """Lease the ``taken`` ids and more from the shard's ready list, ``slots`` in all,
@@ -106,7 +106,7 @@ class Claimer:
         try:
             leased_at = time.monotonic()
             claimed = await self._runner.run(
-                shard.operations.claim(
+                shard.operations.worker.claim(
                     self._worker_id, self._lease_ms, max(0, slots - len(taken)), taken
                 )
             )

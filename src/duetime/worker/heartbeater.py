@@ -78,11 +78,13 @@ class Heartbeater:
         and learn of ids in the worker's list there that it does not hold."""
         named = [(a.task_id, a.attempt) for a in running]
         try:
-            await self._runner.run(shard.operations.refresh_clock())
+            await self._runner.run(shard.operations.state.refresh_clock())
             sent = time.monotonic()
             fences = shard.fences_unreported
             reply = await self._runner.run(
-                shard.operations.heartbeat(self._worker_id, self._setup.lease_ms, named, fences)
+                shard.operations.worker.heartbeat(
+                    self._worker_id, self._setup.lease_ms, named, fences
+                )
             )
             shard.fences_unreported -= fences
             outages[shard.index].succeeded()

@@ -103,7 +103,7 @@ class Reporter:
     async def _acknowledge(self, shard: Shard, outcomes: list[Outcome]) -> None:
         try:
             flags = await self._with_retries(
-                lambda: shard.operations.ack(self._worker_id, outcomes, self._durable)
+                lambda: shard.operations.worker.ack(self._worker_id, outcomes, self._durable)
             )
         except NotDurableError as error:
             # Acked on the master; a failover may bring the tasks back to run again.
@@ -159,7 +159,7 @@ class Reporter:
                 outcome = ResultRecord(False, text, attempt.started_ms, failed_at, attempt.attempt)
                 result = codec.encode_result(outcome)
             applied = await self._with_retries(
-                lambda: attempt.shard.operations.fail(
+                lambda: attempt.shard.operations.worker.fail(
                     self._worker_id,
                     attempt.task_id,
                     attempt.attempt,
@@ -193,7 +193,7 @@ class Reporter:
             if not self._ending(attempt):
                 return
             applied = await self._with_retries(
-                lambda: attempt.shard.operations.snooze(
+                lambda: attempt.shard.operations.worker.snooze(
                     self._worker_id,
                     attempt.task_id,
                     attempt.attempt,

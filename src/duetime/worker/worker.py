@@ -273,7 +273,7 @@ class Worker:
     async def _release(self, shard: Shard) -> int:
         assert self.runner is not None
         return await self.runner.run(
-            shard.operations.release_worker(
+            shard.operations.worker.release_worker(
                 self.worker_id, self._look_again_ms, shard.fences_unreported
             )
         )
@@ -301,7 +301,7 @@ class Worker:
         while True:
             try:
                 for shard in self.shards:
-                    await run(shard.operations.heartbeat(self.worker_id, self._lease_ms, ()))
+                    await run(shard.operations.worker.heartbeat(self.worker_id, self._lease_ms, ()))
                 outage.succeeded()
                 break
             except RedisUnavailableError as error:
@@ -316,7 +316,7 @@ class Worker:
         try:
             for shard in self.shards:
                 await run(
-                    shard.operations.reap_dead_workers(
+                    shard.operations.dispatcher.reap_dead_workers(
                         round(self.settings.worker_ttl * 1000), self._look_again_ms
                     )
                 )

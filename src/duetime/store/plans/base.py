@@ -1,7 +1,8 @@
-"""What every plan of one queue builds on: the queue's keys, the server clock its "now"
-comes from (sampled with TIME), and what its plans last heard of the delayed buckets.
-Each group of plans (producer, dispatcher, worker, ...) is a subclass; ``operations``
-joins them into ``QueueOperations``."""
+"""What every group of plans of one queue shares: the queue's state (its keys, the
+server clock its "now" comes from, sampled with TIME, and the generation of delayed
+buckets its plans last heard of), and the one plain base a group starts from, which
+holds it. Each group (producer, dispatcher, worker, ...) is given the same state;
+``operations`` makes the groups of one queue around one state."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ def current_time(clock: Clock, route: str) -> Plan[int]:
     return now
 
 
-class QueueBase:
+class QueueState:
     """The state the plans of one queue (or of one shard of a sharded queue) share."""
+
+    __slots__ = ("clock", "generation", "keys")
 
     def __init__(self, keys: QueueKeys, clock: Clock) -> None:
         self.keys = keys
@@ -38,28 +41,6 @@ class QueueBase:
         #: The generation of delayed buckets new tasks go to, as last heard from the
         #: server (None: not yet asked). See schedule_tasks.lua.
         self.generation: int | None = None
-        #: The earliest delayed buckets, with their earliest run-at, as the last promotion
-        #: saw them: the next one passes the keys of those due.
-        self._earliest_buckets: list[tuple[str, float]] = []
-        #: The keys every schedule call names first (its delayed buckets follow).
-        self._schedule_keys = (
-            keys.tasks,
-            keys.scheduled,
-            keys.ready,
-            keys.wake,
-            keys.stats,
-            keys.delayed,
-            keys.delayed_layout,
-            keys.limits,
-            keys.flow_records,
-            keys.due,
-            keys.turns,
-            keys.throttled,
-            keys.rate_state,
-            keys.running,
-            keys.leases,
-            keys.flow_holds,
-        )
 
     def now(self) -> Plan[int]:
         return (yield from current_time(self.clock, self.keys.tasks))
@@ -68,3 +49,12 @@ class QueueBase:
         """Resample the server clock if it is due, so hot paths need not."""
         if self.clock.wants_sample():
             yield from sample_clock(self.clock, self.keys.tasks)
+
+
+class QueuePlans:
+    """A group of plans of one queue: the state it shares with the queue's other groups,
+    and the keys of that state (read by nearly every plan)."""
+
+    def __init__(self, state: QueueState) -> None:
+        self.state = state
+        self.keys = state.keys

@@ -9,7 +9,7 @@ from typing import Any
 
 from duetime.states import CronFireOutcome
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.replies import as_text, count_or_none, pairs
 from duetime.store.plans.requests import Batch, Command, Eval, Plan, packed_arguments
 
@@ -114,7 +114,7 @@ class DueCron:
     problem: str | None = None  # its held tick is garbage: the job is a poison record
 
 
-class CronPlans(QueueBase):
+class CronPlans(QueuePlans):
     """The plans of a queue's cron jobs (dispatchers fire them, clients declare them)."""
 
     def declare_cron(self, jobs: Sequence[tuple[str, bytes, int]]) -> Plan[list[int]]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans, QueueState
 from duetime.store.plans.keys import split_lease_member
 from duetime.store.plans.replies import as_text, score_or_none, whole_score
 from duetime.store.plans.requests import Command, Eval, Plan
@@ -31,14 +31,20 @@ class Promotion:
     next_bucket_ms: float | None = None  # the earliest run-at left in a delayed bucket
 
 
-class DispatcherPlans(QueueBase):
+class DispatcherPlans(QueuePlans):
     """The plans a dispatcher runs on its queue."""
+
+    def __init__(self, state: QueueState) -> None:
+        super().__init__(state)
+        #: The earliest delayed buckets, with their earliest run-at, as the last promotion
+        #: saw them: the next one passes the keys of those due.
+        self._earliest_buckets: list[tuple[str, float]] = []
 
     def promote_due(self, limit: int, ahead_ms: int = 0, stage_ms: int = 0) -> Plan[Promotion]:
         """Move tasks due by now + ``ahead_ms`` to ready (those not yet due are waited
         for by the worker that claims them), and stage delayed tasks due by now +
         ``stage_ms`` from their buckets into scheduled; ``limit`` bounds both together."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         upto = now + ahead_ms
         stage_upto = max(upto, now + stage_ms)
@@ -113,7 +119,7 @@ class DispatcherPlans(QueueBase):
     def reap_expired_leases(self, limit: int) -> Plan[int]:
         """Re-enter tasks whose lease ran out. Reads the expired leases, then moves them
         in one script that checks each deadline again."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         members = yield Command(("ZRANGE", k.leases, "-inf", now, "BYSCORE", "LIMIT", 0, limit))
         if not members:
@@ -155,7 +161,7 @@ class DispatcherPlans(QueueBase):
         """Re-enter a silent (or unregistered) worker's tasks and forget it; -1 if it
         heartbeated after ``stale_before_ms``. With ``look_again_in_ms``, its list is
         looked at once more that much later (see ``look_at_reaped``)."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         look_at = -1 if look_again_in_ms is None else now + look_again_in_ms
         return int(
@@ -190,7 +196,7 @@ class DispatcherPlans(QueueBase):
         A reaped worker may have left a BLMOVE pending on the server (it was paused, not
         dead); its list is looked at again ``look_again_in_ms`` later, once that block
         has surely ended."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         stale_before = now - worker_ttl_ms
         stale = yield Command(("ZRANGE", self.keys.workers, "-inf", stale_before, "BYSCORE"))
         total = 0
@@ -203,7 +209,7 @@ class DispatcherPlans(QueueBase):
         """Look once more at the lists of workers reaped a block's length ago: an id that
         a pending BLMOVE moved there after the reap is re-entered now. A worker that came
         back meanwhile (heartbeated within ``worker_ttl_ms``) keeps its list."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         due = yield Command(("ZRANGE", self.keys.reaped, "-inf", now, "BYSCORE", "LIMIT", 0, 100))
         total = 0
         for raw in due:

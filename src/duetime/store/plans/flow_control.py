@@ -10,7 +10,7 @@ from typing import Literal
 
 from duetime.flow import record_parts
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.replies import as_text
 from duetime.store.plans.requests import Batch, Command, Eval, Plan
 
@@ -92,7 +92,7 @@ def _when(ms: float) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-class FlowPlans(QueueBase):
+class FlowPlans(QueuePlans):
     """Limits and what they hold, for the client, the CLI and the dashboard."""
 
     def set_limits(
@@ -102,7 +102,7 @@ class FlowPlans(QueueBase):
         field): "replace" drops every limit not given, "queue" every limit of the queue
         and of each key not given (keys' own are kept), "update" none. Every key with
         due tasks is looked at again. Returns how many keys were given a turn back."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         keys = (*k.flow_keys, k.leases, k.wake, k.ready)
         return int((yield Eval(scripts.SET_LIMITS, keys, (now, mode, *fields))))

@@ -11,7 +11,7 @@ from duetime import codec
 from duetime.errors import DecodeError
 from duetime.states import HistoryOutcome
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.replies import as_text, count_or_none
 from duetime.store.plans.requests import Batch, Command, Eval, Plan, wire_id
 
@@ -140,7 +140,7 @@ def _readable(number: int, blob: bytes) -> HistoryEntry | None:
         return None  # written by hand: the invariant checker reports it
 
 
-class HistoryPlans(QueueBase):
+class HistoryPlans(QueuePlans):
     """The plans that read a queue's history, and set its size."""
 
     def history_run(self, below: int, count: int) -> Plan[tuple[list[HistoryEntry], int]]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.replies import as_text
 from duetime.store.plans.requests import Eval, Plan, ScriptCall
 from duetime.store.plans.scripts import Script
@@ -62,7 +62,7 @@ def keyed_reply(script: Script, reply: list[Any]) -> KeyedReply:
     return KeyedReply(outcome, task_id, _number(reply[2]), int(reply[3]), _number(reply[4]))
 
 
-class KeyedPlans(QueueBase):
+class KeyedPlans(QueuePlans):
     """Keyed calls, the status of a key's task, and the sweep of spent records."""
 
     def keyed_call(
@@ -98,7 +98,7 @@ class KeyedPlans(QueueBase):
         keys = (k.keyed, k.keyed_expiry, k.keyed_tasks, k.tasks, k.attempts, k.dead)
         dropped = 0
         while True:
-            now = yield from self.now()
+            now = yield from self.state.now()
             arguments = (now, most, recheck, now - SWEEP_GRACE_MS)
             reply = yield Eval(scripts.SWEEP_KEYED, keys, arguments)
             dropped += int(reply[0])

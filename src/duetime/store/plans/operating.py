@@ -13,7 +13,7 @@ from duetime import codec
 from duetime.errors import DecodeError
 from duetime.states import TaskState
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.keys import split_lease_member
 from duetime.store.plans.replies import as_text, count_or_none, ms_or_none
 from duetime.store.plans.requests import Batch, Command, Eval, Plan
@@ -87,7 +87,7 @@ class DeadEntry:
     error: bytes | None
 
 
-class OperatorPlans(QueueBase):
+class OperatorPlans(QueuePlans):
     """The plans of the people who look after a queue (CLI, dashboard, metrics)."""
 
     def listed(self, state: TaskState, count: int) -> Plan[list[Listed]]:
@@ -189,7 +189,7 @@ class OperatorPlans(QueueBase):
 
     def requeue_dead(self, task_ids: Sequence[str]) -> Plan[list[str]]:
         """Requeue those of ``task_ids`` that are dead: the ids requeued."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         keys = (k.dead, k.attempts, k.errors, k.ready, k.stats, k.early, k.tasks)
         return [as_text(i) for i in (yield Eval(scripts.REQUEUE_DEAD, keys, (now, *task_ids)))]
@@ -215,7 +215,7 @@ class OperatorPlans(QueueBase):
         return [as_text(i) for i in (yield Command(("ZRANGE", self.keys.dead, 0, count - 1)))]
 
     def counts(self) -> Plan[dict[str, Any]]:
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         replies = yield Batch(
             (

@@ -7,10 +7,11 @@ synchronous one share all logic. Plans never sleep and never touch a socket.
 
 The plans of one queue are written in groups, one module per role (``producing``,
 ``dispatching``, ``working``, ``cron_jobs``, ``operating``, ``snapshot``,
-``server_checks``, ``flow_control``, ``searching``, ``keyed``, ``history``), and joined
-here into ``QueueOperations``. Also here: the queues of a sharded layout, and the
-registry of queues (noted by the dispatchers that serve them and by clients after
-their first write).
+``server_checks``, ``flow_control``, ``searching``, ``keyed``, ``history``), each given
+the queue's state (``base.QueueState``); ``QueueOperations`` holds them, one attribute
+per group (``operations.producer``, ``operations.worker``, ...). Also here: the queues
+of a sharded layout, and the registry of queues (noted by the dispatchers that serve
+them and by clients after their first write).
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from duetime.clock import Clock, ServerClock
+from duetime.store.plans.base import QueueState
 from duetime.store.plans.cron_jobs import CronPlans
 from duetime.store.plans.dispatching import DispatcherPlans
 from duetime.store.plans.flow_control import FlowPlans
 from duetime.store.plans.history import HistoryPlans
 from duetime.store.plans.keyed import KeyedPlans
+from duetime.store.plans.keys import QueueKeys
 from duetime.store.plans.layout import QUEUE_REGISTRY, QueueLayout
 from duetime.store.plans.operating import OperatorPlans
 from duetime.store.plans.producing import ProducerPlans
@@ -35,20 +38,41 @@ from duetime.store.plans.snapshot import SnapshotPlans
 from duetime.store.plans.working import WorkerPlans
 
 
-class QueueOperations(
-    SearchPlans,  # first: it builds on ProducerPlans
-    ProducerPlans,
-    DispatcherPlans,
-    WorkerPlans,
-    CronPlans,
-    OperatorPlans,
-    SnapshotPlans,
-    ServerCheckPlans,
-    FlowPlans,
-    KeyedPlans,
-    HistoryPlans,
-):
-    """The plans of one queue (or of one shard of a sharded queue)."""
+class QueueOperations:
+    """The plans of one queue (or of one shard of a sharded queue): each group, by its
+    role, made around the one state they share (keys, clock, delayed buckets)."""
+
+    __slots__ = (
+        "clock",
+        "cron",
+        "dispatcher",
+        "flow",
+        "history",
+        "keyed",
+        "keys",
+        "operator",
+        "producer",
+        "search",
+        "server",
+        "snapshot",
+        "state",
+        "worker",
+    )
+
+    def __init__(self, keys: QueueKeys, clock: Clock) -> None:
+        self.keys, self.clock = keys, clock
+        self.state = state = QueueState(keys, clock)
+        self.producer = ProducerPlans(state)
+        self.search = SearchPlans(state, self.producer)
+        self.dispatcher = DispatcherPlans(state)
+        self.worker = WorkerPlans(state)
+        self.cron = CronPlans(state)
+        self.operator = OperatorPlans(state)
+        self.snapshot = SnapshotPlans(state)
+        self.server = ServerCheckPlans(state)
+        self.flow = FlowPlans(state)
+        self.keyed = KeyedPlans(state)
+        self.history = HistoryPlans(state)
 
 
 def shard_operations(

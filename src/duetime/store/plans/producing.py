@@ -11,7 +11,7 @@ from typing import Any
 from duetime.errors import CorruptStateError, NotDurableError
 from duetime.states import RescheduleOutcome, TaskState
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans, QueueState
 from duetime.store.plans.keys import MAX_GENERATION, bucket_name, id_hash
 from duetime.store.plans.replies import as_text, count_or_none, score_or_none
 from duetime.store.plans.requests import (
@@ -78,17 +78,40 @@ def _microseconds(run_at_ms: float) -> str:
     return str(whole_microseconds(run_at_ms))
 
 
-class ProducerPlans(QueueBase):
+class ProducerPlans(QueuePlans):
     """The plans that write and read single tasks, as clients call them."""
+
+    def __init__(self, state: QueueState) -> None:
+        super().__init__(state)
+        keys = state.keys
+        #: The keys every schedule call names first (its delayed buckets follow).
+        self._schedule_keys = (
+            keys.tasks,
+            keys.scheduled,
+            keys.ready,
+            keys.wake,
+            keys.stats,
+            keys.delayed,
+            keys.delayed_layout,
+            keys.limits,
+            keys.flow_records,
+            keys.due,
+            keys.turns,
+            keys.throttled,
+            keys.rate_state,
+            keys.running,
+            keys.leases,
+            keys.flow_holds,
+        )
 
     def learn_generation(self) -> Plan[None]:
         """Ask for the generation of delayed buckets, if it is not known yet."""
-        if self.generation is None:
+        if self.state.generation is None:
             stored = yield Command(("HGET", self.keys.delayed_layout, "generation"))
             number = count_or_none(stored)
             # Garbage (written by hand) reads as the last generation, as in the scripts.
             in_range = number is not None and 0 <= number <= MAX_GENERATION
-            self.generation = 0 if stored is None else number if in_range else MAX_GENERATION
+            self.state.generation = 0 if stored is None else number if in_range else MAX_GENERATION
 
     def schedule_calls(
         self,
@@ -106,11 +129,11 @@ class ProducerPlans(QueueBase):
         opens a generation with room for all its tasks (BUCKET_FILL a bucket), and writes
         them bucket by bucket: each script call then writes a few buckets, not one per
         task."""
-        assert self.generation is not None
+        assert self.state.generation is not None
         now_us = now * 1000
         delayed = sum(1 for _, run_at_us, _ in items if run_at_us > now_us)
         wanted = math.ceil(math.log2(delayed / BUCKET_FILL)) if delayed > BUCKET_FILL else 0
-        generation = min(MAX_GENERATION, max(self.generation, wanted))
+        generation = min(MAX_GENERATION, max(self.state.generation, wanted))
         mask = (1 << generation) - 1
         buckets = [id_hash(task_id) & mask for task_id, _, _ in items]
         order = list(range(len(items)))
@@ -152,10 +175,18 @@ class ProducerPlans(QueueBase):
         """The schedule_task call storing one task, in the generation known (see
         ``refused`` for its reply, ``store_tasks`` for many, durable or in several
         shards)."""
-        assert self.generation is not None
-        name = bucket_name(task_id, self.generation)
+        assert self.state.generation is not None
+        name = bucket_name(task_id, self.state.generation)
         keys = (*self._schedule_keys, self.keys.delayed_bucket(name))
-        arguments = (now, task_id, run_at_ms, envelope, str(run_at_us), self.generation, record)
+        arguments = (
+            now,
+            task_id,
+            run_at_ms,
+            envelope,
+            str(run_at_us),
+            self.state.generation,
+            record,
+        )
         return Eval(scripts.SCHEDULE_TASK, keys, arguments)
 
     def refused(self, reply: list[Any]) -> list[int]:
@@ -163,10 +194,10 @@ class ProducerPlans(QueueBase):
         not created, their id already live; notes the generation of delayed buckets it
         names."""
         generation, _, refused = reply
-        self.generation = int(generation)
+        self.state.generation = int(generation)
         return [int(position) - 1 for position in refused]
 
-    def _bucket_keys(self, task_id: str, generation: int) -> list[str]:
+    def bucket_keys(self, task_id: str, generation: int) -> list[str]:
         """A task's delayed bucket in every generation up to ``generation``."""
         return [self.keys.delayed_bucket(bucket_name(task_id, g)) for g in range(generation + 1)]
 
@@ -176,15 +207,15 @@ class ProducerPlans(QueueBase):
         generation is another (with an integer, before it touches any bucket). An
         unknown generation is sent as -1, with no buckets."""
         for _ in range(GENERATION_ROUNDS):
-            generation = -1 if self.generation is None else self.generation
-            buckets = self._bucket_keys(task_id, generation) if generation >= 0 else []
+            generation = -1 if self.state.generation is None else self.state.generation
+            buckets = self.bucket_keys(task_id, generation) if generation >= 0 else []
             reply = yield lookup(generation, buckets)
             if not isinstance(reply, int):
                 return reply
-            self.generation = reply
+            self.state.generation = reply
         raise CorruptStateError(
             f"the generation of delayed buckets of {self.keys.queue!r} keeps changing "
-            f"(now {self.generation}); is something rewriting {self.keys.delayed_layout}?"
+            f"(now {self.state.generation}); is something rewriting {self.keys.delayed_layout}?"
         )
 
     def occupied(self) -> Plan[bool]:
@@ -206,7 +237,7 @@ class ProducerPlans(QueueBase):
         (with ``running``, its cancel is asked: the end of its attempt ends it as
         cancelled; else it is left alone); DEAD with ``waiting_only`` when it is dead
         (left alone); None when it is not live."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         fixed = (
             k.tasks,
@@ -260,7 +291,7 @@ class ProducerPlans(QueueBase):
             current = yield Command(("HGET", k.tasks, task_id))
             if current is None:
                 return None
-            now = yield from self.now()
+            now = yield from self.state.now()
             due_ms = max(run_at_ms, now)
             arguments = (now, task_id, due_ms, current, rewrite(current, due_ms))
             due_us = _microseconds(due_ms)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from duetime.store.plans import scripts
+from duetime.store.plans.base import QueuePlans, QueueState
 from duetime.store.plans.producing import ProducerPlans, StatusReply, status_reply
 from duetime.store.plans.replies import as_text, pairs
 from duetime.store.plans.requests import Command, EvalMany, Plan
@@ -22,8 +23,13 @@ from duetime.store.plans.requests import Command, EvalMany, Plan
 Walked = Literal["tasks", "errors", "keys"]
 
 
-class SearchPlans(ProducerPlans):
-    """The plans a search is made of (``duetime.client.searching`` joins them)."""
+class SearchPlans(QueuePlans):
+    """The plans a search is made of (``duetime.client.searching`` joins them); where a
+    match is, the producer's plans read (``status``, on the same state)."""
+
+    def __init__(self, state: QueueState, producer: ProducerPlans) -> None:
+        super().__init__(state)
+        self.producer = producer
 
     def walked_key(self, walked: Walked) -> str:
         k = self.keys
@@ -47,11 +53,12 @@ class SearchPlans(ProducerPlans):
         trip; a call told of a newer generation of delayed buckets is made again alone."""
         if not task_ids:
             return []
-        yield from self.learn_generation()
-        generation = self.generation
+        producer = self.producer
+        yield from producer.learn_generation()
+        generation = self.state.generation
         assert generation is not None
         calls = [
-            self.status_call(task_id, generation, self._bucket_keys(task_id, generation))
+            producer.status_call(task_id, generation, producer.bucket_keys(task_id, generation))
             for task_id in task_ids
         ]
         replies: list[Any] = yield EvalMany(
@@ -60,8 +67,8 @@ class SearchPlans(ProducerPlans):
         found = []
         for task_id, reply in zip(task_ids, replies, strict=True):
             if isinstance(reply, int):
-                self.generation = reply
-                found.append((yield from self.status(task_id)))
+                self.state.generation = reply
+                found.append((yield from producer.status(task_id)))
             else:
                 found.append(status_reply(reply))
         return found

@@ -4,12 +4,12 @@ confirm fsyncs (for durable_fsync) and which eviction policy it runs."""
 from __future__ import annotations
 
 from duetime.errors import ConfigurationError, RedisCommandError
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.replies import as_text
 from duetime.store.plans.requests import Command, Plan
 
 
-class ServerCheckPlans(QueueBase):
+class ServerCheckPlans(QueuePlans):
     """The plans that look at the server of a queue rather than at the queue."""
 
     def check_fsync(self) -> Plan[None]:

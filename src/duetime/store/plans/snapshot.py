@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duetime.errors import DuetimeError
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.keys import QueueKeys
 from duetime.store.plans.replies import as_text, pairs
 from duetime.store.plans.requests import Batch, Command, Plan
@@ -62,12 +62,12 @@ class _FoundKeys:
     stray: list[str] = field(default_factory=list)  # in its tag space, but not duetime's
 
 
-class SnapshotPlans(QueueBase):
+class SnapshotPlans(QueuePlans):
     """The invariant checker's read of a whole queue."""
 
     def snapshot(self) -> Plan[Snapshot]:
         """Read every structure of the queue in one MULTI/EXEC, for the invariant check."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         found = yield from self._found_keys()
         for _ in range(3):

@@ -10,7 +10,7 @@ from enum import IntEnum
 from typing import Any
 
 from duetime.store.plans import scripts
-from duetime.store.plans.base import QueueBase
+from duetime.store.plans.base import QueuePlans
 from duetime.store.plans.history import packed_record
 from duetime.store.plans.replies import as_text, score_or_none
 from duetime.store.plans.requests import (
@@ -68,7 +68,7 @@ class Outcome:
     held_us: int = 0  # how long its limits held it after it was due (flow control)
 
 
-class WorkerPlans(QueueBase):
+class WorkerPlans(QueuePlans):
     """The plans a worker runs on its queue."""
 
     def take_ready(self, worker_id: str, timeout: float) -> Plan[str | None]:
@@ -81,7 +81,7 @@ class WorkerPlans(QueueBase):
 
     def give_back(self, worker_id: str, task_id: str) -> Plan[bool]:
         """Put an id taken by BLMOVE, not yet leased, back at the head of ready."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         keys = (
             k.active(worker_id),
@@ -103,7 +103,7 @@ class WorkerPlans(QueueBase):
         """Lease the ids already ``taken`` by BLMOVE plus up to ``most`` more from ready.
         None while the queue is paused: nothing is leased, the taken ids are back at
         the head of ready."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         reply = yield Eval(
             scripts.CLAIM_TASKS,
@@ -146,7 +146,7 @@ class WorkerPlans(QueueBase):
     ) -> Plan[HeartbeatReply]:
         """Prove the worker alive and renew its running attempts' leases; also adds the
         outcomes the worker dropped itself (fenced) to the queue's counter."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         args: list[Any] = [now, now + lease_ms, worker_id, fenced_outcomes]
         for task_id, attempt in running:
@@ -166,7 +166,7 @@ class WorkerPlans(QueueBase):
     def ack(
         self, worker_id: str, outcomes: Sequence[Outcome], durability: Durability | None = None
     ) -> Plan[list[Ended]]:
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         keys = [
             k.active(worker_id),
@@ -234,7 +234,7 @@ class WorkerPlans(QueueBase):
         late it started (µs), None if it never started; ``summary``: the error as the
         history keeps it. ``expired``: the attempt did not start by the task's expiry,
         and the task ends as expired."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         applied = yield Eval(
             scripts.FAIL_TASK,
@@ -284,7 +284,7 @@ class WorkerPlans(QueueBase):
         """Run the task again ``delay_ms`` from now (server clock), giving its attempt
         back; with ``whole_key``, no task of its limit key starts before then either.
         ``ran``: how long the handler ran and how late it started (µs), for the history."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         keys = (
             k.active(worker_id),
@@ -310,7 +310,7 @@ class WorkerPlans(QueueBase):
         """Hand the worker's tasks back and deregister it; its list is looked at once
         more ``look_again_in_ms`` later (a BLMOVE cut off by the stop may land there).
         ``fenced_outcomes``: outcomes it dropped itself, not yet counted."""
-        now = yield from self.now()
+        now = yield from self.state.now()
         k = self.keys
         return int(
             (
