@@ -10,7 +10,7 @@ import time
 import redis
 
 import duetime
-from duetime.worker.context import current_attempt
+from duetime.worker.state import current_attempt
 
 app = duetime.App()
 _record = redis.Redis.from_url(os.environ.get("DUETIME_TEST_RECORD_URL", "redis://127.0.0.1:1/0"))

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from duetime import validation
 from duetime.client import AsyncQueue, Queue, QueueCore
 from duetime.errors import QueueNotLentError, TaskCancelledError
-from duetime.worker.context import LentConnection, current_attempt
-from duetime.worker.state import Attempt
+from duetime.worker.context import LentConnection
+from duetime.worker.state import Attempt, current_attempt
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from tests.helpers import FAST, add_ok_flaky_broken, running, wait_until, wait_u
 from tests.servers import free_port
 
 RETRY_FAST = FAST.replace(retry_base=0.01, retry_max=0.02, max_attempts=2)
-LUA = Path(__file__).resolve().parents[2] / "src" / "duetime" / "store" / "lua"
+LUA = Path(__file__).resolve().parents[2] / "src" / "duetime" / "store" / "plans" / "lua"
 
 Labels = frozenset[tuple[str, str]]
 Samples = dict[tuple[str, Labels], float]

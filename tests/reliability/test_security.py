@@ -252,7 +252,7 @@ def granted(tokens: list[str]) -> set[str]:
 
 def lua_commands() -> dict[str, set[str]]:
     """The commands each script sends, its includes (shared functions) in place."""
-    folder = PACKAGE / "store" / "lua"
+    folder = PACKAGE / "store" / "plans" / "lua"
     return {
         path.stem: {
             name.lower()
@@ -280,7 +280,9 @@ PLAN_MODULES = (
 
 
 def direct_commands() -> set[str]:
-    source = "".join((PACKAGE / "store" / f"{name}.py").read_text("utf-8") for name in PLAN_MODULES)
+    source = "".join(
+        (PACKAGE / "store" / "plans" / f"{name}.py").read_text("utf-8") for name in PLAN_MODULES
+    )
     found = set()
     for name, sub in re.findall(r'Command\(\s*\(\s*"([A-Z]+)"(?:,\s*"([A-Z]+)")?', source):
         found.add(f"{name}|{sub}".lower() if name == "CONFIG" else name.lower())

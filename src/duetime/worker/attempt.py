@@ -29,9 +29,9 @@ from duetime.hooks import AttemptOutcome, AttemptResult
 from duetime.settings import MOST_PROMOTE_AHEAD
 from duetime.store.plans.working import Claimed, Outcome
 from duetime.supervisor import Supervisor
-from duetime.worker.context import Snooze, current_attempt
+from duetime.worker.context import Snooze
 from duetime.worker.reporter import Reporter
-from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState
+from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, current_attempt
 from duetime.worker.threads import ThreadRunner
 from duetime.worker.timeouts import TimeoutTimer
 

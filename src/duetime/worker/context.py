@@ -1,14 +1,12 @@
-"""What a handler can ask of the worker beyond succeeding or failing (``Snooze``), the
-attempt it runs (``current_attempt``, read by ``duetime.task_context.current_task()``),
-and the worker's connection as it lends it to its handlers (``LentConnection``)."""
+"""What a handler can ask of the worker beyond succeeding or failing (``Snooze``), and
+the worker's connection as it lends it to its handlers (``LentConnection``)."""
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from duetime import validation
 from duetime.clock import Clock
@@ -16,10 +14,6 @@ from duetime.hooks import Hooks
 from duetime.settings import Settings
 from duetime.store.redis.bridge import LoopRunner
 from duetime.store.redis.runner import AsyncRunner
-
-if TYPE_CHECKING:
-    from duetime.worker.state import Attempt
-
 
 #: The longest a handler may snooze its task: past that, schedule a new one.
 LONGEST_SNOOZE_SECONDS = 30 * 24 * 3600
@@ -37,11 +31,6 @@ class Snooze(Exception):
             raise ValueError(f"a snooze is at most 30 days, got {seconds}s; schedule a new task")
         self.whole_key = bool(whole_key)
         super().__init__(f"snoozed for {self.seconds:g}s" + (" (whole key)" if whole_key else ""))
-
-
-#: The attempt a handler runs, in the attempt's own context. Its TaskContext is made
-#: only when asked for: most handlers never ask, and an attempt must cost little.
-current_attempt: contextvars.ContextVar[Attempt] = contextvars.ContextVar("duetime_task")
 
 
 class LentConnection:

@@ -1,11 +1,13 @@
 """What the parts of a running worker share: the shards it serves, the attempts it
 holds, its slots, the outcomes waiting for their ack and the stop flags, with the small
 steps that change them (a slot freed, an attempt forgotten, a fenced one dropped).
-Only the worker's event loop touches any of it."""
+Only the worker's event loop touches any of it; ``current_attempt`` names, in a handler's
+own context, the attempt it runs (``duetime.task_context.current_task()`` reads it)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -113,6 +115,11 @@ class Attempt:
                 self.held,
             )
         return self.info
+
+
+#: The attempt a handler runs, in the attempt's own context. Its TaskContext is made
+#: only when asked for: most handlers never ask, and an attempt must cost little.
+current_attempt: contextvars.ContextVar[Attempt] = contextvars.ContextVar("duetime_task")
 
 
 @dataclass(slots=True)
