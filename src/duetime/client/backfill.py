@@ -25,8 +25,8 @@ MOST_BACKFILL_RATE = 1000.0
 MOST_START_TRIES = 20
 
 
-class BackfillPlans:
-    """The plan of a cron job's backfill."""
+class BackfillControl:
+    """The plan of a cron job's backfill, from the client's side."""
 
     def __init__(self, queue: QueueShards) -> None:
         self.queue = queue

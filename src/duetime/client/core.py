@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from duetime.client.backfill import BackfillPlans
+from duetime.client.backfill import BackfillControl
 from duetime.client.bulk import BulkControl
 from duetime.client.control import Control
-from duetime.client.cron import CronPlans
-from duetime.client.history import HistoryPlans
+from duetime.client.cron import CronControl
+from duetime.client.history import HistoryControl
 from duetime.client.inspection import Inspection
 from duetime.client.keyed import KeyedScheduling
 from duetime.client.limiting import Limiting
@@ -67,6 +67,6 @@ class QueueCore:
         self.bulk = BulkControl(queue, self.control)
         self.search = Searching(queue)
         self.limits = Limiting(queue)
-        self.cron = CronPlans(queue, self.producing)
-        self.backfill = BackfillPlans(queue)
-        self.history = HistoryPlans(queue)
+        self.cron = CronControl(queue, self.producing)
+        self.backfill = BackfillControl(queue)
+        self.history = HistoryControl(queue)

@@ -27,8 +27,10 @@ from duetime.store.plans.requests import Plan
 DECLARE_BATCH = 1000
 
 
-class CronPlans:
-    """The plans of a queue's cron jobs (triggering one schedules a task: ``producing``)."""
+class CronControl:
+    """A queue's cron jobs from the client's side: the plans that define, declare, list,
+    pause, trigger and remove them, over each shard's ``CronPlans`` (triggering one
+    schedules a task: ``producing``)."""
 
     def __init__(self, queue: QueueShards, producing: Producing) -> None:
         self.queue = queue

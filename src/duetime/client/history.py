@@ -46,8 +46,9 @@ def history_outcome(value: object) -> HistoryOutcome:
     raise InvalidInputError(f"outcome must be one of {named}, got {value!r}")
 
 
-class HistoryPlans:
-    """The plans that read a queue's history and change its size."""
+class HistoryControl:
+    """A queue's history from the client's side: the plans that list its finished
+    attempts and change how many it keeps, over each shard's ``HistoryPlans``."""
 
     def __init__(self, queue: QueueShards) -> None:
         self.queue = queue

@@ -200,18 +200,19 @@ class AttemptRunner:
                         except BaseException as error:
                             raise _HandlerExit(error) from None
                     else:
-                        job = attempt.job = self._threads.submit(handler.function, envelope.data)
-                        await job.done
-                        if job.error is not None:
-                            if isinstance(job.error, Exception):
-                                raise job.error
-                            raise _HandlerExit(job.error)
-                        value = job.value
+                        call = self._threads.submit(handler.function, envelope.data)
+                        attempt.thread_call = call
+                        await call.done
+                        if call.error is not None:
+                            if isinstance(call.error, Exception):
+                                raise call.error
+                            raise _HandlerExit(call.error)
+                        value = call.value
                 finally:
                     attempt.deadline = 0.0
             except asyncio.CancelledError:
-                if attempt.job is not None:
-                    self._threads.abandon(attempt.job)
+                if attempt.thread_call is not None:
+                    self._threads.abandon(attempt.thread_call)
                 if attempt.cancel_asked and not attempt.fenced:
                     # Its task was cancelled: the fail script ends it as cancelled.
                     await self._failed(attempt, envelope, TaskCancelledError(attempt.task_id))

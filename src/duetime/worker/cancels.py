@@ -29,7 +29,7 @@ def stop_cancelled(attempt: Attempt, timeouts: TimeoutTimer, grace: float) -> No
         attempt.deadline = deadline
         if timeouts.handle is None or deadline < timeouts.at:
             timeouts.arm(deadline)
-    if attempt.job is None and attempt.runner is not None:
+    if attempt.thread_call is None and attempt.runner is not None:
         attempt.runner.cancel()
 
 

@@ -23,7 +23,7 @@ from duetime.worker.context import LentConnection
 if TYPE_CHECKING:
     from duetime.codec import Envelope
     from duetime.metrics import AttemptTally
-    from duetime.worker.threads import Job
+    from duetime.worker.threads import ThreadCall
 
 log = logging.getLogger("duetime.worker")
 
@@ -70,7 +70,7 @@ class Attempt:
     ran = False  # the handler was started
     runner: asyncio.Task[None] | None = None
     envelope: Envelope | None = None
-    job: Job | None = None  # a plain handler's run on the worker's threads
+    thread_call: ThreadCall | None = None  # a plain handler's run on the worker's threads
     info: AttemptInfo | None = None  # what hooks are told, made when the handler starts
     # Its duetime.TaskContext, made on the first current_task() (above this layer).
     context: object = None

@@ -10,7 +10,7 @@ from collections import deque
 from typing import Any
 
 
-class Job:
+class ThreadCall:
     """One call of a plain handler on the worker's threads. Only the thread that takes
     it writes its outcome; the loop reads it once ``done`` is resolved."""
 
@@ -43,18 +43,18 @@ class ThreadRunner:
     its own, with hand-offs in batches both ways.
 
     A pool hand-off per call (a future, a queue put, a thread woken, a call_soon_threadsafe
-    back) costs more than a no-op handler by far. Here, jobs wait in one deque, and threads
-    stay awake while there is work: a thread that finishes a job takes the next one
-    without being woken. Finished jobs are handed back in bulk: the loop is woken once
-    for all the jobs that finished since it last looked.
+    back) costs more than a no-op handler by far. Here, calls wait in one deque, and threads
+    stay awake while there is work: a thread that finishes a call takes the next one
+    without being woken. Finished calls are handed back in bulk: the loop is woken once
+    for all the calls that finished since it last looked.
 
-    Blocking handlers must not hold up the jobs behind them, so a thread never keeps work
-    waiting alone: whenever a job is taken while others still wait and no other thread is
+    Blocking handlers must not hold up the calls behind them, so a thread never keeps work
+    waiting alone: whenever a call is taken while others still wait and no other thread is
     free (awake, not inside a handler), one more is woken, or started, up to ``size``.
     A handler that blocks thus hands the queue on to another thread within a wake-up;
     handlers that return at once leave one thread doing all the work, the others parked.
 
-    A job that timed out is abandoned with its thread: the thread no longer counts, so a
+    A call that timed out is abandoned with its thread: the thread no longer counts, so a
     hung handler does not eat the worker's capacity, and it exits if it ever returns.
     Threads are daemon threads: a handler still hung when the process exits does not
     keep it alive (its task was handed back, and runs again elsewhere)."""
@@ -62,8 +62,8 @@ class ThreadRunner:
     def __init__(self, size: int) -> None:
         self._size = size
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: deque[Job] = deque()
-        self._finished: deque[Job] = deque()
+        self._waiting: deque[ThreadCall] = deque()
+        self._finished: deque[ThreadCall] = deque()
         self._lock = threading.Lock()  # guards the counts, _parked and _reporting
         self._parked: list[_Thread] = []
         self._threads = 0  # live, not abandoned
@@ -71,31 +71,31 @@ class ThreadRunner:
         self._reporting = False  # a hand-back to the loop is scheduled
         self._closed = False
 
-    def submit(self, function: Any, data: Any) -> Job:
+    def submit(self, function: Any, data: Any) -> ThreadCall:
         """Queue ``function(data)``, run in a copy of the caller's context; await
-        ``job.done``, then read ``job.value`` or ``job.error``."""
+        ``call.done``, then read ``call.value`` or ``call.error``."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
-        job = Job(loop.create_future(), contextvars.copy_context(), function, data)
+        call = ThreadCall(loop.create_future(), contextvars.copy_context(), function, data)
         with self._lock:  # a thread decides to park under it: see _work
-            self._waiting.append(job)
+            self._waiting.append(call)
             if not self._free:
                 self._wake_one()
-        return job
+        return call
 
-    def abandon(self, job: Job) -> None:
-        """Give up on a job (timed out, or its attempt was cancelled): one not taken yet
+    def abandon(self, call: ThreadCall) -> None:
+        """Give up on a call (timed out, or its attempt was cancelled): one not taken yet
         is skipped; the thread of one running is left to it and replaced."""
         with self._lock:
-            job.abandoned = True
-            thread = job.thread  # None unless a thread runs it right now
+            call.abandoned = True
+            thread = call.thread  # None unless a thread runs it right now
             if thread is not None and not thread.abandoned:
                 thread.abandoned = True
                 self._threads -= 1
 
     def close(self) -> None:
-        """Drop the jobs not started and let the parked threads exit."""
+        """Drop the calls not started and let the parked threads exit."""
         with self._lock:
             self._closed = True
             self._waiting.clear()
@@ -122,7 +122,7 @@ class ThreadRunner:
         waiting, lock = self._waiting, self._lock
         while True:
             try:
-                job = waiting.popleft()
+                call = waiting.popleft()
             except IndexError:
                 with lock:
                     if self._closed:
@@ -137,22 +137,22 @@ class ThreadRunner:
                     return
                 continue
             with lock:
-                if job.abandoned:
+                if call.abandoned:
                     continue
-                job.thread = me
+                call.thread = me
                 self._free -= 1
                 if waiting and not self._free:
                     self._wake_one()  # this handler may block: keep the rest moving
             try:
-                job.value = job.context.run(job.function, job.data)
+                call.value = call.context.run(call.function, call.data)
             except BaseException as error:  # the attempt's failure, whatever it is
-                job.error = error
+                call.error = error
             with lock:
-                job.thread = None
+                call.thread = None
                 if me.abandoned:
                     return  # replaced meanwhile; its result is not wanted
                 self._free += 1
-                self._finished.append(job)
+                self._finished.append(call)
                 if self._reporting:
                     continue
                 self._reporting = True
@@ -163,10 +163,10 @@ class ThreadRunner:
                 return
 
     def _hand_back(self) -> None:
-        """On the loop: resolve every job finished since the last call."""
+        """On the loop: resolve every call finished since the last hand-back."""
         with self._lock:
             self._reporting = False
             finished, self._finished = self._finished, deque()
-        for job in finished:
-            if not job.done.done():  # cancelled when its attempt was
-                job.done.set_result(None)
+        for call in finished:
+            if not call.done.done():  # cancelled when its attempt was
+                call.done.set_result(None)
