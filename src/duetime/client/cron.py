@@ -13,8 +13,7 @@ from duetime import codec, cron, validation
 from duetime.client.backfill import backfill_info
 from duetime.client.ids import new_task_id
 from duetime.client.models import CronInfo, CronRun, TaskRef
-from duetime.client.prepared import prepared_task
-from duetime.client.preparing import task_name_of
+from duetime.client.preparing import PreparedTask, task_name_of
 from duetime.client.producing import Producing
 from duetime.client.reports import result_record
 from duetime.client.shards import QueueShards
@@ -173,7 +172,7 @@ class CronControl:
         packed_data = codec.pack(task.data)
         limit = self.queue.settings.max_payload_bytes
         validation.payload(task.data, len(packed_data), limit, packed_data)
-        item = prepared_task(
+        item = PreparedTask(
             new_task_id(),
             None,
             0,

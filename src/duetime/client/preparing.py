@@ -1,11 +1,12 @@
 """Checking what a schedule call was given, completely, before anything is written, and
-turning it into prepared tasks (``duetime.client.prepared``).
+turning it into prepared tasks: ``PreparedTask``, one task checked and ready to write,
+what it is made of, when it runs and the envelope it is written in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, cast
+from typing import Any, Final, NamedTuple, cast
 
 from duetime import codec, flow, keyed, validation
 from duetime.client import ids
@@ -19,14 +20,72 @@ from duetime.client.models import (
     TaskRef,
     Timestamp,
 )
-from duetime.client.prepared import KEYED, TASK_ID, PreparedTask, prepared_task
 from duetime.errors import InvalidInputError, InvalidNameError, InvalidOptionError
+from duetime.keyed import KeyedMode
 from duetime.settings import Settings
 
 #: The options of a keyed call: looked for only when a call has options.
 _KEYED_OPTIONS = frozenset({"debounce", "throttle", "unique"})
 #: The options schedule_keyed takes besides a schedule call's.
 _WHEN: Final = ("at", "delay")
+
+
+class PreparedTask(NamedTuple):
+    """One task checked and ready to write, read by name; it runs at ``at_us`` (whole
+    µs), or, when that is None, ``delay_ms`` from now by its shard's clock.
+
+    Made in one place, by position (``Preparing.prepare_fields``, and ``prepare_all`` in
+    line for a plain pair): a schedule_many prepares up to 1,000s a call, and a
+    NamedTuple is made in a third of the time a frozen dataclass takes (which sets each
+    field through ``object.__setattr__``). Unlike an exact tuple of plain values, which
+    the garbage collector stops tracking, it stays tracked: that costs a large
+    schedule_many a few percent (see docs/design.md, "schedule_tasks")."""
+
+    task_id: str
+    at_us: int | None
+    delay_ms: int
+    task_name: str
+    packed_data: bytes
+    max_attempts: int
+    timeout_ms: int
+    result_ttl_ms: int
+    #: Whether duetime made the id, so that it may be replaced if it collides.
+    generated: bool
+    #: Its flow record: "" for none, see ``duetime.flow.flow_record``.
+    flow: str = ""
+    #: Its debounce, throttle or unique mode, or None: see ``duetime.keyed``.
+    keyed: KeyedMode | None = None
+    #: How late after its run-at it may still start, ms; 0: no limit (``expires``).
+    expires_ms: int = 0
+
+    def run_at_us(self, now_ms: int) -> int:
+        """When it runs, in whole µs, given its server's clock. A run-at in the past is
+        stored as now: the task is due from the moment it is scheduled, and its lateness
+        counts from there (a task dated 2020 is not years late), for free: no note beside
+        it, no other command."""
+        at_us = self.at_us
+        now_us = now_ms * 1000
+        return now_us + self.delay_ms * 1000 if at_us is None else max(at_us, now_us)
+
+    def envelope(self, run_at_ms: float) -> bytes:
+        """The envelope it is written in, to run at ``run_at_ms``."""
+        return codec.envelope_from_packed_data(
+            self.task_name,
+            self.packed_data,
+            run_at_ms,
+            self.max_attempts,
+            self.timeout_ms,
+            self.result_ttl_ms,
+            self.expires_ms,
+        )
+
+    def envelope_parts(self) -> tuple[bytes, bytes]:
+        """Its envelope cut around the run-at and the data, for a keyed script to put
+        together (``codec.envelope_parts``): the head and the limits."""
+        return codec.envelope_parts(
+            self.task_name, self.max_attempts, self.timeout_ms, self.result_ttl_ms,
+            self.expires_ms,
+        )  # fmt: skip
 
 
 def task_name_of(task: TaskRef | None) -> str:
@@ -130,7 +189,7 @@ class Preparing:
         at, delay = options.get("at"), options.get("delay")
         when = 0 if at is None and delay is None else delay
         item = self.prepare_call("schedule_keyed", data, at, when, cast(TaskOptions, rest))
-        if item[KEYED] is None:
+        if item.keyed is None:
             raise InvalidOptionError("schedule_keyed needs one of debounce=, throttle= or unique=")
         return item
 
@@ -178,7 +237,7 @@ class Preparing:
         task_name = "" if task is None else task_name_of(task)
         record = flow.checked_record(priority, limit_key, cost)
         expires_ms = 0 if expires is None else validation.milliseconds(expires, "expires")
-        return prepared_task(
+        return PreparedTask(
             task_id,
             at_us,
             delay_ms,
@@ -218,7 +277,7 @@ class Preparing:
                     validation.payload(data, len(packed_data), limit, packed_data)
                     # No delay, the default handler, an id duetime made.
                     prepared.append(
-                        prepared_task(
+                        PreparedTask(
                             generated[position],
                             at_us,
                             0,
@@ -241,7 +300,7 @@ class Preparing:
             except InvalidInputError as error:
                 raise type(error)(f"item {position}: {error}") from None
         # Generated ids alone repeat with odds of 2**-72: looked at when some are given.
-        all_ids = [item[TASK_ID] for item in prepared] if ids_given else []
+        all_ids = [item.task_id for item in prepared] if ids_given else []
         if len(set(all_ids)) != len(all_ids):
             raise InvalidInputError("schedule_many got the same task id twice in one call")
         return prepared
