@@ -681,7 +681,7 @@ def bench_enqueue(bench: Bench) -> tuple[list[Row], dict[str, Any]]:
     bulk_commands = server.command_stats()
 
     began = time.perf_counter()
-    queue.core.prepare_all(jobs)  # validation + encoding only: the client-side share
+    queue.core.preparing.prepare_all(jobs)  # validation + encoding only: the client-side share
     prepare_s = time.perf_counter() - began
 
     server.redis.config_resetstat()

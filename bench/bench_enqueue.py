@@ -118,7 +118,7 @@ def bare_schedule_arguments(keys: QueueKeys, generation: int, count: int) -> lis
 
 def generation_of(queue: duetime.Queue) -> int:
     """The generation of delayed buckets the queue writes to now."""
-    return queue.core.shards[0].state.generation or 0
+    return queue.core.queue.shards[0].state.generation or 0
 
 
 def single_calls(server: Server, sizes: Sizes) -> list[Figure]:

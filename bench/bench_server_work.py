@@ -88,7 +88,7 @@ def measure(kind: str, workdir: Path, variant: str, tasks: int) -> int:
                 queue.set_limits(limits)
             due = time.time() - 1
             queue.schedule_many([Job(n, at=due, **options(n)) for n in range(tasks)])
-            operations = queue.core.operations
+            operations = queue.core.queue.operations
             for _ in range(tasks // 1000 + 2):
                 queue.runner.run(operations.dispatcher.promote_due(1000))
             control = ["callgrind_control"]

@@ -72,7 +72,9 @@ def profile_enqueue(server: Server, calls: int) -> None:
     raw.script_load(scripts.SCHEDULE_TASK.source)
 
     def client_only(i: int) -> object:
-        plan = core.schedule_plan([core.prepare(duetime.Job(payload(i), at=at))])
+        plan = core.producing.schedule_plan(
+            [core.preparing.prepare(duetime.Job(payload(i), at=at))]
+        )
         return plan.send(None)  # up to the request it would send
 
     print("per single call, best of 7 rounds x 1000 calls (one connection):")
@@ -192,7 +194,7 @@ def profile_scale(server: Server, due: int) -> None:
     from duetime.store.redis.runner import SyncRunner
 
     queue = duetime.Queue(QUEUE, server.url)
-    operations = QueueOperations(QueueKeys(QUEUE), queue.core.clock)
+    operations = QueueOperations(QueueKeys(QUEUE), queue.core.queue.clock)
     runner = SyncRunner(server.url, duetime.Settings())
     filled = 0
     for backlog in (10_000, 100_000, 1_000_000):

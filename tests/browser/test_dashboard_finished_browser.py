@@ -28,7 +28,7 @@ def fill_history(redis_url: str) -> None:
     error), and a cancelled report with a long id: nine entries."""
     clock = ManualClock(NOW_MS)
     with Queue(QUEUE, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         for n in range(6):
             queue.schedule_now({"to": f"user{n}@example.com"}, id=f"send-{n}", task="send_email")
         queue.schedule_now({"image": "a.png"}, id="resize-1", task="resize_image", max_attempts=2)
@@ -131,7 +131,7 @@ def test_run_now_on_a_task_that_ran_meanwhile_lands_on_its_attempts(
             expect(page.locator("[data-live-label]")).to_have_text("Paused")
             # Before the click, the task is made due and a worker finishes it.
             queue.run_now(task_id)
-            ops, run = queue.core.operations, queue.runner.run
+            ops, run = queue.core.queue.operations, queue.runner.run
             run(ops.dispatcher.promote_due(10))
             claimed = run(ops.worker.claim("web-1.4117", 60_000, 1)) or []
             assert run(ops.worker.ack("web-1.4117", [Outcome(task_id, claimed[0].attempt)]))

@@ -32,7 +32,7 @@ def fill(redis_url: str) -> list[str]:
     with Queue(QUEUE, redis_url, clock=clock) as queue, Queue(OTHER_QUEUE, redis_url):
         ids = [queue.schedule_now(DATA, task="send_email", max_attempts=1) for _ in range(8)]
         ids.append(queue.schedule_now(DATA, id=CRON_ID, task="send_email", max_attempts=1))
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         claimed = run(ops.worker.claim("web-1.4117", 60_000, len(ids))) or []
         assert len(claimed) == len(ids)
         clock.advance(1)

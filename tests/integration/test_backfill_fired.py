@@ -185,7 +185,7 @@ def test_on_a_sharded_queue_each_shard_knows_the_ticks_its_jobs_fired(
     names = [f"user-{i}" for i in range(12)]
     with Queue(queue_name, redis_url, clock=clock, shards=3) as queue:
         queue.add_crons([queue.cron_job(n, "* * * * *", {}) for n in names])
-        homes = {name: queue.core.layout.of_cron(name) for name in names}
+        homes = {name: queue.core.queue.layout.of_cron(name) for name in names}
         assert len(set(homes.values())) == 3
 
         async def fire(moments: list[int]) -> None:

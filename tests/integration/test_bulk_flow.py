@@ -242,15 +242,15 @@ def backlog_on_shards(queue: Queue) -> list[str]:
     queue.set_limits(Limits(each_key=KeyLimits(concurrency=1)))
     ids = queue.schedule_many([Job(n, delay=3600, limit_key="big") for n in range(60)])
     queue.schedule_many([Job(n, delay=3600, limit_key="small") for n in range(3)])
-    homes = {queue.core.layout.of_task(task_id) for task_id in ids}
-    assert homes == set(range(len(queue.core.shards)))
+    homes = {queue.core.queue.layout.of_task(task_id) for task_id in ids}
+    assert homes == set(range(len(queue.core.queue.shards)))
     moved = queue.reschedule_many(ids, 0)
     assert len(moved.done) == 60 and queue.stats().scheduled == 63
-    for shard in queue.core.shards:
+    for shard in queue.core.queue.shards:
         queue.runner.run(shard.dispatcher.promote_due(1000))
     stats = queue.stats()
     assert (stats.scheduled, stats.ready) == (3, 60)
-    assert stats.ready - stats.waiting == len(queue.core.shards)  # one fed to each ready
+    assert stats.ready - stats.waiting == len(queue.core.queue.shards)  # one fed to each ready
     return ids
 
 

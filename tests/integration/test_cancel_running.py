@@ -31,9 +31,9 @@ def claimed(queue: Queue, lease_ms: int = 60_000, **options: Any) -> str:
     """A task scheduled now and claimed by WORKER, as a worker would."""
     task_id = queue.schedule_now({"n": 1}, **options)
     queue.runner.run(
-        queue.core.operations.dispatcher.promote_due(10)
+        queue.core.queue.operations.dispatcher.promote_due(10)
     )  # files it under flow control
-    [item] = queue.runner.run(queue.core.operations.worker.claim(WORKER, lease_ms, 1)) or []
+    [item] = queue.runner.run(queue.core.queue.operations.worker.claim(WORKER, lease_ms, 1)) or []
     assert item.task_id == task_id
     return task_id
 
@@ -62,11 +62,13 @@ def test_a_running_tasks_cancel_is_marked_and_its_ack_ends_it_as_cancelled(
         assert status.cancel_asked_at == pytest.approx(time.time(), abs=5)
         assert queue.cancel(task_id) is True  # asked again: still running, still yes
         reply = queue.runner.run(
-            queue.core.operations.worker.heartbeat(WORKER, 60_000, [(task_id, 1)])
+            queue.core.queue.operations.worker.heartbeat(WORKER, 60_000, [(task_id, 1)])
         )
         assert reply.cancelling == [task_id] and reply.lost == []
         flags = queue.runner.run(
-            queue.core.operations.worker.ack(WORKER, [Outcome(task_id, 1, 60_000, b"\x92\xc3\x01")])
+            queue.core.queue.operations.worker.ack(
+                WORKER, [Outcome(task_id, 1, 60_000, b"\x92\xc3\x01")]
+            )
         )
         assert flags == [Ended.CANCELLED]
         ended_as_cancelled(queue, task_id, raw)
@@ -83,7 +85,7 @@ def test_a_failure_after_the_cancel_neither_retries_nor_kills_the_task(
         task_id = claimed(queue)
         assert queue.cancel(task_id)
         ended = queue.runner.run(
-            queue.core.operations.worker.fail(
+            queue.core.queue.operations.worker.fail(
                 WORKER, task_id, 1, b"error", None if final else 10, ran=(5, 1), summary="boom"
             )
         )
@@ -101,7 +103,7 @@ def test_a_snooze_after_the_cancel_ends_it(
         task_id = claimed(queue)
         assert queue.cancel(task_id)
         ended = queue.runner.run(
-            queue.core.operations.worker.snooze(WORKER, task_id, 1, 60_000, whole_key=False)
+            queue.core.queue.operations.worker.snooze(WORKER, task_id, 1, 60_000, whole_key=False)
         )
         assert ended == Ended.CANCELLED
         ended_as_cancelled(queue, task_id, raw)
@@ -114,7 +116,7 @@ def test_a_reaped_lease_or_worker_ends_a_cancelled_task_rather_than_running_it_a
     """A worker that dies (or hangs past its lease) after the cancel: the dispatcher's
     reap ends the task as cancelled, the others of the same reap re-enter as always."""
     with Queue(queue_name, redis_url) as queue:
-        operations = queue.core.operations
+        operations = queue.core.queue.operations
         cancelled = claimed(queue, lease_ms=1)
         kept = claimed(queue, lease_ms=1)
         assert queue.cancel(cancelled)
@@ -134,7 +136,7 @@ def test_a_stopping_workers_hand_back_ends_a_cancelled_task(
     redis_url: str, raw: redis.Redis, queue_name: str
 ) -> None:
     with Queue(queue_name, redis_url) as queue:
-        operations = queue.core.operations
+        operations = queue.core.queue.operations
         cancelled = claimed(queue)
         kept = claimed(queue)
         assert queue.cancel(cancelled)
@@ -158,14 +160,16 @@ def test_a_cancel_frees_the_running_tasks_slot_under_a_key_limit(
         queue.set_key_limits("acme", KeyLimits(concurrency=1))
         first = claimed(queue, limit_key="acme")
         second = queue.schedule_now({"n": 2}, limit_key="acme")
-        queue.runner.run(queue.core.operations.dispatcher.promote_due(10))
-        assert queue.runner.run(queue.core.operations.worker.claim("w2", 60_000, 1)) == []
+        queue.runner.run(queue.core.queue.operations.dispatcher.promote_due(10))
+        assert queue.runner.run(queue.core.queue.operations.worker.claim("w2", 60_000, 1)) == []
         assert queue.cancel(first)
         ended = queue.runner.run(
-            queue.core.operations.worker.fail(WORKER, first, 1, b"error", 10, summary="stopped")
+            queue.core.queue.operations.worker.fail(
+                WORKER, first, 1, b"error", 10, summary="stopped"
+            )
         )
         assert ended == Ended.CANCELLED
-        [item] = queue.runner.run(queue.core.operations.worker.claim("w2", 60_000, 1)) or []
+        [item] = queue.runner.run(queue.core.queue.operations.worker.claim("w2", 60_000, 1)) or []
         assert item.task_id == second  # the key's only slot came back with the cancel
         assert queue.check() == []
 
@@ -301,8 +305,10 @@ def test_every_running_task_of_a_limit_key_is_found_and_asked_to_stop(
         ours = [queue.schedule_now({"n": n}, limit_key="acme") for n in range(3)]
         theirs = queue.schedule_now({"n": 9}, limit_key="other")
         waiting = queue.schedule_in(3600, {"n": 10}, limit_key="acme")
-        queue.runner.run(queue.core.operations.dispatcher.promote_due(10))
-        claimed_ids = queue.runner.run(queue.core.operations.worker.claim(WORKER, 60_000, 10)) or []
+        queue.runner.run(queue.core.queue.operations.dispatcher.promote_due(10))
+        claimed_ids = (
+            queue.runner.run(queue.core.queue.operations.worker.claim(WORKER, 60_000, 10)) or []
+        )
         assert {item.task_id for item in claimed_ids} == {*ours, theirs}
         page = queue.search(TaskSearch(limit_key="acme", state="running"))
         assert page.walked == "keys" and page.cursor is None

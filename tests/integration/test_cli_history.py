@@ -29,7 +29,7 @@ def finish_some(redis_url: str, queue_name: str) -> None:
     (handler report), and a cancelled "other" of the default handler."""
     clock = ManualClock(NOW_MS)
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         queue.schedule_now({}, id="flaky-1", task="send", max_attempts=2)
         for attempt, retry in ((1, 0), (2, None)):
             run(ops.dispatcher.promote_due(10))

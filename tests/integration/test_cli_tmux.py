@@ -125,7 +125,7 @@ def fill_listings(redis_url: str, queue_name: str) -> list[str]:
     with Queue(queue_name, redis_url) as queue:
         ids = [queue.schedule_now({"n": n}, task="send_email", max_attempts=1) for n in range(3)]
         ids.append(queue.schedule_now({}, id=CRON_TICK, task="send_email", max_attempts=1))
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         claimed = run(ops.worker.claim("web-1.4117", 60_000, len(ids))) or []
         for task in claimed:
             record = codec.encode_error(ErrorRecord(ERROR, "Traceback ...", 1, 0, "web-1.4117"))
@@ -144,7 +144,7 @@ def fill_listings(redis_url: str, queue_name: str) -> list[str]:
         for key in LIMIT_KEYS:
             flowing.set_key_limits(key, KeyLimits(3, Rate(100, 60.0)))
             flowing.schedule_now({}, limit_key=key)
-        flowing.runner.run(flowing.core.operations.dispatcher.promote_due(100))
+        flowing.runner.run(flowing.core.queue.operations.dispatcher.promote_due(100))
     return ids
 
 

@@ -23,7 +23,7 @@ def test_a_sharded_queue_on_three_masters_is_searched_and_acted_on(clean_cluster
         ids = queue.schedule_many(
             [Job({"n": n, "even": n % 2 == 0}, delay=3600, task="t") for n in range(1800)]
         )
-        homes = {queue.core.layout.of_task(task_id) for task_id in ids}
+        homes = {queue.core.queue.layout.of_task(task_id) for task_id in ids}
         assert homes == {0, 1, 2}
         evens = TaskSearch(data_field="even", data_value="true")
         chosen = select_matching(queue, evens, budget=500)

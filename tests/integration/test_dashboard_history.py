@@ -75,7 +75,7 @@ def test_run_now_on_a_task_that_ran_meanwhile_lands_on_its_attempts(
             assert 'data-action="run-now"' in shown  # the page shows it waiting
             # Meanwhile someone else runs it now, and a worker finishes it.
             queue.run_now(task_id)
-            ops, run = queue.core.operations, queue.runner.run
+            ops, run = queue.core.queue.operations, queue.runner.run
             run(ops.dispatcher.promote_due(10))
             claimed = run(ops.worker.claim("w1", 60_000, 1))
             assert claimed is not None and len(claimed) == 1

@@ -74,9 +74,9 @@ def test_buckets_grow_a_generation_at_a_time_and_lookups_find_every_task(
         for task_id in ids[::50]:
             found = fresh.status(task_id)
             assert found is not None and found.state == "scheduled"
-        lagging.core.shards[0].state.generation = 0
+        lagging.core.queue.shards[0].state.generation = 0
         assert lagging.cancel(ids[0]) and lagging.status(ids[0]) is None
-        lagging.core.shards[0].state.generation = 1
+        lagging.core.queue.shards[0].state.generation = 1
         lagging.reschedule(ids[1], at + 7200)
         moved = lagging.status(ids[1])
         assert moved is not None and moved.run_at == pytest.approx(at + 7200)

@@ -138,7 +138,7 @@ def test_a_task_moved_by_a_reaped_workers_pending_blmove_is_recovered_after_a_bl
         task_id = queue.schedule_now({"n": 1})
         # The paused worker: it had claimed the task, then went silent long ago.
         paused = "paused-worker"
-        clock = queue.core.clock
+        clock = queue.core.queue.clock
 
         async def claim_as_paused() -> None:
             runner = AsyncRunner(redis_url, settings)
@@ -316,7 +316,7 @@ def test_a_heartbeat_that_crosses_an_ack_counts_nothing_as_fenced(
     keys = QueueKeys(queue_name)
     with Queue(queue_name, redis_url) as queue:
         queue.schedule_now({"n": 1})
-        clock = queue.core.clock
+        clock = queue.core.queue.clock
 
         async def scenario() -> None:
             runner = AsyncRunner(redis_url, Settings())

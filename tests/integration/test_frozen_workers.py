@@ -144,7 +144,7 @@ def test_the_reap_records_a_gone_worker_once_and_keeps_the_last_ones(
     none; the record keeps the newest GONE_KEPT entries."""
     clock = ManualClock(NOW_MS)
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         ids = {queue.schedule_now({}, id=f"t{n}") for n in range(3)}
         run(ops.worker.heartbeat("w1", LEASE_MS, []))
         assert len(run(ops.worker.claim("w1", LEASE_MS, 10)) or []) == 3

@@ -82,7 +82,7 @@ def test_plain_and_async_handlers_schedule_follow_ups_on_the_workers_connection(
         assert asynchronous.runner is worker.runner
         assert isinstance(plain.runner, LoopRunner) and plain.runner._runner is worker.runner
         assert plain.core is asynchronous.core
-        assert plain.core.layout.count == shards
+        assert plain.core.queue.layout.count == shards
         # The app's hooks hear of the follow-ups, as a queue's hooks would.
         assert sorted(recorder.scheduled) == sorted(
             (queue_name, follow_up, "finish") for follow_up in follow_ups

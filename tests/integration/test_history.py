@@ -33,7 +33,7 @@ def test_every_ending_of_an_attempt_is_recorded_in_the_step_that_ends_it(
 ) -> None:
     clock = ManualClock(NOW_MS)
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         queue.schedule_now({}, id="ok", task="send")
         queue.schedule_now({}, id="flaky", task="send", max_attempts=2)
         queue.schedule_now({}, id="snoozy", task="poll")
@@ -123,7 +123,7 @@ def test_the_history_keeps_its_size_and_trims_its_index_with_it(
     keys = QueueKeys(queue_name)
     clock = ManualClock(NOW_MS)
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         assert queue.history_size() == 1000
         queue.set_history(3)
         queue.schedule_now({}, id="first")

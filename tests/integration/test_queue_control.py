@@ -239,7 +239,7 @@ def test_dispatchers_keep_an_hour_of_minutes(redis_url: str, queue_name: str) ->
     client = redis.Redis.from_url(redis_url)
     minutes = QueueKeys(queue_name).minutes
     with Queue(queue_name, redis_url) as queue:
-        now = queue.runner.run(queue.core.operations.state.now()) // MINUTE_MS
+        now = queue.runner.run(queue.core.queue.operations.state.now()) // MINUTE_MS
         client.hset(minutes, mapping={f"{now - 61}:completed": 5, f"{now - 60}:completed": 7,
                                       "garbage": 1, f"{now}:completed": 2})  # fmt: skip
 

@@ -301,7 +301,7 @@ def test_on_a_sharded_queue_each_shard_fires_its_jobs_ticks_once(
     with Queue(queue_name, redis_url, clock=clock, shards=3) as queue:
         jobs = [queue.cron_job(n, None, {}, every=60, jitter=20, max_runs=2) for n in names]
         queue.add_crons(jobs)
-        homes = {name: queue.core.layout.of_cron(name) for name in names}
+        homes = {name: queue.core.queue.layout.of_cron(name) for name in names}
         assert len(set(homes.values())) == 3  # the jobs are spread over the shards
 
         async def scenario() -> None:

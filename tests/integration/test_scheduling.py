@@ -151,9 +151,11 @@ def test_resent_schedule_of_a_generated_id_is_not_mistaken_for_a_collision(
     its generated id with the very same envelope, and must not be written a second time."""
     keys = QueueKeys(queue_name)
     with Queue(queue_name, redis_url) as queue:
-        prepared = [queue.core.prepare(Job({"v": i}, at=time.time() + 60)) for i in range(3)]
-        first = queue.runner.run(queue.core.schedule_plan(prepared))
-        again = queue.runner.run(queue.core.schedule_plan(prepared))
+        prepared = [
+            queue.core.preparing.prepare(Job({"v": i}, at=time.time() + 60)) for i in range(3)
+        ]
+        first = queue.runner.run(queue.core.producing.schedule_plan(prepared))
+        again = queue.runner.run(queue.core.producing.schedule_plan(prepared))
         assert again == first == [item[0] for item in prepared]
         assert raw.hlen(keys.tasks) == scheduled_count(raw, keys) == 3
 
@@ -277,7 +279,7 @@ def test_cancel_of_a_running_task_asks_and_leaves_it_to_its_worker(
     test_cancel_running.py for every way that ends it)."""
     with Queue(queue_name, redis_url) as queue:
         task_id = queue.schedule_now({"a": 1})
-        queue.runner.run(queue.core.operations.worker.claim("w1", 10_000, 10))
+        queue.runner.run(queue.core.queue.operations.worker.claim("w1", 10_000, 10))
         assert queue.status(task_id).state == "running"  # type: ignore[union-attr]
         assert queue.cancel(task_id) is True
         status = queue.status(task_id)
@@ -302,7 +304,7 @@ def test_reschedule_moves_waiting_tasks_and_refuses_others(
         with pytest.raises(TaskNotFoundError):
             queue.reschedule("nope", later)
         running = queue.schedule_now({"b": 1})
-        queue.runner.run(queue.core.operations.worker.claim("w1", 10_000, 10))
+        queue.runner.run(queue.core.queue.operations.worker.claim("w1", 10_000, 10))
         with pytest.raises(TaskStateError, match="running"):
             queue.reschedule(running, later)
 

@@ -225,7 +225,7 @@ def test_an_id_taken_with_no_slot_free_goes_back_to_the_head_of_ready(
     keys = QueueKeys(queue_name)
     with Queue(queue_name, redis_url) as queue:
         first, second = queue.schedule_many([(0, {"n": 1}), (0, {"n": 2})])
-        operations = QueueOperations(keys, queue.core.clock)
+        operations = QueueOperations(keys, queue.core.queue.clock)
         assert queue.runner.run(operations.worker.take_ready("w1", 1)) == first
         assert queue.runner.run(operations.worker.give_back("w1", first))
         assert decoded(raw.lrange(keys.ready, 0, -1)) == [first, second]

@@ -116,7 +116,7 @@ def test_the_snooze_script_counts_in_the_envelope_and_keeps_the_rest(
     keys = QueueKeys(queue_name)
     long_name = "n" * 40
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         plain = queue.schedule_now({"a": [1, 2.5, "é"]}, id="plain")
         limited = queue.schedule_now(
             b"\x00bytes", id="limited", task=long_name, max_attempts=7, timeout=9,
@@ -159,7 +159,7 @@ def test_envelopes_of_every_version_decode_and_a_count_survives_a_reschedule(
     clock = ManualClock(NOW_MS)
     keys = QueueKeys(queue_name)
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         task_id = queue.schedule_now("x")
         run(ops.worker.claim("w1", LEASE_MS, 10))
         assert run(ops.worker.snooze("w1", task_id, 1, 60_000, False))
@@ -177,7 +177,7 @@ def test_a_run_of_snoozes_is_one_history_entry_and_pushes_no_result_out(
     clock = ManualClock(NOW_MS)
     with Queue(queue_name, redis_url, clock=clock) as queue:
         queue.set_history(5)
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         for n in range(3):
             queue.schedule_now({}, id=f"ok{n}", task="send")
         run(ops.worker.claim("w1", LEASE_MS, 10))
@@ -221,7 +221,7 @@ def test_the_finished_page_and_the_cli_show_a_run_of_snoozes_as_one_row(
     monkeypatch.setenv("DUETIME_REDIS_URL", redis_url)
     clock = ManualClock(NOW_MS)
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         queue.schedule_now({}, id="snoozy", task="poll")
         for _ in range(12):
             clock.advance(1)
@@ -243,7 +243,7 @@ def test_a_requeue_counts_snoozes_afresh(redis_url: str, queue_name: str, raw: r
     clock = ManualClock(NOW_MS)
     keys = QueueKeys(queue_name)
     with Queue(queue_name, redis_url, clock=clock) as queue:
-        ops, run = queue.core.operations, queue.runner.run
+        ops, run = queue.core.queue.operations, queue.runner.run
         task_id = queue.schedule_now({"x": 1}, expires=3600)  # a version 3 envelope
         first = _stored(raw, keys, task_id)
         for _ in range(3):

@@ -366,7 +366,7 @@ def test_status_of_a_finished_task_says_how_it_finished_and_a_forgotten_one_says
         )  # fmt: skip
         assert status.finished_at is not None
         assert queue.status(forgotten) is None
-        message = str(queue.core.not_found(forgotten))
+        message = str(queue.core.inspection.not_found(forgotten))
         assert "never existed" in message and "kept no result" in message
 
 
@@ -385,7 +385,7 @@ def test_a_reaped_worker_is_counted_once_however_many_dispatchers_reap_it(
     async def four_dispatchers_reap() -> list[int]:
         runner = AsyncRunner(redis_url, Settings())
         try:
-            operations = QueueOperations(keys, Queue(queue_name, redis_url).core.clock)
+            operations = QueueOperations(keys, Queue(queue_name, redis_url).core.queue.clock)
             return [
                 await runner.run(operations.dispatcher.reap_dead_workers(5000, 3000))
                 for _ in range(4)

@@ -223,11 +223,11 @@ def test_an_at_data_pair_is_checked_as_a_single_call_checks_it(pairs: list[Any])
     core = _core()
     ids = iter(f"id-{n}" for n in range(len(pairs)))
     with patch.object(client_ids, "new_task_ids", lambda count: [next(ids) for _ in range(count)]):
-        many = _checked(lambda: core.prepare_all(pairs))
+        many = _checked(lambda: core.preparing.prepare_all(pairs))
     expected: list[object] = []
     for position, (at, data) in enumerate(pairs):
         one = _checked(
-            partial(core.prepare_fields, data, at, None, None, None, None, None, None,
+            partial(core.preparing.prepare_fields, data, at, None, None, None, None, None, None,
                     f"id-{position}")
         )  # fmt: skip
         if isinstance(one, tuple) and len(one) == 2:  # refused: so is the whole call

@@ -112,7 +112,7 @@ def unknown_queue(client: Queue, url: str) -> str | None:
     queue holds; one that cannot read that either is let through (the command says what
     it meets)."""
     try:
-        known: list[str] | None = [q.name for q in known_queues(url, client.core.settings)]
+        known: list[str] | None = [q.name for q in known_queues(url, client.core.queue.settings)]
     except RedisCommandError:
         known = None
     if known is not None and client.name in known:

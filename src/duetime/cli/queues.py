@@ -206,7 +206,7 @@ def history_size(queue: str, size: str | None, redis_url: str | None) -> None:
         kept = client.history_size()
     shown_size = f"the last {kept:,} finished attempts" if kept else "no finished attempts"
     click.echo(
-        f"{queue} keeps {shown_size}" + (" per shard" if client.core.layout.count > 1 else "")
+        f"{queue} keeps {shown_size}" + (" per shard" if client.core.queue.layout.count > 1 else "")
     )
 
 

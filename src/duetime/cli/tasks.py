@@ -123,7 +123,7 @@ def _show_status(queue: str, task_id: str, redis_url: str | None) -> None:
         found = client.status(task_id)
         history = client.history(TASK_PAGE, task_id=task_id)
         if found is None and not history:
-            raise client.core.not_found(task_id)
+            raise client.core.inspection.not_found(task_id)
     print_task(task_id, found, history)
 
 

@@ -3,20 +3,22 @@ reschedule, inspect, search and wait for tasks, and act on many at once), the re
 they hand in and back, the choosing of dead tasks by filters, and the coalescing of
 single schedule calls.
 
-Where things live: ``models`` (the public records), ``ids`` (task ids), ``prepared`` (a
-task checked and ready to write), ``shards``, ``preparing``, ``producing``,
-``inspection``, ``control``, ``searching``, ``bulk``, ``cron``, ``backfill`` and
-``history`` (the plans, joined by ``core.QueueCore``), ``reports`` (records read from
-the store's replies), ``queue`` (``Queue``, ``AsyncQueue``, with ``search_methods``
-and ``cron_methods``), ``handles`` (typed schedule calls of one handler),
-``registry`` (the queues a server knows), ``selection`` and ``matching`` (choosing
-dead tasks by filters, and tasks by a search for a bulk action) and ``coalescing``.
+Where things live: ``queue`` (``Queue`` and ``TaskHandle``, the typed schedule calls
+of one handler) and ``async_queue`` (``AsyncQueue``, ``AsyncTaskHandle``), every
+public method written out in each; ``core.QueueCore``, which holds one of each group
+of plans, made around the queue's ``shards``: ``preparing`` (checking a call),
+``producing`` and ``keyed`` (writing tasks), ``inspection``, ``control``,
+``searching``, ``bulk``, ``limiting``, ``cron``, ``backfill`` and ``history``;
+``models`` (the public records), ``ids`` (task ids), ``prepared`` (a task checked and
+ready to write), ``reports`` (records read from the store's replies), ``registry``
+(the queues a server knows), ``selection`` and ``matching`` (choosing dead tasks by
+filters, and tasks by a search for a bulk action) and ``coalescing``.
 """
 
+from duetime.client.async_queue import AsyncQueue, AsyncTaskHandle
 from duetime.client.bulk import BulkOutcome
 from duetime.client.coalescing import MOST_PER_ROUND_TRIP, TaskCoalescer, ThreadCoalescer
 from duetime.client.core import QueueCore
-from duetime.client.handles import AsyncTaskHandle, HandleOptions, TaskHandle
 from duetime.client.ids import new_task_id, new_task_ids
 from duetime.client.matching import (
     NOT_STARTED,
@@ -33,6 +35,7 @@ from duetime.client.models import (
     Duration,
     FinishedAttempt,
     GoneWorker,
+    HandleOptions,
     Job,
     MinuteFigures,
     QueueStats,
@@ -43,7 +46,7 @@ from duetime.client.models import (
     TaskSummary,
     Timestamp,
 )
-from duetime.client.queue import AsyncQueue, Queue
+from duetime.client.queue import Queue, TaskHandle
 from duetime.client.registry import known_queues
 from duetime.client.searching import WAITING, SearchPage, TaskSearch
 from duetime.client.selection import (

@@ -25,8 +25,11 @@ MOST_BACKFILL_RATE = 1000.0
 MOST_START_TRIES = 20
 
 
-class BackfillPlans(QueueShards):
+class BackfillPlans:
     """The plan of a cron job's backfill."""
+
+    def __init__(self, queue: QueueShards) -> None:
+        self.queue = queue
 
     def backfill_cron_plan(
         self, name: str, start: Timestamp, end: Timestamp | None, rate: float
@@ -44,7 +47,7 @@ class BackfillPlans(QueueShards):
             raise InvalidInputError(
                 f"backfill end ({_shown(to_ms)}) is before its start ({_shown(from_ms)})"
             )
-        shard, job = yield from self._cron_home(name)
+        shard, job = yield from self.queue.cron_home(name)
         now = yield from shard.state.now()
         if to_ms is None:
             to_ms = now
@@ -65,7 +68,7 @@ class BackfillPlans(QueueShards):
             now = yield from shard.state.now()
             code = yield from shard.cron.start_backfill(name, stored, backfill, now)
             if code == 0:
-                raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+                raise TaskNotFoundError(f"no cron job {name!r} in queue {self.queue.name!r}")
             if code == 1:
                 return dataclasses.replace(_info(backfill), replaced=_replaced(previous, backfill))
         raise ConcurrentChangeError(

@@ -20,6 +20,7 @@ from duetime.client.control import Control, DeadStep
 from duetime.client.matching import MatchSelection, counted
 from duetime.client.models import Duration, TaskIds, Timestamp
 from duetime.client.searching import WAITING
+from duetime.client.shards import QueueShards
 from duetime.errors import InvalidInputError
 from duetime.states import RescheduleOutcome, TaskState
 from duetime.store.plans.operating import OperatorPlans
@@ -110,8 +111,13 @@ def _checked_ids(task_ids: TaskIds) -> list[str]:
     return list(dict.fromkeys(validation.task_ids(task_ids)))
 
 
-class BulkControl(Control):
-    """The plans of ``QueueCore`` that act on many waiting tasks, one atomic step each."""
+class BulkControl:
+    """The plans of ``QueueCore`` that act on many waiting tasks, one atomic step each
+    (on dead ones, the steps of ``control``)."""
+
+    def __init__(self, queue: QueueShards, control: Control) -> None:
+        self.queue = queue
+        self.control = control
 
     def cancel_many_plan(self, task_ids: TaskIds, stop_running: bool = True) -> Plan[BulkOutcome]:
         """Cancel each task that has not started (scheduled, ready, or waiting under flow
@@ -151,7 +157,7 @@ class BulkControl(Control):
         """``reschedule_many_plan`` to ``delay`` from now, by the server's clock."""
         ids = _checked_ids(task_ids)
         delay_ms = validation.delay_ms(delay)
-        now_ms = yield from self.operations.state.now()
+        now_ms = yield from self.queue.operations.state.now()
         return (yield from self.reschedule_many_plan(ids, (now_ms + delay_ms) / 1000))
 
     def requeue_many_plan(self, task_ids: TaskIds) -> Plan[BulkOutcome]:
@@ -164,20 +170,20 @@ class BulkControl(Control):
 
     def _dead_many(self, action: str, task_ids: TaskIds, step: DeadStep) -> Plan[BulkOutcome]:
         ids = _checked_ids(task_ids)
-        done = yield from self._named_dead(ids, step)
+        done = yield from self.control.named_dead(ids, step)
         taken = set(done)
         return BulkOutcome(action, done, {i: NOT_DEAD for i in ids if i not in taken})
 
     def _cancel_live(self, task_id: str, stop_running: bool) -> Plan[TaskState | None]:
         return (
-            yield from self._first_found(
+            yield from self.queue.first_found(
                 task_id, lambda shard: shard.producer.cancel(task_id, True, stop_running)
             )
         )
 
     def _reschedule_one(self, task_id: str, run_at_ms: float) -> Plan[RescheduleOutcome | None]:
         return (
-            yield from self._first_found(
+            yield from self.queue.first_found(
                 task_id,
                 lambda shard: shard.producer.reschedule(
                     task_id, run_at_ms, codec.rescheduled_envelope
@@ -192,7 +198,7 @@ class BulkControl(Control):
         running, dead and gone ones."""
         tally = _Tally("run_now")
         for task_id in _checked_ids(task_ids):
-            shard, reply = yield from self._locate(task_id)
+            shard, reply = yield from self.queue.locate(task_id)
             if reply.state != TaskState.SCHEDULED:
                 live = reply.state in (TaskState.READY, TaskState.RUNNING, TaskState.DEAD)
                 reason = str(reply.state) if live else GONE

@@ -17,6 +17,7 @@ from duetime.client.prepared import prepared_task
 from duetime.client.preparing import task_name_of
 from duetime.client.producing import Producing
 from duetime.client.reports import result_record
+from duetime.client.shards import QueueShards
 from duetime.cron import definitions as cron_definitions
 from duetime.errors import DecodeError, InvalidInputError, TaskNotFoundError
 from duetime.store.plans.cron_jobs import CronTable, covering
@@ -26,8 +27,12 @@ from duetime.store.plans.requests import Plan
 DECLARE_BATCH = 1000
 
 
-class CronPlans(Producing):
-    """The plans of a queue's cron jobs (triggering one schedules a task: ``Producing``)."""
+class CronPlans:
+    """The plans of a queue's cron jobs (triggering one schedules a task: ``producing``)."""
+
+    def __init__(self, queue: QueueShards, producing: Producing) -> None:
+        self.queue = queue
+        self.producing = producing
 
     def cron_job(
         self,
@@ -56,9 +61,9 @@ class CronPlans(Producing):
             task=task_name_of(task),
             missed=missed,
             overlap=overlap,
-            max_attempts=self.settings.max_attempts if max_attempts is None else max_attempts,
-            timeout=self.settings.task_timeout if timeout is None else timeout,
-            max_payload_bytes=self.settings.max_payload_bytes,
+            max_attempts=self.queue.settings.max_attempts if max_attempts is None else max_attempts,
+            timeout=self.queue.settings.task_timeout if timeout is None else timeout,
+            max_payload_bytes=self.queue.settings.max_payload_bytes,
             priority=priority,
             limit_key=limit_key,
             cost=cost,
@@ -79,10 +84,10 @@ class CronPlans(Producing):
         names = [job.name for job in jobs]
         if len(set(names)) != len(names):
             raise InvalidInputError("the same cron job name was given twice")
-        homes = [self.layout.of_cron(job.name) for job in jobs]
+        homes = [self.queue.layout.of_cron(job.name) for job in jobs]
         nows = {}
         for home in sorted(set(homes)):
-            nows[home] = yield from self.shards[home].state.now()
+            nows[home] = yield from self.queue.shards[home].state.now()
         firsts = []
         for job, home in zip(jobs, homes, strict=True):
             first = job.first_run_after(nows[home])
@@ -97,16 +102,16 @@ class CronPlans(Producing):
                     (jobs[i].name, cron_definitions.encode_job(jobs[i]), firsts[i])
                     for i in mine[start : start + DECLARE_BATCH]
                 ]
-                codes = yield from self.shards[home].cron.declare_cron(batch)
+                codes = yield from self.queue.shards[home].cron.declare_cron(batch)
                 for (name, _, _), code in zip(batch, codes, strict=True):
                     outcomes[name] = ("unchanged", "created", "updated")[code]
             # A copy declared under another shard count would fire each tick a second
             # time (its ticks are other tasks in another shard): one job, one place.
-            for other in self._search_order(home)[1:]:
+            for other in self.queue.search_order(home)[1:]:
                 for i in mine:
                     yield from other.cron.remove_cron(jobs[i].name)
-        if jobs and not self.listed:
-            yield from self._list()
+        if jobs and not self.queue.listed:
+            yield from self.queue.list_queue()
         return outcomes
 
     def add_crons_plan(self, jobs: Sequence[cron.CronJob]) -> Plan[dict[str, int]]:
@@ -123,10 +128,10 @@ class CronPlans(Producing):
         validation.flag(prune, "prune")
         outcomes = yield from self.declare_cron_plan(jobs)
         if prune:
-            for index, shard in enumerate(self.shards):
+            for index, shard in enumerate(self.queue.shards):
                 table = yield from shard.cron.cron_table()
                 for name in sorted(table.definitions):
-                    if name in outcomes and self.layout.of_cron(name) == index:
+                    if name in outcomes and self.queue.layout.of_cron(name) == index:
                         continue
                     yield from shard.cron.remove_cron(name)
                     outcomes.setdefault(name, "removed")
@@ -137,7 +142,7 @@ class CronPlans(Producing):
         a job that ended (its end passed, or it ran max_runs times) raises
         InvalidInputError: declare it again with a later end or more runs."""
         validation.cron_name(name)
-        for shard in self._search_order(self.layout.of_cron(name)):
+        for shard in self.queue.search_order(self.queue.layout.of_cron(name)):
             next_tick = None
             if not paused:
                 table = yield from shard.cron.cron_entry(name)
@@ -155,16 +160,16 @@ class CronPlans(Producing):
                     )
             if done := (yield from shard.cron.set_cron_next(name, next_tick)):
                 return done == 1
-        raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
+        raise TaskNotFoundError(f"no cron job {name!r} in queue {self.queue.name!r}")
 
     def trigger_cron_plan(self, name: str) -> Plan[str]:
         """Run a cron job once now, outside its schedule: a task with the job's handler,
         data, attempts and timeout, under a fresh id (it is not a tick: the schedule,
         its overlap policy and its last run are untouched). Returns the task id."""
-        _, job = yield from self._cron_home(name)
+        _, job = yield from self.queue.cron_home(name)
         task = cron.task_of(job, 0)  # runs now: its run-at is moot
         packed_data = codec.pack(task.data)
-        limit = self.settings.max_payload_bytes
+        limit = self.queue.settings.max_payload_bytes
         validation.payload(task.data, len(packed_data), limit, packed_data)
         item = prepared_task(
             new_task_id(),
@@ -178,19 +183,19 @@ class CronPlans(Producing):
             generated=True,
             flow=job.flow_record,
         )
-        return (yield from self.schedule_one_plan(item))
+        return (yield from self.producing.schedule_one_plan(item))
 
     def remove_cron_plan(self, name: str) -> Plan[bool]:
         validation.cron_name(name)
         removed = False
-        for shard in self.shards:
+        for shard in self.queue.shards:
             removed = (yield from shard.cron.remove_cron(name)) or removed
         return removed
 
     def list_cron_plan(self, upcoming: int) -> Plan[list[CronInfo]]:
         _upcoming(upcoming)
         jobs = []
-        for shard in self.shards:
+        for shard in self.queue.shards:
             table = yield from shard.cron.cron_table()
             now = yield from shard.state.now()
             for name in table.definitions:
@@ -201,7 +206,7 @@ class CronPlans(Producing):
         """One job as ``list_cron`` shows it, read alone; None when there is no such job."""
         validation.cron_name(name)
         _upcoming(upcoming)
-        for shard in self._search_order(self.layout.of_cron(name)):
+        for shard in self.queue.search_order(self.queue.layout.of_cron(name)):
             table = yield from shard.cron.cron_entry(name)
             if name in table.definitions:
                 now = yield from shard.state.now()
@@ -270,7 +275,7 @@ class CronPlans(Producing):
         if tick is None:
             return None  # not an id duetime wrote; the checker does not own cron_last values
         from_backfill = covering(backfilled, tick) is not None and covering(fired, tick) is None
-        _, reply = yield from self._locate(task_id)
+        _, reply = yield from self.queue.locate(task_id)
         result, _ = result_record(reply.result)
         error = codec.decode_error(reply.error).error if reply.error else None
         started = result.started_ms / 1000 if result and result.started_ms else None

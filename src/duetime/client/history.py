@@ -1,12 +1,10 @@
 """The queue's history of finished attempts from the client's side: listing them
 (newest first, filtered by handler, outcome or task, a sharded queue's shards merged),
-and reading or changing how many each shard keeps; with the ``Queue`` and
-``AsyncQueue`` methods that run these plans."""
+and reading or changing how many each shard keeps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from duetime import validation
 from duetime.client.models import FinishedAttempt, TaskRef
@@ -17,9 +15,6 @@ from duetime.states import HistoryOutcome
 from duetime.store.plans.history import MOST_HISTORY_SIZE, HistoryEntry
 from duetime.store.plans.operations import QueueOperations
 from duetime.store.plans.requests import Plan
-
-if TYPE_CHECKING:  # the queue's types, which this module's plans are part of
-    from duetime.client.search_methods import HasAsyncRunner, HasRunner
 
 #: Entries read per round trip while a listing looks for the ones it wants.
 HISTORY_CHUNK = 500
@@ -51,8 +46,11 @@ def history_outcome(value: object) -> HistoryOutcome:
     raise InvalidInputError(f"outcome must be one of {named}, got {value!r}")
 
 
-class HistoryPlans(QueueShards):
+class HistoryPlans:
     """The plans that read a queue's history and change its size."""
+
+    def __init__(self, queue: QueueShards) -> None:
+        self.queue = queue
 
     def history_plan(
         self,
@@ -81,15 +79,15 @@ class HistoryPlans(QueueShards):
             entries = [entry for entry in found if keep(entry)]
         else:
             entries = []
-            for shard in self.shards:
+            for shard in self.queue.shards:
                 entries += yield from _matching(shard, keep, offset + limit)
-            if len(self.shards) > 1:
+            if len(self.queue.shards) > 1:
                 entries.sort(key=lambda entry: (entry.finished_ms, entry.number), reverse=True)
         return [finished_attempt(entry) for entry in entries[offset : offset + limit]]
 
     def _of_task(self, task_id: str, most: int) -> Plan[list[HistoryEntry]]:
         """A task's entries, from the first of its shards (in search order) that has any."""
-        for shard in self._search_order(self.layout.of_task(task_id)):
+        for shard in self.queue.search_order(self.queue.layout.of_task(task_id)):
             found = yield from shard.history.task_history(task_id, most)
             if found:
                 return found
@@ -97,16 +95,16 @@ class HistoryPlans(QueueShards):
 
     def history_size_plan(self) -> Plan[int]:
         """How many entries each shard's history keeps (0: off); as shard 0 says."""
-        size, _ = yield from self.operations.history.history_size()
+        size, _ = yield from self.queue.operations.history.history_size()
         return size
 
     def set_history_plan(self, size: int | None) -> Plan[None]:
         if size is not None:
             validation.whole_number(size, "history size", 0, MOST_HISTORY_SIZE)
-        for shard in self.shards:
+        for shard in self.queue.shards:
             yield from shard.history.set_history_size(size)
-        if not self.listed:  # a write that makes the queue known, as a first task does
-            yield from self._list()
+        if not self.queue.listed:  # a write that makes the queue known, as a first task does
+            yield from self.queue.list_queue()
 
 
 def _matching(
@@ -121,50 +119,3 @@ def _matching(
         if below == 0:
             break
     return found[:count]
-
-
-class QueueHistory:
-    """The history methods of ``Queue`` (see docs/api.md#history)."""
-
-    def history(
-        self: HasRunner,
-        limit: int = 50,
-        offset: int = 0,
-        *,
-        task: TaskRef | None = None,
-        outcome: HistoryOutcome | str | None = None,
-        task_id: str | None = None,
-    ) -> list[FinishedAttempt]:
-        """Finished attempts, newest first: of one handler (``task``), with one
-        ``outcome``, or of one task (``task_id``), as the history still keeps them."""
-        return self.runner.run(self.core.history_plan(limit, offset, task, outcome, task_id))
-
-    def history_size(self: HasRunner) -> int:
-        """How many finished attempts the history keeps (per shard; 0: none)."""
-        return self.runner.run(self.core.history_size_plan())
-
-    def set_history(self: HasRunner, size: int | None) -> None:
-        """Keep the last ``size`` finished attempts (per shard), trimming at once: 0
-        keeps none (and deletes what is kept), None restores the default (1,000)."""
-        self.runner.run(self.core.set_history_plan(size))
-
-
-class AsyncQueueHistory:
-    """The history methods of ``AsyncQueue``: those of ``Queue``, awaited."""
-
-    async def history(
-        self: HasAsyncRunner,
-        limit: int = 50,
-        offset: int = 0,
-        *,
-        task: TaskRef | None = None,
-        outcome: HistoryOutcome | str | None = None,
-        task_id: str | None = None,
-    ) -> list[FinishedAttempt]:
-        return await self.runner.run(self.core.history_plan(limit, offset, task, outcome, task_id))
-
-    async def history_size(self: HasAsyncRunner) -> int:
-        return await self.runner.run(self.core.history_size_plan())
-
-    async def set_history(self: HasAsyncRunner, size: int | None) -> None:
-        await self.runner.run(self.core.set_history_plan(size))

@@ -10,10 +10,14 @@ from __future__ import annotations
 import base64
 import os
 from collections import deque
+from typing import Final
 
 #: Random bytes per generated id; 9 bytes encode to exactly 12 base64 characters.
 _ID_BYTES = 9
 _ID_LENGTH = 12
+#: Rounds of fresh ids for generated ids that collided with live ones. One collision of
+#: 72 random bits is already rare; this many in a row means something else is wrong.
+MAX_ID_ROUNDS: Final = 8
 
 
 def new_task_ids(count: int) -> list[str]:

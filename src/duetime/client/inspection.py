@@ -46,21 +46,24 @@ from duetime.store.plans.operations import QueueOperations
 from duetime.store.plans.requests import Plan
 
 
-class Inspection(QueueShards):
+class Inspection:
     """The plans that read a queue."""
+
+    def __init__(self, queue: QueueShards) -> None:
+        self.queue = queue
 
     def not_found(self, task_id: str) -> TaskNotFoundError:
         """What to say when nothing is kept under an id: a typo and a task finished long
         ago that kept no result look the same in Redis, so say both."""
         return TaskNotFoundError(
-            f"nothing is known of task {task_id!r} in queue {self.name!r}: it never existed, "
+            f"nothing is known of task {task_id!r} in queue {self.queue.name!r}: it never existed, "
             "or it finished or was cancelled so long ago that the queue's history no longer "
             "holds it (see duetime history-size), and it kept no result (schedule with "
             "result_ttl to keep its outcome for a while)"
         )
 
     def status_plan(self, task_id: str) -> Plan[TaskStatus | None]:
-        shard, reply = yield from self._locate(validation.task_id(task_id))
+        shard, reply = yield from self.queue.locate(validation.task_id(task_id))
         status = task_status(task_id, reply)
         if status is not None and reply.waiting:
             hold = yield from shard.flow.hold(status.limit_key or "")
@@ -92,7 +95,7 @@ class Inspection(QueueShards):
         limit = validation.wait_seconds(timeout, "timeout")
         waited = 0.0
         while True:
-            shard, reply = yield from self._locate(task_id)
+            shard, reply = yield from self.queue.locate(task_id)
             if reply.result is not None:
                 return self._outcome(task_id, reply.result)
             if reply.state == TaskState.DEAD:
@@ -111,7 +114,7 @@ class Inspection(QueueShards):
                 )
             # Wait for the result in chunks, looking at the task again in between: a
             # task that dies without storing a result still ends the wait.
-            chunk = self.settings.block_timeout
+            chunk = self.queue.settings.block_timeout
             if limit is not None:
                 chunk = min(chunk, limit - waited)
                 if chunk <= 0:
@@ -137,21 +140,21 @@ class Inspection(QueueShards):
 
     def stats_plan(self) -> Plan[QueueStats]:
         each = []
-        for shard in self.shards:
+        for shard in self.queue.shards:
             counts = yield from shard.operator.counts()
             each.append(queue_stats(shard.keys.queue, counts))
         if len(each) == 1:
             return each[0]
-        return combined_stats(self.name, each)
+        return combined_stats(self.queue.name, each)
 
     def dead_plan(self, limit: int, offset: int) -> Plan[list[DeadTask]]:
         validation.whole_number(limit, "limit", 1, 10_000)
         validation.whole_number(offset, "offset", 0, 10**12)
-        if len(self.shards) == 1:
-            entries = yield from self.operations.operator.dead_entries(offset, limit)
+        if len(self.queue.shards) == 1:
+            entries = yield from self.queue.operations.operator.dead_entries(offset, limit)
         else:  # the latest deaths of every shard, merged
             entries = []
-            for shard in self.shards:
+            for shard in self.queue.shards:
                 entries += yield from shard.operator.dead_entries(0, offset + limit)
             entries.sort(key=lambda entry: entry.died_at_ms, reverse=True)
             entries = entries[offset : offset + limit]
@@ -167,20 +170,20 @@ class Inspection(QueueShards):
         validation.whole_number(limit, "limit", 1, 10_000)
         validation.whole_number(offset, "offset", 0, 1_000_000)
         found = []
-        for shard in self.shards:
+        for shard in self.queue.shards:
             entries = yield from shard.operator.listed(TaskState(state), offset + limit)
             found += [task_summary(entry) for entry in entries]
-        if len(self.shards) > 1:
+        if len(self.queue.shards) > 1:
             found.sort(key=LISTING_ORDER[TaskState(state)])
         return found[offset : offset + limit]
 
     def throughput_plan(self, minutes: int) -> Plan[list[MinuteFigures]]:
         """The last ``minutes`` minutes, oldest first, the current one last (partial)."""
         validation.whole_number(minutes, "minutes", 1, MINUTES_KEPT - 1)
-        now_minute = (yield from self.operations.state.now()) // MINUTE_MS
+        now_minute = (yield from self.queue.operations.state.now()) // MINUTE_MS
         totals: dict[str, int] = {}
         maxima: dict[str, int] = {}  # "<minute>:late_max_us" or ":held_max_us" -> µs
-        for shard in self.shards:
+        for shard in self.queue.shards:
             for name, count in (yield from shard.operator.minute_figures()).items():
                 number, _, figure = name.partition(":")
                 if figure in ("late_max_us", "held_max_us") and number.isdigit():
@@ -196,19 +199,19 @@ class Inspection(QueueShards):
         """Every shard's invariants (a subject is prefixed with its shard when sharded),
         and whether a shard past this queue's shard count holds anything."""
         violations = []
-        for index, shard in enumerate(self.shards):
+        for index, shard in enumerate(self.queue.shards):
             found = check_invariants((yield from shard.snapshot.snapshot()))
-            if len(self.shards) > 1:
+            if len(self.queue.shards) > 1:
                 found = [Violation(v.kind, f"shard {index}: {v.subject}", v.detail) for v in found]
             violations += found
-        beyond = QueueOperations(self.layout.beyond, self.clock)
+        beyond = QueueOperations(self.queue.layout.beyond, self.queue.clock)
         if (yield from beyond.producer.occupied()):
             violations.append(
                 Violation(
                     kind="tasks beyond the shards",
-                    subject=f"shard {self.layout.count}",
-                    detail=f"it holds tasks or cron jobs, but queue {self.name!r} is used "
-                    f"here with {self.layout.count} shard(s): no dispatcher or worker given "
+                    subject=f"shard {self.queue.layout.count}",
+                    detail=f"it holds tasks or cron jobs, but queue {self.queue.name!r} is used "
+                    f"here with {self.queue.layout.count} shard(s): no dispatcher or worker given "
                     "that count serves them; run them with the shard count the queue was "
                     "written with",
                 )

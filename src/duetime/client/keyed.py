@@ -1,18 +1,16 @@
 """Scheduling with a debounce, throttle or unique key: the plans of ``QueueCore`` that
 write such a task (one script call, in the shard its key hashes to, so that every call
-of a key meets the others there), and a schedule_many that holds some.
+of a key meets the others there); a schedule_many writes those it holds here, one by
+one (``producing``). ``preparing`` checks such a call.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from operator import itemgetter
-from typing import Any, Final, cast
+from typing import Any
 
 from duetime import codec
-from duetime.client.ids import new_task_id
-from duetime.client.models import KeyedCallOptions, TaskOptions
+from duetime.client.ids import MAX_ID_ROUNDS, new_task_id
 from duetime.client.prepared import (
     EXPIRES_MS,
     FLOW,
@@ -25,7 +23,7 @@ from duetime.client.prepared import (
     PreparedTask,
     run_at_us_of,
 )
-from duetime.client.producing import MAX_ID_ROUNDS, Producing
+from duetime.client.shards import QueueShards
 from duetime.errors import DuetimeError, InvalidOptionError, NotDurableError
 from duetime.hooks import ScheduledTask
 from duetime.keyed import Debounce, KeyedMode, Scheduled, Throttle, field_of
@@ -35,40 +33,12 @@ from duetime.store.plans.keyed import KeyedReply, keyed_reply
 from duetime.store.plans.requests import Eval, EvalMany, Plan, ScriptCall, written_durably
 from duetime.store.plans.scripts import Script
 
-_keyed_of = itemgetter(KEYED)
-#: The options schedule_keyed takes besides a schedule call's.
-_WHEN: Final = ("at", "delay")
 
-
-class KeyedScheduling(Producing):
+class KeyedScheduling:
     """The plans that write tasks with a debounce, throttle or unique key."""
 
-    def prepare_keyed(self, data: Any, options: KeyedCallOptions) -> PreparedTask:
-        """Check a ``schedule_keyed`` call: its options, when (now unless ``at`` or
-        ``delay`` is given) and exactly one of debounce, throttle and unique."""
-        rest = {name: value for name, value in options.items() if name not in _WHEN}
-        at, delay = options.get("at"), options.get("delay")
-        when = 0 if at is None and delay is None else delay
-        item = self.prepare_call("schedule_keyed", data, at, when, cast(TaskOptions, rest))
-        if item[KEYED] is None:
-            raise InvalidOptionError("schedule_keyed needs one of debounce=, throttle= or unique=")
-        return item
-
-    def schedule_plan(self, prepared: Sequence[PreparedTask]) -> Plan[list[str]]:
-        """As ``Producing.schedule_plan``; keyed tasks among them are written one by one,
-        in their order, after the others (each call of a key must see the one before)."""
-        if not any(map(_keyed_of, prepared)):
-            return (yield from super().schedule_plan(prepared))
-        ids = [""] * len(prepared)
-        plain = [position for position, item in enumerate(prepared) if item[KEYED] is None]
-        if plain:
-            written = yield from super().schedule_plan([prepared[p] for p in plain])
-            for position, task_id in zip(plain, written, strict=True):
-                ids[position] = task_id
-        for position, item in enumerate(prepared):
-            if item[KEYED] is not None:
-                ids[position] = (yield from self.schedule_keyed_plan(item)).id
-        return ids
+    def __init__(self, queue: QueueShards) -> None:
+        self.queue = queue
 
     def keyed_id_plan(self, item: PreparedTask) -> Plan[str]:
         """The id of the task that carries a keyed call (as schedule_task returns it)."""
@@ -79,8 +49,8 @@ class KeyedScheduling(Producing):
         id in the rare case the generated one is live)."""
         mode = item[KEYED]
         assert mode is not None
-        index = self.layout.of_keyed(mode.key)
-        shard = self.shards[index]
+        index = self.queue.layout.of_keyed(mode.key)
+        shard = self.queue.shards[index]
         now = yield from shard.state.now()
         run_at_ms = math.ceil(run_at_us_of(item, now) / 1000)  # whole ms, never earlier
         head, limits = codec.envelope_parts(
@@ -103,7 +73,7 @@ class KeyedScheduling(Producing):
     def _mode_arguments(self, mode: KeyedMode) -> tuple[Script, tuple[Any, ...]]:
         """The script of a mode, and its own arguments (see each script's header)."""
         if isinstance(mode, Debounce):
-            limit = self.settings.max_payload_bytes
+            limit = self.queue.settings.max_payload_bytes
             extra = (mode.window_ms, mode.max_wait_ms, mode.collect, mode.most, limit)
             return scripts.DEBOUNCE_TASK, extra
         if isinstance(mode, Throttle):
@@ -114,20 +84,19 @@ class KeyedScheduling(Producing):
         """A fresh id that a sharded queue routes to shard ``index``, so that status and
         cancel look there first (one try per shard count, on average)."""
         task_id = new_task_id()
-        while self.layout.of_task(task_id) != index:
+        while self.queue.layout.of_task(task_id) != index:
             task_id = new_task_id()
         return task_id
 
     def _keyed_write(self, index: int, script: Script, call: ScriptCall) -> Plan[Any]:
         """Run a keyed script call in shard ``index``; durable (waiting for replicas) as
         the queue asks."""
-        if self.durability is None:
+        durability = self.queue.durability
+        if durability is None:
             return (yield Eval(script, *call))
-        if self.durability.fsync and index not in self._fsync_checked:
-            yield from self.shards[index].server.check_fsync()  # before writing, not after
-            self._fsync_checked.add(index)
+        yield from self.queue.check_fsync(index)
         try:
-            return (yield from written_durably(EvalMany(script, [call]), self.durability))[0]
+            return (yield from written_durably(EvalMany(script, [call]), durability))[0]
         except NotDurableError as error:
             carried: tuple[str, ...] = ()
             if isinstance(error.reply, list) and len(error.reply[0]) > 1:
@@ -151,10 +120,10 @@ class KeyedScheduling(Producing):
         run_at = reply.run_at_ms
         if reply.state is not None and outcome == KeyedOutcome.CREATED:
             run_at = run_at_ms  # a unique key's new task runs at the call's run-at
-        if outcome == KeyedOutcome.CREATED and self.hooks:
+        if outcome == KeyedOutcome.CREATED and self.queue.hooks:
             assert run_at is not None
             task = ScheduledTask(reply.task_id, item[TASK_NAME], run_at / 1000)
-            self.hooks.on_schedule(self.name, [task])
+            self.queue.hooks.on_schedule(self.queue.name, [task])
         return Scheduled(
             id=reply.task_id,
             outcome=outcome,

@@ -27,14 +27,17 @@ def _limits(value: object, method: str) -> Limits:
     return value
 
 
-class Limiting(QueueShards):
+class Limiting:
     """The plans of limits, on every shard."""
+
+    def __init__(self, queue: QueueShards) -> None:
+        self.queue = queue
 
     def set_limits_plan(self, limits: Limits) -> Plan[None]:
         """Make the queue's limits exactly ``limits`` (declared in code: every limit not
         in it is dropped). The queue is under flow control from then on."""
         pairs = limit_pairs(_limits(limits, "set_limits").fields())
-        for shard in self.shards:
+        for shard in self.queue.shards:
             yield from shard.flow.set_limits("replace", pairs)
         yield from self._listed()
 
@@ -43,7 +46,7 @@ class Limiting(QueueShards):
         step, keeping the limits of named keys as they are (``limits.keys`` is ignored)."""
         limits = _limits(limits, "set_queue_limits")
         pairs = limit_pairs(Limits(limits.cap, limits.rate, limits.each_key).fields())
-        for shard in self.shards:
+        for shard in self.queue.shards:
             yield from shard.flow.set_limits("queue", pairs)
         yield from self._listed()
 
@@ -57,19 +60,19 @@ class Limiting(QueueShards):
             )
         given = Limits(keys={key: limits}).fields() if limits is not None else {}
         fields = {f"concurrency:{key}": "", f"rate:{key}": "", **given}
-        for shard in self.shards:
+        for shard in self.queue.shards:
             yield from shard.flow.set_limits("update", limit_pairs(fields))
         yield from self._listed()
 
     def _listed(self) -> Plan[None]:
         """Limits are a write that makes the queue known, as a first task is."""
-        if not self.listed:
-            yield from self._list()
+        if not self.queue.listed:
+            yield from self.queue.list_queue()
 
     def limits_plan(self) -> Plan[Limits | None]:
         """The queue's limits (its first shard's), or None when it is not under flow
         control."""
-        fields = yield from self.shards[0].flow.limit_fields()
+        fields = yield from self.queue.shards[0].flow.limit_fields()
         return None if fields is None else Limits.from_fields(fields)
 
     def flow_plan(self, most_keys: int = 50) -> Plan[FlowState]:
@@ -77,7 +80,7 @@ class Limiting(QueueShards):
         ``most_keys`` of them, in key order), over every shard."""
         validation.whole_number(most_keys, "most_keys", 0, MOST_KEYS_SHOWN)
         states: list[FlowState] = []
-        for shard in self.shards:
+        for shard in self.queue.shards:
             states.append((yield from shard.flow.flow_state(most_keys)))
         if len(states) == 1:
             return states[0]

@@ -49,6 +49,23 @@ class KeyedCallOptions(TaskOptions, total=False):
 TASK_OPTIONS = frozenset(TaskOptions.__annotations__)
 
 
+class HandleOptions(TypedDict, total=False):
+    """The per-task options of a handle's schedule calls (``Queue.task``): those of
+    ``TaskOptions`` but ``task``, which the handle gives."""
+
+    id: str | None
+    max_attempts: int | None
+    timeout: Duration | None
+    result_ttl: Duration | None
+    expires: Duration | None
+    priority: int
+    limit_key: str | None
+    cost: int
+    debounce: Debounce | None
+    throttle: Throttle | None
+    unique: Unique | None
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One task for ``schedule_many``: give ``at`` (epoch seconds or aware datetime)

@@ -5,18 +5,28 @@ turning it into prepared tasks (``duetime.client.prepared``).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final, cast
 
 from duetime import codec, flow, keyed, validation
 from duetime.client import ids
 from duetime.client.ids import new_task_id
-from duetime.client.models import TASK_OPTIONS, Duration, Job, TaskOptions, TaskRef, Timestamp
-from duetime.client.prepared import TASK_ID, PreparedTask, prepared_task
-from duetime.client.shards import QueueShards
-from duetime.errors import InvalidInputError, InvalidNameError
+from duetime.client.models import (
+    TASK_OPTIONS,
+    Duration,
+    Job,
+    KeyedCallOptions,
+    TaskOptions,
+    TaskRef,
+    Timestamp,
+)
+from duetime.client.prepared import KEYED, TASK_ID, PreparedTask, prepared_task
+from duetime.errors import InvalidInputError, InvalidNameError, InvalidOptionError
+from duetime.settings import Settings
 
 #: The options of a keyed call: looked for only when a call has options.
 _KEYED_OPTIONS = frozenset({"debounce", "throttle", "unique"})
+#: The options schedule_keyed takes besides a schedule call's.
+_WHEN: Final = ("at", "delay")
 
 
 def task_name_of(task: TaskRef | None) -> str:
@@ -45,8 +55,17 @@ def handler_name(handler: object) -> str:
     return task_name_of(handler)
 
 
-class Preparing(QueueShards):
-    """The checks of ``QueueCore``: a call, a Job or a whole schedule_many."""
+class Preparing:
+    """The checks of ``QueueCore``: a call, a keyed call, a Job or a whole
+    schedule_many, against the queue's settings and its defaults (``result_ttl``: the
+    queue's own, None for none)."""
+
+    def __init__(self, settings: Settings, result_ttl: float | None) -> None:
+        self.settings = settings
+        self.default_result_ttl_ms = (
+            0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")
+        )
+        self.default_timeout_ms = round(settings.task_timeout * 1000)
 
     def prepare(self, job: Job, generated_id: str | None = None) -> PreparedTask:
         """Check one job completely; raises InvalidInputError before anything is written."""
@@ -103,6 +122,17 @@ class Preparing(QueueShards):
             keyed_mode,
             options.get("expires"),
         )
+
+    def prepare_keyed(self, data: Any, options: KeyedCallOptions) -> PreparedTask:
+        """Check a ``schedule_keyed`` call: its options, when (now unless ``at`` or
+        ``delay`` is given) and exactly one of debounce, throttle and unique."""
+        rest = {name: value for name, value in options.items() if name not in _WHEN}
+        at, delay = options.get("at"), options.get("delay")
+        when = 0 if at is None and delay is None else delay
+        item = self.prepare_call("schedule_keyed", data, at, when, cast(TaskOptions, rest))
+        if item[KEYED] is None:
+            raise InvalidOptionError("schedule_keyed needs one of debounce=, throttle= or unique=")
+        return item
 
     def prepare_fields(
         self,

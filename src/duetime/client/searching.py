@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from duetime import codec, flow, validation
-from duetime.client.inspection import Inspection
 from duetime.client.models import LISTED_STATES, TaskStatus
 from duetime.client.reports import task_status
+from duetime.client.shards import QueueShards
 from duetime.errors import DecodeError, InvalidInputError
 from duetime.states import TaskState
 from duetime.store.plans.operations import QueueOperations
@@ -279,8 +279,11 @@ def by_run_at(found: Sequence[TaskStatus]) -> list[TaskStatus]:
     return sorted(found, key=lambda status: (_moment(status), status.id))
 
 
-class Searching(Inspection):
+class Searching:
     """The search plan of ``QueueCore``."""
+
+    def __init__(self, queue: QueueShards) -> None:
+        self.queue = queue
 
     def search_plan(
         self, criteria: TaskSearch, cursor: str | None, budget: int, limit: int
@@ -292,14 +295,14 @@ class Searching(Inspection):
         validation.whole_number(budget, "budget", 1, MOST_BUDGET)
         validation.whole_number(limit, "limit", 1, MOST_LIMIT)
         walked = criteria.walked
-        at: SearchCursor | None = SearchCursor.parse(cursor, walked, len(self.shards))
+        at: SearchCursor | None = SearchCursor.parse(cursor, walked, len(self.queue.shards))
         total = 0
-        for shard in self.shards:
+        for shard in self.queue.shards:
             total += yield from shard.search.walk_size(walked)
         found: list[TaskStatus] = []
         looked = scanned = 0
         while at is not None and looked < budget and len(found) < limit:
-            shard = self.shards[at.shard]
+            shard = self.queue.shards[at.shard]
             count = min(SCAN_PAGE, budget - looked)
             position, entries = yield from shard.search.scan_page(walked, at.position, count)
             looked += count
@@ -317,7 +320,7 @@ class Searching(Inspection):
                 at = at.within(position, matches[-1].id)
                 break
             found += matches
-            at = at.next(position, len(self.shards))
+            at = at.next(position, len(self.queue.shards))
         cursor_text = None if at is None else at.text
         return SearchPage(by_run_at(found), cursor_text, scanned, total, walked)
 

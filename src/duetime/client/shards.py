@@ -1,6 +1,8 @@
 """A queue's shards and where a task or a cron job is found among them: the state that
-every plan of ``QueueCore`` works on (its name, settings, hooks, layout, and one
-``QueueOperations`` per shard).
+every group of plans of ``QueueCore`` is given (the queue's name, settings, hooks,
+layout, and one ``QueueOperations`` per shard), and what those groups share of it:
+noting the queue in the registry after its first write, checking a shard's fsyncs
+before its first durable write, and finding where a task or a cron job lives.
 """
 
 from __future__ import annotations
@@ -25,14 +27,14 @@ T = TypeVar("T")
 
 
 class QueueShards:
-    """What the plans of ``QueueCore`` share: the queue, its settings and its shards."""
+    """What the plan groups of ``QueueCore`` share: the queue, its settings and its
+    shards."""
 
     def __init__(
         self,
         name: str,
         settings: Settings,
         clock: Clock | None,
-        result_ttl: float | None,
         durable: bool | None = None,
         shards: int = 1,
         hooks: Iterable[Hooks] = (),
@@ -46,56 +48,60 @@ class QueueShards:
         self.shards = shard_operations(self.layout, clock, settings.clock_resync_interval)
         self.operations = self.shards[0]  # the queue itself, or its shard 0
         self.clock = self.operations.clock
-        self.default_result_ttl_ms = (
-            0 if result_ttl is None else validation.milliseconds(result_ttl, "result_ttl")
-        )
-        self.default_timeout_ms = round(settings.task_timeout * 1000)
         self._fsync_checked: set[int] = set()  # shards whose server can confirm fsyncs
-        self.listed = False  # noted in the registry of queues by this client (see _list)
+        self.listed = False  # noted in the registry of queues by this client (list_queue)
 
-    def _list(self) -> Plan[None]:
-        """After this client's first write to the queue: note it in the registry of
-        queues, so that ``duetime queues`` lists it before any dispatcher has served it.
-        After, not before: a write refused (a server that cannot confirm fsyncs) leaves
-        nothing behind. Once per client; its failure does not fail the call."""
+    def list_queue(self) -> Plan[None]:
+        """After this client's first write to the queue (its caller looks at ``listed``
+        first): note it in the registry of queues, so that ``duetime queues`` lists it
+        before any dispatcher has served it. After, not before: a write refused (a server
+        that cannot confirm fsyncs) leaves nothing behind. Once per client; its failure
+        does not fail the call."""
         self.listed = True
         yield from note_queue(self.layout)
 
-    def _home(self, task_id: str) -> QueueOperations:
+    def check_fsync(self, index: int) -> Plan[None]:
+        """Before the first durable write to shard ``index``, when fsyncs are to be
+        confirmed: refuse a server that cannot (once per shard)."""
+        if self.durability and self.durability.fsync and index not in self._fsync_checked:
+            yield from self.shards[index].server.check_fsync()  # before writing, not after
+            self._fsync_checked.add(index)
+
+    def home(self, task_id: str) -> QueueOperations:
         """The shard a task id is written to."""
         return self.shards[self.layout.of_task(task_id)]
 
-    def _search_order(self, home: int) -> list[QueueOperations]:
+    def search_order(self, home: int) -> list[QueueOperations]:
         """Shards to look in for a task or cron job: its own first, then the others (it
         may have been written while the queue had another shard count)."""
         return [self.shards[home], *(s for i, s in enumerate(self.shards) if i != home)]
 
-    def _first_found(
+    def first_found(
         self, task_id: str, step: Callable[[QueueOperations], Plan[T | None]]
     ) -> Plan[T | None]:
         """The first answer other than None of ``step`` in the task's shards, in search
         order; None when no shard has one."""
-        for shard in self._search_order(self.layout.of_task(task_id)):
+        for shard in self.search_order(self.layout.of_task(task_id)):
             if (answer := (yield from step(shard))) is not None:
                 return answer
         return None
 
-    def _cron_home(self, name: str) -> Plan[tuple[QueueOperations, CronJob]]:
+    def cron_home(self, name: str) -> Plan[tuple[QueueOperations, CronJob]]:
         """The shard that holds the cron job ``name``, and its definition; raises
         TaskNotFoundError when none does."""
         validation.cron_name(name)
-        for shard in self._search_order(self.layout.of_cron(name)):
+        for shard in self.search_order(self.layout.of_cron(name)):
             table = yield from shard.cron.cron_entry(name)
             blob = table.definitions.get(name)
             if blob is not None:
                 return shard, decode_job(blob)
         raise TaskNotFoundError(f"no cron job {name!r} in queue {self.name!r}")
 
-    def _locate(self, task_id: str) -> Plan[tuple[QueueOperations, StatusReply]]:
+    def locate(self, task_id: str) -> Plan[tuple[QueueOperations, StatusReply]]:
         """The shard that knows the task and what it says (its home shard if none does)."""
         home = self.layout.of_task(task_id)
         found: tuple[QueueOperations, StatusReply] | None = None
-        for shard in self._search_order(home):
+        for shard in self.search_order(home):
             reply = yield from shard.producer.status(task_id)
             if reply.state != TaskState.UNKNOWN:
                 return shard, reply

@@ -194,7 +194,7 @@ class ApiReads(ApiBase):
         task_id = validation.task_id(request.query_params.get("id", ""))
         status = await queue.status(task_id)
         if status is None:
-            raise queue.core.not_found(task_id)
+            raise queue.core.inspection.not_found(task_id)
         return answer(status)
 
     async def dead(self, request: Request) -> Response:
