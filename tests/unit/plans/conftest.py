@@ -36,29 +36,29 @@ def operations(keys: QueueKeys, clock: ManualClock) -> QueueOperations:
 
 @pytest.fixture
 def producer(operations: QueueOperations) -> ProducerPlans:
-    return operations
+    return operations.producer
 
 
 @pytest.fixture
 def dispatcher(operations: QueueOperations) -> DispatcherPlans:
-    return operations
+    return operations.dispatcher
 
 
 @pytest.fixture
 def history(operations: QueueOperations) -> HistoryPlans:
-    return operations
+    return operations.history
 
 
 @pytest.fixture
 def search(operations: QueueOperations) -> SearchPlans:
-    return operations
+    return operations.search
 
 
 @pytest.fixture
 def server_checks(operations: QueueOperations) -> ServerCheckPlans:
-    return operations
+    return operations.server
 
 
 @pytest.fixture
 def snapshots(operations: QueueOperations) -> SnapshotPlans:
-    return operations
+    return operations.snapshot
