@@ -45,7 +45,16 @@ def scenario(
     """A fault scenario's set-up: its daemons, its queue on the session's server (emptied
     first), the ledger there, random choices from the seed; its producers halted at the
     end."""
-    story = Scenario(fleet, server, redis_url, queue_name, capsys, redis_url, raw, Ledger(raw))
+    story = Scenario(
+        fleet=fleet,
+        server=server,
+        ledger_url=redis_url,
+        queue_name=queue_name,
+        capsys=capsys,
+        url=redis_url,
+        client=raw,
+        ledger=Ledger(raw),
+    )
     try:
         yield story
     finally:
