@@ -49,15 +49,11 @@
 -- otherwise than this call asks (nothing written).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- @include generation
--- @include wake
+-- @include keyed
+-- @include keyed_records
 -- @include scheduling
 -- @include flow_mode
--- @include chunks
--- @include flow_records
--- @include flow
--- @include keyed_records
--- @include keyed
+-- @include flow_schedule
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, max_wait, collect = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 -- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task

@@ -40,15 +40,8 @@
 -- (nothing written).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- @include generation
--- @include wake
--- @include scheduling
--- @include flow_mode
--- @include chunks
--- @include flow_records
--- @include flow
--- @include keyed_records
 -- @include keyed
+-- @include keyed_records
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 -- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task
 -- made due now joins the due set in this call (file_now, flow.lua), as a plain one joins

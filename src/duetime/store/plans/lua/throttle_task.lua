@@ -42,15 +42,8 @@
 -- the window's end (ms)}; {'collided'} when ARGV[3] is live (nothing written).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- @include generation
--- @include wake
--- @include scheduling
--- @include flow_mode
--- @include chunks
--- @include flow_records
--- @include flow
--- @include keyed_records
 -- @include keyed
+-- @include keyed_records
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, trailing = tonumber(ARGV[9]), ARGV[10] == '1'
 -- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task

@@ -3,9 +3,9 @@
 -- .. its name in the index; ``index_key`` and ``layout_key`` are the index (ZSET bucket
 -- name -> earliest run-at) and the layout hash.
 -- Scores in buckets and in the index are whole µs (see microseconds.lua).
+-- @include generation
 
--- The generation of delayed buckets, read from the layout hash at ``layout_key`` (needs
--- generation.lua).
+-- The generation of delayed buckets, read from the layout hash at ``layout_key``.
 local function current_generation(layout_key)
   return generation_of(redis.call('HGET', layout_key, 'generation'))
 end
