@@ -28,9 +28,9 @@
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
 -- Returns: number of tasks re-entered: into scheduled (due now), or under flow control
--- straight among the due at the rank they had (flow.lua: reenter_due). An id without an
--- envelope is not a task (written by hand or by another program): it leaves the holder's
--- list and is counted as dropped_unknown, never re-entered.
+-- straight among the due at the rank they had (flow_filing.lua: reenter_due). An id
+-- without an envelope is not a task (written by hand or by another program): it leaves
+-- the holder's list and is counted as dropped_unknown, never re-entered.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- Each re-entered task's lost attempt is recorded in the history (a cancelled one's end).

@@ -36,8 +36,8 @@
 --         looked at once more at this time (after the longest block), so such an id is
 --         re-entered then rather than at the next maintenance sweep
 -- Returns: number of tasks re-entered (into scheduled, due now; under flow control
--- straight among the due at the rank they had: flow.lua, reenter_due), or -1 if the
--- worker heartbeated meanwhile. An id without an envelope is not a task (written by
+-- straight among the due at the rank they had: flow_filing.lua, reenter_due), or -1 if
+-- the worker heartbeated meanwhile. An id without an envelope is not a task (written by
 -- hand or by another program): it is dropped with its lease, and counted as
 -- dropped_unknown, never re-entered.
 -- reaped_workers counts a worker once, however many dispatchers reap it.

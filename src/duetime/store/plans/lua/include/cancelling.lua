@@ -1,12 +1,11 @@
--- The cancel of a running task: its mark (cancelling_key), read and taken with the task's
--- records (keys as parameters). cancel_task.lua cannot take a task from under its
--- attempt: it marks the id in the cancelling hash (task id -> when the cancel was asked,
--- ms), the heartbeat tells the worker, and the worker stops the handler. Whichever step
--- then ends that attempt (ack, fail, snooze, a hand-back, a lease or a worker reaped)
--- ends the task as cancelled instead: its records go, the mark with them, it is counted
--- as cancelled and recorded so in the history (unfinished.lua, for a leased attempt). So
--- once a cancel has said yes, the task never completes, is never retried and never goes
--- to dead.
+-- A running task's cancel, asked in cancelling_key; its end forgets the task's records.
+-- Keys as parameters. cancel_task.lua cannot take a task from under its attempt: it
+-- marks the id in the cancelling hash (task id -> when the cancel was asked, ms), the
+-- heartbeat tells the worker, and the worker stops the handler. Whichever step then ends
+-- that attempt (ack, fail, snooze, a hand-back, a lease or a worker reaped) ends the task
+-- as cancelled instead: its records go, the mark with them, it is counted as cancelled
+-- and recorded so in the history (unfinished.lua, for a leased attempt). So once a cancel
+-- has said yes, the task never completes, is never retried and never goes to dead.
 -- @include chunks
 
 -- The ids among ``ids`` whose cancel was asked, as a set. One EXISTS when no cancel is

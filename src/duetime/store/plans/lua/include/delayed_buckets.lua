@@ -1,7 +1,7 @@
--- Lookups of one task in the delayed buckets. The caller passes the task's bucket in
--- every generation up to the current one, as KEYS[first..], each named index_key .. ':'
--- .. its name in the index; ``index_key`` and ``layout_key`` are the index (ZSET bucket
--- name -> earliest run-at) and the layout hash.
+-- One task's lookups in the delayed buckets: index_key, layout_key, its buckets in KEYS.
+-- The caller passes the task's bucket in every generation up to the current one, as
+-- KEYS[first..], each named index_key .. ':' .. its name in the index; ``index_key`` and
+-- ``layout_key`` are the index (ZSET bucket name -> earliest run-at) and the layout hash.
 -- Scores in buckets and in the index are whole µs (see microseconds.lua).
 -- @include generation
 

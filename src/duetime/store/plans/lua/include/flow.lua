@@ -1,4 +1,4 @@
--- Flow control's keys, and what every part of it reads (keys as parameters: *_key).
+-- Flow control's keys, and the reads all its parts share (config_key and the flow keys).
 -- Flow control: priorities, turns between limit keys, rate limits and concurrency limits.
 -- Every limit is checked as a task starts (claim_tasks, with the lease it takes), never
 -- before, so none is passed.

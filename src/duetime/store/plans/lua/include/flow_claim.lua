@@ -1,5 +1,5 @@
--- The claim's check of a task taken from ready, as it starts: which limit holds it, what
--- that does to its key's turn, and its start counted. Keys as flow.lua has them.
+-- The claim's check of a task as it starts: its hold, its key's turn, its start counted.
+-- For an id claim_tasks takes from ready (keys as flow.lua has them).
 -- @include flow
 -- @include flow_turns
 -- @include flow_limits

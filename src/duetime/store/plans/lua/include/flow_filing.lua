@@ -1,5 +1,6 @@
--- The dispatcher's part of flow control: due tasks filed among the due (records_key,
--- due_key) by key, rank and turn (turns_key, throttled_key). Keys as flow.lua has them.
+-- The dispatcher's part: due tasks filed by key, rank and turn (records, due, turns keys).
+-- Also a schedule call's (flow_schedule.lua) and a claim's, which put a task back among
+-- the due. Keys as flow.lua has them.
 -- @include chunks
 -- @include flow_records
 -- @include flow_turns

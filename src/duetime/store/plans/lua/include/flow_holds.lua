@@ -1,4 +1,5 @@
--- Until when limits held each task a call starts, kept in holds_key (keys as flow.lua).
+-- Until when limits held each task a call starts, noted in holds_key for its lateness.
+-- Keys as flow.lua has them.
 -- @include flow
 
 -- Until when limits held each task this call started (task id -> ms; none: not held),

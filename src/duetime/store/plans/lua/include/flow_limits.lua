@@ -1,5 +1,6 @@
--- The limits of a script call (config_key) and the slots counted against them
--- (running_key, healed by leases_key), read once per call. Keys as flow.lua has them.
+-- A call's limits (config_key) and the slots counted against them (running_key, leases_key).
+-- The limits are read once per call; a slot whose lease is gone is healed. Keys as
+-- flow.lua has them.
 -- @include chunks
 
 -- Lease members of the tasks this call started: their leases are written at its end.

@@ -1,5 +1,6 @@
--- The pick from the due set, key by key in turns, of tasks that may start (for a claim,
--- or for ready: feed). Keys as flow.lua has them, with wake_key and ready_key.
+-- The pick from the due set by turns, and the feed of ready: the flow keys, wake, ready.
+-- A claim picks tasks to start; the feed picks one for ready, to wake a blocked worker.
+-- Keys as flow.lua has them, with leases_key, wake_key and ready_key.
 -- @include flow
 -- @include flow_turns
 -- @include flow_limits

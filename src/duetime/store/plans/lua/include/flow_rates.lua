@@ -1,5 +1,6 @@
--- The rate limits' state (tats_key: GCRA's theoretical arrival time per group, "\0" the
--- queue's): when a task of some cost may start, and what its start leaves.
+-- The rate limits' state (tats_key, GCRA): when a task of some cost may start.
+-- tats_key holds GCRA's theoretical arrival time per group ("\0" the queue's), and what a
+-- start leaves is written back by the caller.
 
 -- A rate ("<count>|<period ms>|<burst>") as its interval (ms per unit of cost) and burst;
 -- nil for none (or anything else).

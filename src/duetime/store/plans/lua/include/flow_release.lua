@@ -1,5 +1,6 @@
--- The end of a lease under flow control: its slot in running_key given back, its key's
--- turn (turns_key), and a task that may start fed to ready_key. Keys as flow.lua has them.
+-- A lease's end under flow control: its slot, its key's turn, the feed (the flow keys).
+-- The slot in running_key is given back, the key gets its turn (turns_key) if it has due
+-- tasks, and a task that may start is fed to ready_key. Keys as flow.lua has them.
 -- @include probes
 -- @include chunks
 -- @include flow

@@ -1,6 +1,7 @@
--- A schedule call's part of flow control: tasks due now filed among the due in the call
--- itself, a task that may start fed to ready. Keys as flow.lua has them, with leases_key,
--- wake_key, ready_key and holds_key.
+-- A schedule call's part: tasks due now filed in the call (the flow keys, wake, ready, holds).
+-- A task made due now joins the due set in the call that makes it due, and a task that
+-- may start is fed to ready. Keys as flow.lua has them, with leases_key, wake_key,
+-- ready_key and holds_key.
 -- @include probes
 -- @include flow
 -- @include flow_filing

@@ -1,6 +1,6 @@
--- The claim's look at one key's turn: as many of its best-ranked due tasks as may start
--- now, and the writes of a round (due_key, running_key, tats_key; records_key,
--- config_key and leases_key read). Keys as flow.lua has them.
+-- One key's turn in a pick: which of its due tasks may start, and a round's writes.
+-- As many of its best-ranked due tasks as may start now are taken; a round's writes go
+-- to due_key, running_key and tats_key. Keys as flow.lua has them.
 -- @include chunks
 -- @include flow
 -- @include flow_records

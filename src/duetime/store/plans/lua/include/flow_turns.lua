@@ -1,4 +1,4 @@
--- Flow control's turns (turns_key) and rate waits (throttled_key, rung on wake_key).
+-- The turns of limit keys (turns_key) and their rate waits (throttled_key, wake_key).
 -- A group with a turn may have its due tasks looked at by a claim; one that waits for its
 -- rate limit (or a snooze of its whole key) is in throttled instead, until a dispatcher
 -- gives its turn back. Keys as flow.lua describes them.

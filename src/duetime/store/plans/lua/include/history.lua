@@ -1,5 +1,6 @@
--- The history: a capped record of finished attempts, written by the script that ends
--- each one. Three keys, given as parameters:
+-- The history of finished attempts: how it is kept and written (state_key, log_key, index_key).
+-- A capped record, written by the script that ends each attempt. Three keys, given as
+-- parameters:
 --   state_key  HASH  "size": how many entries to keep (absent: HISTORY_DEFAULT_SIZE;
 --                    0: off), "seq": the number of the newest entry
 --   log_key    LIST  the entries, newest first: entry number seq is at index

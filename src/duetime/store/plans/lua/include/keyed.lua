@@ -1,11 +1,11 @@
--- What the keyed modes share (debounce_task, throttle_task, schedule_unique): the
--- envelope a key's task is written in, where that task is, and how a new one is made.
--- Keys are given as parameters; those of flow control (and wake, ready) as file_now takes
--- them (flow_schedule.lua).
--- An envelope is written here from parts the client packed: its head (array header,
--- version and task name), the data, the run-at (whole ms, as a msgpack uint 64) and its
--- limits. A record notes the envelope's length, its head's and its tail's (run-at and
--- limits), so that the data can be cut out again without decoding anything.
+-- What the keyed modes share: envelopes, where a key's task waits, a new task (keys given).
+-- The modes are debounce_task, throttle_task and schedule_unique. Keys are given as
+-- parameters; those of flow control (and wake, ready) as file_now takes them
+-- (flow_schedule.lua). An envelope is written here from parts the client packed: its head
+-- (array header, version and task name), the data, the run-at (whole ms, as a msgpack
+-- uint 64) and its limits. A record notes the envelope's length, its head's and its
+-- tail's (run-at and limits), so that the data can be cut out again without decoding
+-- anything.
 -- @include probes
 -- @include wake
 -- @include scheduling

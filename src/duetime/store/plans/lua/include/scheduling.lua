@@ -1,8 +1,7 @@
--- What schedule_tasks and schedule_task share, given their keys as parameters: the
--- scheduled set, the stats hash, delayed (the index of buckets: index_key) and the layout
--- hash (layout_key).
--- A script that fails half way keeps the writes it made: every key these scripts write
--- is read (a read of the wrong type fails too) before their first write, or is that
+-- What the schedule scripts share (scheduled_key, stats_key, index_key, layout_key).
+-- The scripts are schedule_tasks and schedule_task; index_key is delayed, the index of
+-- buckets. A script that fails half way keeps the writes it made: every key these scripts
+-- write is read (a read of the wrong type fails too) before their first write, or is that
 -- first write, so a key of the wrong type fails the call with nothing written.
 -- @include generation
 -- @include wake

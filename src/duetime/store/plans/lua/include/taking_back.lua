@@ -1,7 +1,7 @@
--- What the scripts that take tasks back from a worker share (reap_worker, release_worker,
--- reap_expired_leases): the worker's list read, the cancels asked among its tasks, and
--- those tasks ended as cancelled. Keys as parameters: the worker's list, the task's
--- records, the cancelling hash (cancelling.lua), flow control's as flow.lua has them.
+-- What the take-back scripts share: a worker's list, its cancels ended (keys given).
+-- The scripts are reap_worker, release_worker and reap_expired_leases. Keys as
+-- parameters: the worker's list, the task's records, the cancelling hash
+-- (cancelling.lua), flow control's as flow.lua has them.
 -- @include probes
 -- @include hash_values
 -- @include cancelling

@@ -1,6 +1,6 @@
--- A leased attempt's task ended unfinished, cancelled or expired (keys as parameters:
--- the worker's list, the task's records, flow control's as flow.lua has them, and the
--- history's).
+-- A leased attempt's task ended unfinished: cancelled or expired (keys given).
+-- Keys as parameters: the worker's list, the task's records, flow control's as flow.lua
+-- has them, and the history's.
 -- @include probes
 -- @include cancelling
 -- @include flow_release
