@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from duetime.store.plans import scripts
 from duetime.store.plans.scripts import IncludeError, expanded, includes
 
 LUA = Path(str(resources.files("duetime.store.plans").joinpath("lua")))
@@ -239,7 +240,7 @@ def test_every_include_is_used() -> None:
     assert carried == {path.stem for path in INCLUDES}
 
 
-def test_includes_expand_recursively_once_each(tmp_path: Path) -> None:
+def test_includes_expand_recursively_once_each() -> None:
     source = "-- @include flow_release\n-- @include flow\nlocal x = 1\n"
     text = expanded(source)
     carried = includes(source)
@@ -258,8 +259,6 @@ def test_an_unknown_include_is_refused_naming_it() -> None:
 
 
 def test_an_include_cycle_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from duetime.store.plans import scripts
-
     parts = {"a": "-- @include b\nlocal A = 1\n", "b": "-- @include a\nlocal B = 1\n"}
     real = scripts._read
 
