@@ -1,8 +1,8 @@
 """Flow control as a program states it: a task's priority, limit key and cost (checked,
 and written beside the task as its flow record), and a queue's limits (``Rate``,
 ``KeyLimits``, ``Limits``), written to the queue's limits hash and read back from it.
-How they act is the Lua side's (store/lua/include/flow.lua); docs/flow.md says what a
-user gets."""
+How they act is the Lua side's (store/plans/lua/include/flow*.lua, a part per step);
+docs/flow.md says what a user gets."""
 
 from __future__ import annotations
 

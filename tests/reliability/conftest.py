@@ -1,6 +1,7 @@
 """Fixtures the fault scenarios share: the seed in every report, daemons as processes, a
-plain server for the handlers' ledger, producer threads stopped at the end, and a
-Sentinel group for failovers under load."""
+scenario's set-up (tests/reliability/scenario.py), a plain server for the handlers'
+ledger, producer threads stopped at the end, and a Sentinel group for failovers under
+load."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.conftest import require_binary
-from tests.reliability.test_faults import SEED, Fleet, Servers
+from tests.reliability.ledger import Ledger
+from tests.reliability.scenario import SEED, Fleet, Scenario, Servers
 from tests.reliability.test_scale_out import Stream
 from tests.servers import Sentinels, Server
 
@@ -24,6 +27,43 @@ def seed_in_report(request: pytest.FixtureRequest) -> None:
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[Fleet]:
     group = Fleet(tmp_path)
+    try:
+        yield group
+    finally:
+        group.close()
+
+
+@pytest.fixture
+def scenario(
+    fleet: Fleet,
+    server: Server,
+    redis_url: str,
+    raw: redis.Redis,
+    queue_name: str,
+    capsys: pytest.CaptureFixture[str],
+) -> Iterator[Scenario]:
+    """A fault scenario's set-up: its daemons, its queue on the session's server (emptied
+    first), the ledger there, random choices from the seed; its producers halted at the
+    end."""
+    story = Scenario(
+        fleet=fleet,
+        server=server,
+        ledger_url=redis_url,
+        queue_name=queue_name,
+        capsys=capsys,
+        url=redis_url,
+        client=raw,
+        ledger=Ledger(raw),
+    )
+    try:
+        yield story
+    finally:
+        story.close()
+
+
+@pytest.fixture
+def servers() -> Iterator[Servers]:
+    group = Servers()
     try:
         yield group
     finally:

@@ -143,10 +143,14 @@ class Verdict:
 
     @property
     def problems(self) -> list[str]:
+        return self.problems_but(())
+
+    def problems_but(self, skip: Collection[str]) -> list[str]:
+        """The problems, less those of the kinds in ``skip`` (judged by the caller)."""
         found = []
         for name in ("missing", "early", "unknown", "repeated", "unexplained"):
             items: list[str] = getattr(self, name)
-            if items:
+            if items and name not in skip:
                 found.append(f"{len(items)} {name}: {items[:10]}")
         return found
 

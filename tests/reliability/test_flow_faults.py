@@ -2,7 +2,7 @@
 concurrency, per-key rates and one key with limits of its own; a worker killed while it
 holds a key's only slot; and one frozen past its lease while it holds it.
 
-Both use the machinery of test_faults.py (daemons as ``python -m duetime`` processes, the
+Both use the machinery of scenario.py (daemons as ``python -m duetime`` processes, the
 handlers' ledger, its comparison with what was scheduled) and end with its verdict:
 nothing lost, nothing early, a task run again only where a kill (or its failure on
 purpose) explains it, ``queue.check() == []`` and nothing left in Redis but counters,
@@ -32,16 +32,12 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import pytest
 import redis
 
 from duetime import Job, KeyLimits, Limits, ManualClock, Queue, Rate, Settings
@@ -50,24 +46,17 @@ from duetime.store.plans.operations import QueueOperations
 from duetime.store.redis.runner import SyncRunner
 from tests.apps import FLOW_LEDGER
 from tests.helpers import decoded, wait_until_sync
-from tests.reliability.ledger import Fault, Ledger, Verdict, compare
-from tests.reliability.test_faults import (
-    ROOT,
-    SEED,
+from tests.reliability.ledger import Fault, Ledger
+from tests.reliability.scenario import (
     STORM_ENV,
     Daemon,
     Fleet,
-    dump,
+    Scenario,
     leftovers,
     pause_until,
     pick,
     promotion_surplus,
-    report,
-    settle,
-    shut_down,
-    wait_for_workers,
 )
-from tests.servers import Server
 
 FLOW_APP = "tests.apps:flow_app"
 #: The claim time a handler records is the claim script's ``now`` before that was cut
@@ -76,24 +65,6 @@ FLOW_APP = "tests.apps:flow_app"
 CLAIM_CLOCK_SLACK_MS = 2.0
 #: A task is killed or fails on purpose a few times at most; it must not run out.
 MAX_ATTEMPTS = 10
-
-
-def start_worker(
-    fleet: Fleet, queue: str, url: str, env: Mapping[str, str], concurrency: int
-) -> Daemon:
-    """A worker process of tests/apps.py's ``flow_app`` (``Fleet.start`` runs ``app``),
-    kept in the fleet so that it is killed, stopped and checked like any daemon."""
-    assert "DUETIME_TEST_RECORD_URL" in env
-    command = [sys.executable, "-m", "duetime", "--log-level", "info", "worker", FLOW_APP]
-    command += ["--queue", queue, "--redis", url, "-c", str(concurrency)]
-    log = fleet.directory / f"{len(fleet.daemons):03d}-worker.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            command, cwd=ROOT, env={**os.environ, **env}, stdout=out, stderr=out
-        )
-    daemon = Daemon("worker", process, log)
-    fleet.daemons.append(daemon)
-    return daemon
 
 
 # --- what ran when, from the ledger ----------------------------------------------------
@@ -186,16 +157,6 @@ def remains(client: redis.Redis, queue: Queue, rate_keys: int) -> list[str]:
     if state.due or state.running or state.groups:
         found.append(f"flow: {state.due} due, {state.running} running, {state.groups[:5]}")
     return found
-
-
-def house_problems(verdict: Verdict, queue: Queue, client: redis.Redis, fleet: Fleet,
-                   rate_keys: int) -> list[str]:  # fmt: skip
-    """Everything that breaks a guarantee test_faults.py checks, gathered."""
-    problems = [f"ledger: {problem}" for problem in verdict.problems]
-    problems += [f"check: {violation}" for violation in queue.check()]
-    problems += [f"left behind: {what}" for what in remains(client, queue, rate_keys)]
-    problems += [f"crash: {crash}" for crash in fleet.crashes()]
-    return problems
 
 
 # --- 1. a kill storm on a limited queue ------------------------------------------------
@@ -337,14 +298,7 @@ def limit_problems(
     return problems, figures, reached
 
 
-def test_kill_storm_on_a_limited_queue(
-    fleet: Fleet,
-    server: Server,
-    redis_url: str,
-    raw: redis.Redis,
-    queue_name: str,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_kill_storm_on_a_limited_queue(scenario: Scenario) -> None:
     """Three workers and two dispatchers; every ~1.7 s one of them (three times in four a
     worker, preferably one running tasks) is killed with SIGKILL and restarted at once,
     while some 2,000 tasks come due (8,000 in the soak run) over eight limit keys and
@@ -352,15 +306,14 @@ def test_kill_storm_on_a_limited_queue(
     early, that no limit is passed while killed workers' slots wait to be reaped, and
     that the queue ends consistent and empty, its flow control with nothing due or
     running."""
-    rng = random.Random(SEED)
-    env = {**STORM_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
-    spread, concurrency = pick(8.0, 32.0), 6
-    ledger = Ledger(raw)
-    with Queue(queue_name, redis_url) as queue:
+    scenario.configure(STORM_ENV)
+    rng, ledger, fleet = scenario.rng, scenario.ledger, scenario.fleet
+    spread = pick(8.0, 32.0)
+    with scenario.queue() as queue:
         queue.set_limits(STORM_LIMITS)
-        dispatchers = [fleet.start("dispatcher", queue_name, redis_url, env) for _ in range(2)]
-        workers = [start_worker(fleet, queue_name, redis_url, env, concurrency) for _ in range(3)]
-        wait_for_workers(raw, queue_name, 3)
+        dispatchers, workers = scenario.start_fleet(
+            dispatchers=2, workers=3, concurrency=6, app=FLOW_APP
+        )
         begin = time.time() + 1.0
         plan = storm_plan(rng, begin, spread)
         queue.schedule_many(plan.jobs)
@@ -375,47 +328,41 @@ def test_kill_storm_on_a_limited_queue(
             pause_until(moment)
             ledger.refresh()
             if (len(killed_ms) + dispatcher_kills) % 4 == 3:
-                victim = rng.choice(dispatchers)
-                fleet.kill(victim)
+                fleet.replace(rng.choice(dispatchers), dispatchers)
                 dispatcher_kills += 1
-                dispatchers.remove(victim)
-                dispatchers.append(fleet.start("dispatcher", queue_name, redis_url, env))
             else:
-                busy = [w for w in workers if ledger.in_flight(w.pid)]
-                victim = rng.choice(busy or workers)
-                at = fleet.kill(victim)
+                victim = scenario.busy_worker(workers)
+                at = fleet.replace(victim, workers)
                 killed_ms[victim.pid] = at * 1000
                 faults.append(Fault("kill -9", at, at, frozenset({victim.pid})))
-                workers.remove(victim)
-                workers.append(start_worker(fleet, queue_name, redis_url, env, concurrency))
             moment += rng.uniform(1.2, 2.2)
-        settle(ledger, queue, raw, list(plan.run_at), timeout=spread + 90, fleet=fleet)
-        shut_down(fleet, raw, queue_name, workers, dispatchers, reap_bound=30)
-
-        dump(fleet, ledger, faults)
         on_purpose = Fault("fails once on purpose", 0.0, math.inf, task_ids=frozenset(plan.failing))
-        verdict = compare(ledger, plan.run_at, faults=[*faults, on_purpose], after=5.0)
-        counters = queue.stats().counters
         rate_keys = sum(1 for limits in STORM_LIMITS.keys.values() if limits.rate is not None)
-        problems = house_problems(verdict, queue, raw, fleet, rate_keys)
-    records = read_flow_records(raw)
+        end = scenario.end(
+            queue,
+            plan.run_at,
+            workers=workers,
+            dispatchers=dispatchers,
+            timeout=spread + 90,
+            faults=[*faults, on_purpose],
+            left_behind=lambda: remains(scenario.client, queue, rate_keys),
+        )
+    records = read_flow_records(scenario.client)
     found = spans(ledger, records, killed_ms)
     broken, figures, reached = limit_problems(plan, found, records)
     interrupted = [s for s in found if s.pid in killed_ms and s.end_ms == killed_ms[s.pid]]
-    report(
+    end.problems += broken
+    end.judge(
         "flow control: kill storm on a limited queue",
-        capsys,
-        kind=server.kind,
+        kind=scenario.server.kind,
         tasks=len(plan.jobs),
         seconds=spread,
         worker_kills=len(killed_ms),
         dispatcher_kills=dispatcher_kills,
         interrupted=len(interrupted),
-        counters=counters,
         **figures,
-        **verdict.summary(),
     )
-    assert problems + broken == [], f"seed {SEED}:\n" + "\n".join(problems + broken)
+    counters = end.counters
     assert counters.get("completed") == len(plan.jobs), counters
     # A task taken back from a killed worker goes straight back among the due at its rank
     # (issue #41, point 9), never through scheduled: every other entry is promoted once.
@@ -460,15 +407,10 @@ def solo_holder(
     return None
 
 
-def start_solo_fleet(
-    fleet: Fleet, queue: Queue, url: str, client: redis.Redis, env: Mapping[str, str]
-) -> tuple[Daemon, list[Daemon]]:
+def start_solo_fleet(scenario: Scenario, queue: Queue) -> tuple[list[Daemon], list[Daemon]]:
     """SOLO_LIMITS on ``queue``, a dispatcher and two workers (4 slots each), registered."""
     queue.set_limits(SOLO_LIMITS)
-    dispatcher = fleet.start("dispatcher", queue.name, url, env)
-    workers = [start_worker(fleet, queue.name, url, env, 4) for _ in range(2)]
-    wait_for_workers(client, queue.name, 2)
-    return dispatcher, workers
+    return scenario.start_fleet(dispatchers=1, workers=2, concurrency=4, app=FLOW_APP)
 
 
 def wait_for_solo_holder(
@@ -525,19 +467,12 @@ def first_start_after(ledger: Ledger, task_ids: set[str], after_ms: float) -> fl
 
 
 def kill_solo_holder(
-    fleet: Fleet,
-    ledger: Ledger,
-    workers: list[Daemon],
-    solo: set[str],
-    restart: Callable[[], Daemon],
+    fleet: Fleet, ledger: Ledger, workers: list[Daemon], solo: set[str]
 ) -> tuple[Daemon, str, float]:
     """Kill a worker running a solo task, once one is, and start another in its place.
     Returns the victim, its solo task and the wall time of the kill."""
     victim, task_id = wait_for_solo_holder(ledger, workers, solo)
-    killed_at = fleet.kill(victim)
-    workers.remove(victim)
-    workers.append(restart())
-    return victim, task_id, killed_at
+    return victim, task_id, fleet.replace(victim, workers)
 
 
 def watch_solo_slot(
@@ -573,14 +508,7 @@ def watch_solo_slot(
     return SoloKill(victim, task_id, killed_ms, not_before, held, next_start, reaped)
 
 
-def test_a_worker_killed_holding_a_keys_only_slot(
-    fleet: Fleet,
-    server: Server,
-    redis_url: str,
-    raw: redis.Redis,
-    queue_name: str,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_a_worker_killed_holding_a_keys_only_slot(scenario: Scenario) -> None:
     """The key "solo" may run one task at a time, while other keys keep two workers
     busy. Three times (eight in the soak run) the worker running solo's task is killed
     with SIGKILL and restarted at once. Each time, the dead attempt keeps solo's only
@@ -588,12 +516,11 @@ def test_a_worker_killed_holding_a_keys_only_slot(
     dispatcher may take that lease back (its deadline, or the worker's last heartbeat
     plus its TTL), after one reap; two solo tasks never run at once, and every task
     completes."""
-    rng = random.Random(SEED)
-    env = {**STORM_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
+    scenario.configure(STORM_ENV)
+    rng, ledger = scenario.rng, scenario.ledger
     cycles, spread = pick(3, 8), pick(8.0, 25.0)
-    ledger = Ledger(raw)
-    with Queue(queue_name, redis_url) as queue:
-        dispatcher, workers = start_solo_fleet(fleet, queue, redis_url, raw, env)
+    with scenario.queue() as queue:
+        dispatchers, workers = start_solo_fleet(scenario, queue)
         begin = time.time() + 0.5
         solo_jobs = [
             Job({"work": 0.3}, at=begin, task="flow_ledger", id=f"solo-{n}",
@@ -614,26 +541,27 @@ def test_a_worker_killed_holding_a_keys_only_slot(
         killed_ms: dict[int, float] = {}
         pause_until(begin)
         while len(kills) < cycles:
-            victim, task_id, at = kill_solo_holder(
-                fleet, ledger, workers, solo,
-                lambda: start_worker(fleet, queue_name, redis_url, env, 4),
-            )  # fmt: skip
+            victim, task_id, at = kill_solo_holder(scenario.fleet, ledger, workers, solo)
             killed_ms[victim.pid] = at * 1000
             faults.append(Fault("kill -9", at, at, frozenset({victim.pid})))
-            kill = watch_solo_slot(queue, raw, ledger, solo, victim.pid, task_id, at)
+            kill = watch_solo_slot(queue, scenario.client, ledger, solo, victim.pid, task_id, at)
             if kill is not None:
                 kills.append(kill)
             pause_until(time.time() + rng.uniform(0.2, 1.0))
         run_at = {str(job.id): float(job.at) for job in jobs}  # type: ignore[arg-type]
-        settle(ledger, queue, raw, list(run_at), timeout=spread + 60, fleet=fleet)
-        shut_down(fleet, raw, queue_name, workers, [dispatcher], reap_bound=30)
-
-        dump(fleet, ledger, faults)
-        verdict = compare(ledger, run_at, faults=faults, after=5.0)
-        counters = queue.stats().counters
-        problems = house_problems(verdict, queue, raw, fleet, rate_keys=0)
-    found = [s for s in spans(ledger, read_flow_records(raw), killed_ms) if s.task_id in solo]
+        end = scenario.end(
+            queue,
+            run_at,
+            workers=workers,
+            dispatchers=dispatchers,
+            timeout=spread + 60,
+            faults=faults,
+            left_behind=lambda: remains(scenario.client, queue, rate_keys=0),
+        )
+    records = read_flow_records(scenario.client)
+    found = [s for s in spans(ledger, records, killed_ms) if s.task_id in solo]
     most, when = peak(found)
+    problems = end.problems
     if most > 1:
         problems.append(f"{most} solo tasks ran at once at {when / 1000:.3f}")
     for kill in kills:
@@ -643,10 +571,9 @@ def test_a_worker_killed_holding_a_keys_only_slot(
             problems.append(f"solo's next task started before its slot could be reaped: {kill}")
         if kill.reaped != 1:
             problems.append(f"{kill.reaped} reaps between the kill and solo's next start: {kill}")
-    report(
+    end.judge(
         "flow control: a worker killed holding a key's only slot",
-        capsys,
-        kind=server.kind,
+        kind=scenario.server.kind,
         tasks=len(jobs),
         kills=len(faults),
         kills_of_the_holder=len(kills),
@@ -654,11 +581,8 @@ def test_a_worker_killed_holding_a_keys_only_slot(
         next_start_after_earliest_reap_ms=[
             round(k.next_start_ms - k.reap_not_before_ms, 1) for k in kills
         ],
-        counters=counters,
-        **verdict.summary(),
     )
-    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
-    assert counters.get("completed") == len(jobs), counters
+    assert end.counters.get("completed") == len(jobs), end.counters
 
 
 # --- 2b. a worker paused past its lease while it holds a key's only slot -----------------
@@ -689,12 +613,7 @@ def pause_solo_holder(
 
 
 def test_a_worker_paused_past_its_lease_overlaps_a_keys_limit_by_its_own_attempt_only(
-    fleet: Fleet,
-    server: Server,
-    redis_url: str,
-    raw: redis.Redis,
-    queue_name: str,
-    capsys: pytest.CaptureFixture[str],
+    scenario: Scenario,
 ) -> None:
     """The documented bound of a concurrency limit (docs/flow.md): a worker that is hung,
     not killed, past its lease gives its slot away while its handler may still run, and
@@ -704,13 +623,12 @@ def test_a_worker_paused_past_its_lease_overlaps_a_keys_limit_by_its_own_attempt
     finishes after the next solo task started. Leaving out the frozen attempts, solo
     never runs two at once; with them, never more than one more; each frozen attempt's
     outcome is refused (fenced) and its task runs again; nothing is lost or early."""
-    rng = random.Random(SEED)
-    env = {**STORM_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
+    scenario.configure(STORM_ENV)
+    rng, ledger = scenario.rng, scenario.ledger
     lease = float(STORM_ENV["DUETIME_LEASE_DURATION"])
     cycles = pick(2, 5)
-    ledger = Ledger(raw)
-    with Queue(queue_name, redis_url) as queue:
-        dispatcher, workers = start_solo_fleet(fleet, queue, redis_url, raw, env)
+    with scenario.queue() as queue:
+        dispatchers, workers = start_solo_fleet(scenario, queue)
         begin = time.time() + 0.5
         jobs = [
             Job({"work": 0.6}, at=begin, task="flow_ledger", id=f"solo-{n}",
@@ -738,16 +656,20 @@ def test_a_worker_paused_past_its_lease_overlaps_a_keys_limit_by_its_own_attempt
                 with contextlib.suppress(ProcessLookupError):
                     worker.process.send_signal(signal.SIGCONT)
         run_at = {str(job.id): float(job.at) for job in jobs}  # type: ignore[arg-type]
-        settle(ledger, queue, raw, list(run_at), timeout=60, fleet=fleet)
-        shut_down(fleet, raw, queue_name, workers, [dispatcher], reap_bound=30)
-        dump(fleet, ledger, faults)
-        verdict = compare(ledger, run_at, faults=faults, after=lease + 4.0)
-        counters = queue.stats().counters
-        problems = house_problems(verdict, queue, raw, fleet, rate_keys=0)
-    found = [s for s in spans(ledger, read_flow_records(raw), {}) if s.task_id in solo]
+        end = scenario.end(
+            queue,
+            run_at,
+            workers=workers,
+            dispatchers=dispatchers,
+            faults=faults,
+            after=lease + 4.0,
+            left_behind=lambda: remains(scenario.client, queue, rate_keys=0),
+        )
+    found = [s for s in spans(ledger, read_flow_records(scenario.client), {}) if s.task_id in solo]
     stale = [s for s in found if (s.task_id, s.attempt) in frozen]
     most_others, when = peak(s for s in found if s not in stale)
     most, _ = peak(found)
+    problems = end.problems
     if most_others > 1:
         problems.append(f"{most_others} solo tasks ran at once at {when / 1000:.3f}")
     if most > 2:
@@ -758,20 +680,16 @@ def test_a_worker_paused_past_its_lease_overlaps_a_keys_limit_by_its_own_attempt
     for task_id, _ in frozen:
         if len(runs.get(task_id, [])) < 2:
             problems.append(f"{task_id} was frozen past its lease but did not run again")
-    report(
+    end.judge(
         "flow control: a worker paused past its lease holding a key's only slot",
-        capsys,
-        kind=server.kind,
+        kind=scenario.server.kind,
         tasks=len(jobs),
         pauses=len(faults),
         frozen_attempts_overlapped_by_the_next=len(overlapped),
         most_solo_at_once=most,
-        counters=counters,
-        **verdict.summary(),
     )
-    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
     assert overlapped, "no frozen attempt ran on beside the next solo task: nothing tested"
-    assert counters.get("fenced", 0) >= len(overlapped), counters
+    assert end.counters.get("fenced", 0) >= len(overlapped), end.counters
 
 
 # --- 3. a rate limit between clocks that disagree --------------------------------------

@@ -1,5 +1,5 @@
 """A worker kill -9 storm with debounced, throttled and unique tasks and cancelled ones
-mixed in among plain ones, on real processes (the machinery of test_faults.py):
+mixed in among plain ones, on real processes (the machinery of scenario.py):
 producers keep calling a handful of keys, and a canceller cancels tasks before and
 while they run, while workers are killed and restarted. Verdict: every call is carried
 by a task that completed (0 lost), none started before its final run-at (0 early), a
@@ -15,29 +15,21 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from duetime import Debounce, Job, Queue, Throttle, Unique
 from duetime.keyed import KeyedMode, Scheduled
 from duetime.states import HistoryOutcome
 from duetime.store.plans.keys import QueueKeys
 from tests.helpers import wait_until_sync
-from tests.reliability.ledger import Fault, Ledger, compare
-from tests.reliability.test_faults import (
+from tests.reliability.ledger import Fault, Ledger
+from tests.reliability.scenario import (
     KINDS_IN_SOAK,
     SEED,
     STORM_ENV,
-    Fleet,
-    dump,
+    Scenario,
     pause_until,
     pick,
-    report,
-    settle,
-    shut_down,
-    start_fleet,
-    verdict_problems,
 )
-from tests.servers import Server
 
 #: Records of spent keys are swept at each maintenance pass: often, so that the verdict's
 #: "nothing left behind" can wait for it.
@@ -140,19 +132,13 @@ def callers() -> Iterator[list[KeyedCaller]]:
 
 @KINDS_IN_SOAK
 def test_worker_kill_9_storm_with_keyed_tasks(
-    fleet: Fleet,
-    callers: list[KeyedCaller],
-    server: Server,
-    redis_url: str,
-    raw: redis.Redis,
-    queue_name: str,
-    capsys: pytest.CaptureFixture[str],
+    callers: list[KeyedCaller], scenario: Scenario
 ) -> None:
-    rng = random.Random(SEED)
-    env = {**KEYED_ENV, "DUETIME_TEST_RECORD_URL": redis_url}
+    scenario.configure(KEYED_ENV)
+    rng, ledger, raw = scenario.rng, scenario.ledger, scenario.client
+    url, queue_name = scenario.url, scenario.queue_name
     count, duration = pick(150, 3000), pick(5.0, 30.0)
-    dispatcher, workers = start_fleet(fleet, raw, queue_name, redis_url, env, 3, "10")
-    ledger = Ledger(raw)
+    dispatchers, workers = scenario.start_fleet(dispatchers=1, workers=3, concurrency=10)
     begin = time.time() + 1.0
     jobs = [
         Job({"work": round(rng.uniform(0.02, 0.2), 3)}, at=begin + duration * i / count,
@@ -171,23 +157,19 @@ def test_worker_kill_9_storm_with_keyed_tasks(
         str(job.id): float(job.at) + rng.uniform(-0.2, job.data["work"])  # type: ignore[arg-type]
         for job in doomed
     }
-    with Queue(queue_name, redis_url) as queue:
+    with scenario.queue() as queue:
         queue.set_history(100_000)  # keeps every attempt of the storm
         queue.schedule_many(jobs + doomed)
-        caller = KeyedCaller(redis_url, queue_name, SEED)
+        caller = KeyedCaller(url, queue_name, SEED)
         callers.append(caller)
         caller.start()
-        canceller = Canceller(redis_url, queue_name, moments)
+        canceller = Canceller(url, queue_name, moments)
         canceller.start()
         moment = begin + rng.uniform(1.2, 2.2)
         while moment < begin + duration:
             pause_until(moment)
-            ledger.refresh()
-            busy = [w for w in workers if ledger.in_flight(w.pid)]
-            victim = rng.choice(busy or workers)
-            kills.append((victim.pid, fleet.kill(victim)))
-            workers.remove(victim)
-            workers.append(fleet.start("worker", queue_name, redis_url, env, "-c", "10"))
+            victim = scenario.busy_worker(workers)
+            kills.append((victim.pid, scenario.fleet.replace(victim, workers)))
             moment += rng.uniform(1.2, 2.2)
         caller.halt()
         canceller.join(60)
@@ -203,45 +185,50 @@ def test_worker_kill_9_storm_with_keyed_tasks(
         keyed = caller.carried()
         assert not keyed.keys() & scheduled.keys()
         scheduled |= keyed
-        settle(ledger, queue, raw, list(scheduled), timeout=duration + 60, fleet=fleet)
         keys = QueueKeys(queue_name)
-        try:
-            wait_until_sync(
-                lambda: raw.hlen(keys.keyed) == 0 and raw.hlen(keys.keyed_tasks) == 0,
-                timeout=30,
-                what="every spent key's record swept",
-            )
-        except AssertionError as error:
-            left = raw.hgetall(keys.keyed), raw.zrange(keys.keyed_expiry, 0, -1, withscores=True)
-            raise AssertionError(f"{error}: {left}, now {time.time()}") from None
-        shut_down(fleet, raw, queue_name, workers, [dispatcher], reap_bound=30)
 
-        faults = [Fault("kill -9", at, at, frozenset({pid})) for pid, at in kills]
-        dump(fleet, ledger, faults)
-        verdict = compare(ledger, scheduled, maybe=cancelled, faults=faults, after=5.0)
-        counters = queue.stats().counters
-        problems = verdict_problems(verdict, queue, raw, fleet)
-        problems += completed_after_cancel(queue, cancelled)
+        def every_key_swept() -> None:
+            try:
+                wait_until_sync(
+                    lambda: raw.hlen(keys.keyed) == 0 and raw.hlen(keys.keyed_tasks) == 0,
+                    timeout=30,
+                    what="every spent key's record swept",
+                )
+            except AssertionError as error:
+                left = (
+                    raw.hgetall(keys.keyed),
+                    raw.zrange(keys.keyed_expiry, 0, -1, withscores=True),
+                )
+                raise AssertionError(f"{error}: {left}, now {time.time()}") from None
+
+        end = scenario.end(
+            queue,
+            scheduled,
+            workers=workers,
+            dispatchers=dispatchers,
+            timeout=duration + 60,
+            settled=every_key_swept,
+            maybe=cancelled,
+            faults=[Fault("kill -9", at, at, frozenset({pid})) for pid, at in kills],
+        )
+        end.problems += completed_after_cancel(queue, cancelled)
     # Every call is carried by a task that completed (a dropped call by its window's
     # leading run, a unique hit by the live task).
     uncarried = {reply.id for reply in caller.replies} - ledger.done
-    report(
+    end.judge(
         "worker kill -9 storm with keyed tasks",
-        capsys,
-        kind=server.kind,
+        kind=scenario.server.kind,
         plain=count,
         keyed_calls=len(caller.replies),
         keyed_tasks=len(keyed),
         cancels=f"{len(cancelled)} of {len(doomed)} said yes",
         stop_after_cancel_ms=stop_latency(ledger, cancelled),
         kills=len(kills),
-        counters=counters,
-        **verdict.summary(),
     )
-    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
     assert uncarried == set(), f"seed {SEED}: calls carried by no completed task"
     outcomes = {reply.outcome for reply in caller.replies}
     assert {"created", "collapsed", "dropped", "existing"} <= outcomes, outcomes
+    counters = end.counters
     assert counters.get("debounced", 0) > 0 and counters.get("unique_hits", 0) > 0
 
 

@@ -7,7 +7,7 @@ and an ``AsyncQueue`` in another) schedule tasks due from now to 3 s ahead, one 
 a time, for at least 75 s (about 85 s), while ``SENTINEL FAILOVER`` is sent three
 times, 3-6 s after the previous one is over (the new master named and the old one a
 healthy replica of it in every sentinel's eyes, about 21 s after the command).
-Then everything runs to completion and the ledger (test_faults.py's machinery) counts
+Then everything runs to completion and the ledger (scenario.py's machinery) counts
 the acknowledged schedules, the lost ones, the duplicates and the early starts.
 """
 
@@ -25,11 +25,13 @@ from duetime import AsyncQueue, Job, Queue, Settings
 from duetime.errors import RedisUnavailableError
 from tests.helpers import wait_until_sync
 from tests.reliability.ledger import Fault, Ledger, compare
-from tests.reliability.test_faults import (
+from tests.reliability.scenario import (
     SEED,
     SOAK,
     Fleet,
     dump,
+    fail_on,
+    invariant_problems,
     leftovers,
     pause_until,
     report,
@@ -39,7 +41,6 @@ from tests.reliability.test_scale_out import (
     Stream,
     drain,
     info,
-    problems_of,
     seen_as_replica,
     sentinel_shut_down,
     switches,
@@ -203,11 +204,9 @@ def test_planned_sentinel_failovers_under_load(
                     ledger, acked, maybe=maybe, faults=faults, before=lease, after=lease + ttl + 1.0
                 )
                 repeated = unexplained_repeats(ledger, faults, lease, lease + ttl + 1.0)
-                problems = problems_of(verdict, skip=("repeated",))
+                left = leftovers(master, SENTINEL_QUEUE)
+                problems = invariant_problems(verdict, queue, left, fleet, skip=("repeated",))
                 problems += [f"ledger: repeated attempt number, no failover: {r}" for r in repeated]
-                problems += [f"check: {violation}" for violation in queue.check()]
-                problems += [f"left behind: {key}" for key in leftovers(master, SENTINEL_QUEUE)]
-                problems += [f"crash: {crash}" for crash in fleet.crashes()]
                 problems += [f"producer: {failure}" for p in producers for failure in p.failures]
                 # Only the planned failovers: one the sentinels made on their own would be
                 # a fault the verdict does not know of.
@@ -238,5 +237,5 @@ def test_planned_sentinel_failovers_under_load(
         counters=counters,
         **verdict.summary(),
     )
-    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
+    fail_on(problems)
     assert len(faults) == FAILOVERS

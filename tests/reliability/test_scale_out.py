@@ -11,7 +11,7 @@ B. A queue behind Sentinel whose master is killed with SIGKILL a few times while
    is restarted empty and rejoins as a replica. Measures the acknowledged schedules a
    failover loses (plain mode), and proves that durable mode loses none.
 
-Both use the machinery of test_faults.py: daemons as ``python -m duetime`` processes,
+Both use the machinery of scenario.py: daemons as ``python -m duetime`` processes,
 the handlers' ledger (kept on a separate plain server, which no fault touches) and its
 comparison with what was acknowledged and the faults injected.
 """
@@ -35,13 +35,15 @@ from duetime.store.plans.layout import QueueLayout
 from tests.conftest import require_binary
 from tests.helpers import wait_until_sync
 from tests.integration.test_cluster_resharding import move_slot
-from tests.reliability.ledger import Fault, Ledger, Verdict, compare
-from tests.reliability.test_faults import (
+from tests.reliability.ledger import Fault, Ledger, compare
+from tests.reliability.scenario import (
     SEED,
     SOAK,
     Daemon,
     Fleet,
     dump,
+    fail_on,
+    invariant_problems,
     leftovers,
     pause_until,
     promotion_surplus,
@@ -163,17 +165,6 @@ class Stream(threading.Thread):
         self._halt.set()
         self.join(60)
         assert not self.is_alive(), "the scheduling thread did not stop"
-
-
-def problems_of(verdict: Verdict, skip: Sequence[str] = ()) -> list[str]:
-    """The ledger's problems (as ``Verdict.problems``), less the kinds in ``skip``, which
-    the caller judges itself."""
-    found = []
-    for name in ("missing", "early", "unknown", "repeated", "unexplained"):
-        items: list[str] = getattr(verdict, name)
-        if items and name not in skip:
-            found.append(f"ledger: {len(items)} {name}: {items[:10]}")
-    return found
 
 
 # --- A. a sharded queue on a cluster: kill -9 storm and a slot moved live ---------------
@@ -317,17 +308,12 @@ def test_sharded_queue_on_a_cluster_through_kills_and_a_slot_move(
                 if rng.random() < 0.7:
                     # Prefer a worker running a task (a hung attempt does not count).
                     busy = [w for w in workers if ledger.in_flight(w.pid) - hung]
-                    victim = rng.choice(busy or workers)
-                    group = workers
-                    options: tuple[str, ...] = (*shards, "-c", concurrency)
+                    victim, group = rng.choice(busy or workers), workers
                 else:
-                    victim = rng.choice(dispatchers)
-                    group, options = dispatchers, shards
-                at = fleet.kill(victim)
+                    victim, group = rng.choice(dispatchers), dispatchers
+                at = fleet.replace(victim, group)
                 kills[victim.role] += 1
                 faults.append(Fault(f"kill -9 {victim.role}", at, at, frozenset({victim.pid})))
-                group.remove(victim)
-                group.append(fleet.start(victim.role, SHARDED.queue, url, env, *options))
                 moment += rng.uniform(2.0, 3.0)
             pause_until(began + duration)
             stream.halt()
@@ -337,10 +323,7 @@ def test_sharded_queue_on_a_cluster_through_kills_and_a_slot_move(
             dump(fleet, ledger, faults)
             verdict = compare(ledger, stream.acked, maybe=stream.maybe, faults=faults, after=5.0)
             counters = queue.stats().counters
-            problems = problems_of(verdict)
-            problems += [f"check: {violation}" for violation in queue.check()]
-            problems += [f"left behind: {key}" for key in shard_leftovers(cluster)]
-            problems += [f"crash: {crash}" for crash in fleet.crashes()]
+            problems = invariant_problems(verdict, queue, shard_leftovers(cluster), fleet)
         finally:
             client.close()
             ledger_client.close()
@@ -377,7 +360,7 @@ def test_sharded_queue_on_a_cluster_through_kills_and_a_slot_move(
     assert verdict.explained == without_move.explained, (
         f"seed {SEED}: the slot move ran tasks twice"
     )
-    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
+    fail_on(problems)
     assert move and move["keys"], f"no slot was moved: {move}"
     completed = counters.get("completed", 0)
     assert len(stream.acked) <= completed <= len(stream.acked) + len(stream.maybe), counters
@@ -412,7 +395,7 @@ def sharded_shut_down(
     workers: Sequence[Daemon],
     dispatchers: Sequence[Daemon],
 ) -> None:
-    """As test_faults.shut_down, in every shard: workers stop and deregister; the
+    """As scenario.shut_down, in every shard: workers stop and deregister; the
     dispatchers reap every killed worker and look again at every reaped list; then they
     stop. Each step is bounded."""
     fleet.stop(*[w for w in workers if w.alive()])
@@ -604,11 +587,11 @@ def test_sentinel_master_killed_repeatedly_under_load(
                 )
                 repeated = unexplained_repeats(ledger, faults, lease, lease + ttl + 1.0)
                 counters = queue.stats().counters
-                problems = problems_of(verdict, skip=("missing", "repeated"))
+                left = leftovers(master, SENTINEL_QUEUE)
+                problems = invariant_problems(
+                    verdict, queue, left, fleet, skip=("missing", "repeated")
+                )
                 problems += [f"ledger: repeated attempt number, no failover: {r}" for r in repeated]
-                problems += [f"check: {violation}" for violation in queue.check()]
-                problems += [f"left behind: {key}" for key in leftovers(master, SENTINEL_QUEUE)]
-                problems += [f"crash: {crash}" for crash in fleet.crashes()]
             finally:
                 master.close()
         finally:
@@ -644,7 +627,7 @@ def test_sentinel_master_killed_repeatedly_under_load(
         **verdict.summary(),
     )
     assert stream.failures == [], stream.failures
-    assert problems == [], f"seed {SEED}:\n" + "\n".join(problems)
+    fail_on(problems)
     assert len(faults) >= 3, "fewer than three failovers"
     assert sorted(lost) == sorted(verdict.missing)
     if durable:
@@ -700,7 +683,7 @@ def sentinel_shut_down(
     dispatchers: Sequence[Daemon],
 ) -> None:
     """Workers stop and deregister, every reaped list is looked at again, then the
-    dispatchers stop (test_faults.shut_down, on the current master)."""
+    dispatchers stop (scenario.shut_down, on the current master)."""
     fleet.stop(*[w for w in workers if w.alive()])
     keys = QueueKeys(SENTINEL_QUEUE)
     wait_until_sync(

@@ -7,7 +7,7 @@ import pytest
 from duetime.store.plans.keys import QueueKeys, key_type
 from duetime.store.plans.requests import Batch, Command, Eval, EvalMany
 from duetime.store.plans.scripts import SCHEDULE_TASK, SCHEDULE_TASKS
-from duetime.store.redis.damage import damaged_key_error, suspects
+from duetime.store.redis.runner import damaged_key_error, suspects
 
 KEYS = QueueKeys("q")
 WRONG = Exception("WRONGTYPE Operation against a key holding the wrong kind of value")

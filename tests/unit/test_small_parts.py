@@ -120,10 +120,12 @@ def test_wait_until_never_returns_before_the_clock_reads_the_moment() -> None:
             woke.append((moment, clock.seconds_until(moment)))
 
         base = float(clock.now_ms() or 0)
-        moments = [base + offset for offset in (30.5, 10.25, 20.0, 20.0, 0.0)]
+        moments = [base + offset for offset in (305.0, 102.5, 200.0, 200.0, 0.0)]
         tasks = [asyncio.create_task(waiter(moment)) for moment in moments]
-        doomed = asyncio.create_task(waiter(base + 15.0))
-        await asyncio.sleep(0.005)
+        doomed = asyncio.create_task(waiter(base + 150.0))
+        # Cancelled once every waiter waits on the timer, long before its moment (a loaded
+        # machine may hold this thread a few ms, never 150).
+        await asyncio.sleep(0.001)
         doomed.cancel()
         await asyncio.gather(*tasks)
         return woke

@@ -211,7 +211,7 @@ class QueueKeys:
     def flow_holds(self) -> str:
         """HASH limit key (or "\0", the queue) -> when its latest hold by a limit (a rate
         wait, a snooze) ended (ms), or "slot" while it runs all it may: how long limits
-        held a task that starts, so that its lateness counts from then (flow.lua)."""
+        held a task that starts, so that its lateness counts from then (flow_holds.lua)."""
         return self._key("holds")
 
     @property
@@ -267,7 +267,8 @@ class QueueKeys:
 
     @property
     def flow_keys(self) -> tuple[str, str, str, str, str, str, str]:
-        """The keys of flow control, in the order the scripts take them (flow.lua)."""
+        """The keys of flow control, in the order the scripts take them (flow.lua, which
+        every flow part includes)."""
         return (
             self.limits,
             self.flow_records,

@@ -1,7 +1,12 @@
 """The Lua scripts, read once from the package's .lua files and called by SHA.
 
 A line ``-- @include <name>`` in a script is replaced by ``lua/include/<name>.lua``:
-functions several scripts share are written once. The server sees one whole script.
+functions several scripts share are written once. An include may include others the
+same way; each include is put in a script once, where it is first asked for (a later
+line asking for it again is dropped), so every include's own includes come before it.
+An include that does not exist, or one that comes back to itself through those it
+includes, is refused (IncludeError) as the scripts load. The server sees one whole
+script.
 """
 
 from __future__ import annotations
@@ -11,7 +16,14 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-_INCLUDE = re.compile(r"^-- @include (\w+)$", re.MULTILINE)
+from duetime.errors import DuetimeError
+
+_INCLUDE = re.compile(r"-- @include (\w+)")
+
+
+class IncludeError(DuetimeError):
+    """A script of the package asks for an include that does not exist, or its includes
+    form a cycle: the package itself is broken."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,13 +37,51 @@ def _read(*path: str) -> str:
     return resources.files("duetime.store.plans").joinpath("lua", *path).read_text("utf-8")
 
 
-def expanded(source: str) -> str:
-    """A script's source with its includes in place."""
-    return _INCLUDE.sub(lambda match: _read("include", f"{match[1]}.lua").rstrip("\n"), source)
+def _include(name: str, script: str, chain: tuple[str, ...]) -> str:
+    if name in chain:
+        raise IncludeError(f"{script}: include cycle {' -> '.join((*chain, name))}")
+    try:
+        return _read("include", f"{name}.lua")
+    except FileNotFoundError:
+        asker = chain[-1] if chain else script
+        raise IncludeError(f"{script}: {asker} includes {name}, which does not exist") from None
+
+
+def _expand(source: str, script: str, chain: tuple[str, ...], placed: list[str]) -> list[str]:
+    """The lines of ``source`` with its includes in place, recursively. ``script``: the
+    script's name; ``chain``: the includes being expanded, outermost first; ``placed``:
+    the includes put in the script so far, in order (filled in)."""
+    lines: list[str] = []
+    for line in source.splitlines():
+        match = _INCLUDE.fullmatch(line)
+        if not match:
+            lines.append(line)
+            continue
+        name = match[1]
+        text = _include(name, script, chain)
+        if name in placed:
+            continue  # in place already, above
+        placed.append(name)
+        lines.extend(_expand(text, script, (*chain, name), placed))
+    return lines
+
+
+def expanded(source: str, script: str = "a script") -> str:
+    """A script's source with its includes in place (``script``: its name, for an
+    IncludeError)."""
+    return "\n".join(_expand(source, script, (), [])) + "\n"
+
+
+def includes(source: str, script: str = "a script") -> tuple[str, ...]:
+    """The includes a script's source ships, directly or through others, in the order
+    they are put in place."""
+    placed: list[str] = []
+    _expand(source, script, (), placed)
+    return tuple(placed)
 
 
 def _load(name: str) -> Script:
-    source = expanded(_read(f"{name}.lua"))
+    source = expanded(_read(f"{name}.lua"), name)
     return Script(name, source, hashlib.sha1(source.encode()).hexdigest())
 
 

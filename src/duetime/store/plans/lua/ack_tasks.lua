@@ -41,13 +41,14 @@
 -- variadic command per step for the whole batch (ZMSCORE, HMGET, ZREM, HDEL): a script's
 -- commands cost the server more than their work. A worker acks at most 500 tasks per
 -- call, well within what unpack() can spread on Lua's stack. LREM goes id by id.
+-- @include probes
 -- @include fence
 -- @include result
 -- @include chunks
--- @include flow_records
--- @include flow
--- @include history
 -- @include cancelling
+-- @include history
+-- @include flow_release
+-- @include flow_holds
 
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -103,8 +104,7 @@ end
 local minute = math.floor(now / 60000) .. ':'
 local known = false
 if #done > 0 then
-  redis.call('HGET', KEYS[4], '')
-  redis.call('HGET', KEYS[5], '')
+  probe_hashes(KEYS[4], KEYS[5])
   -- pcall: a per-minute figure never fails the step (a minutes key of the wrong type is
   -- left as it is).
   known = redis.pcall('HGET', KEYS[7], minute .. 'late_max_us')
@@ -129,8 +129,8 @@ local history = #done > 0 and history_open(KEYS[17])
 local flowing = #done > 0 and flow_to_release(KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12],
   KEYS[13], KEYS[14], KEYS[16])
 if flowing then
-  redis.call('LLEN', KEYS[15])
-  redis.call('HGET', KEYS[21], '')
+  probe_lists(KEYS[15])
+  probe_hashes(KEYS[21])
 end
 for n = 1, #ids do
   if out[n] == 1 then

@@ -37,10 +37,9 @@
 -- Under flow control ready holds one due task, there for a blocked worker to wake to: a
 -- cancel that takes it while others are due rings KEYS[17], and the dispatcher's pass
 -- puts another in its place.
--- @include generation
+-- @include probes
 -- @include delayed_buckets
 -- @include flow_records
--- @include chunks
 -- @include history
 local id = ARGV[1]
 local envelope = redis.call('HGET', KEYS[1], id)
@@ -54,13 +53,9 @@ end
 -- Each place below is written only if the id is there; what is written after it is read
 -- here first: a key of the wrong type fails the call with nothing written (a script
 -- that fails half way keeps the writes it made).
-redis.call('ZSCORE', KEYS[9], '')
-redis.call('HGET', KEYS[5], '')
-redis.call('HGET', KEYS[6], '')
-redis.call('HGET', KEYS[8], '')
-redis.call('HGET', KEYS[11], '')
-redis.call('HGET', KEYS[16], '')
-redis.call('LLEN', KEYS[17])
+probe_zsets(KEYS[9])
+probe_hashes(KEYS[5], KEYS[6], KEYS[8], KEYS[11], KEYS[16])
+probe_lists(KEYS[17])
 local due = due_member_of(KEYS[11], KEYS[12], id)
 local place
 if remove_delayed(id, 18, KEYS[9], KEYS[10]) then

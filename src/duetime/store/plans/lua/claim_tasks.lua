@@ -47,9 +47,15 @@
 -- exists.
 -- Under flow control an id that may not start yet (its group or the queue is at its
 -- limit) goes back to the due set, and is not returned: nothing about it is spent.
+-- @include probes
 -- @include chunks
 -- @include flow_records
 -- @include flow
+-- @include flow_turns
+-- @include flow_claim
+-- @include flow_filing
+-- @include flow_pick
+-- @include flow_holds
 
 local worker = ARGV[3]
 -- A script that fails half way keeps the writes it made: every key written below is
@@ -57,8 +63,7 @@ local worker = ARGV[3]
 -- key of the wrong type fails the call with nothing written.
 if redis.call('EXISTS', KEYS[8]) == 1 then
   if #ARGV >= 5 then
-    redis.call('LLEN', KEYS[1])
-    redis.call('LLEN', KEYS[2])
+    probe_lists(KEYS[1], KEYS[2])
   end
   redis.call('ZADD', KEYS[6], ARGV[1], worker)
   for i = #ARGV, 5, -1 do
@@ -71,16 +76,10 @@ end
 local now = tonumber(ARGV[1])
 local flowing = flow_on(KEYS[10])
 if flowing then
-  redis.call('LLEN', KEYS[1])
-  redis.call('LLEN', KEYS[2])
-  redis.call('ZSCORE', KEYS[3], '')
-  redis.call('HGET', KEYS[11], '')
-  redis.call('ZSCORE', KEYS[12], '')
-  redis.call('ZSCORE', KEYS[13], '')
-  redis.call('ZSCORE', KEYS[14], '')
-  redis.call('ZSCORE', KEYS[15], '')
-  redis.call('ZSCORE', KEYS[16], '')
-  redis.call('HGET', KEYS[18], '')
+  probe_lists(KEYS[1], KEYS[2])
+  probe_zsets(KEYS[3])
+  probe_flow(KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16])
+  probe_hashes(KEYS[18])
 end
 -- What becomes of an id taken from ready. One with a rank was among the due already (put
 -- in ready to wake a blocked worker, or handed back by one): it goes back among the due
@@ -162,9 +161,9 @@ in_chunks(ids, function(first, last)
   end
 end)
 if #ids > 0 then
-  redis.call('ZSCORE', KEYS[3], '')
+  probe_zsets(KEYS[3])
   if #ARGV < 5 then
-    redis.call('LLEN', KEYS[2])
+    probe_lists(KEYS[2])
   end
 end
 redis.call('ZADD', KEYS[6], ARGV[1], worker)

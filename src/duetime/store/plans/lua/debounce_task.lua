@@ -49,20 +49,16 @@
 -- otherwise than this call asks (nothing written).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- @include generation
--- @include wake
+-- @include keyed
+-- @include keyed_records
 -- @include scheduling
 -- @include flow_mode
--- @include chunks
--- @include flow_records
--- @include flow
--- @include keyed_records
--- @include keyed
+-- @include flow_schedule
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, max_wait, collect = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 -- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task
--- made due now joins the due set in this call (file_now, flow.lua), as a plain one joins
--- ready.
+-- made due now joins the due set in this call (file_now, flow_schedule.lua), as a plain
+-- one joins ready.
 local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[7], KEYS[8], KEYS[9],
   KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], field)
 if redis.call('HEXISTS', KEYS[1], new_id) == 1 then
@@ -110,7 +106,7 @@ if place then
     return {'collapsed', id, run_at, parts[4], deadline or false}
   end
   -- Full: what it holds is due now (a run-at moved earlier, to now: never early), in
-  -- ready, or under flow control among the due at once (file_now, flow.lua).
+  -- ready, or under flow control among the due at once (file_now, flow_schedule.lua).
   local flowing = flow_mode(KEYS[7], KEYS[8], false)
   if place == 'ready' then
     redis.call('LREM', KEYS[3], 1, id)

@@ -11,16 +11,13 @@
 --   now (ms), used when the job is new or changed
 -- Returns: per job, 0 unchanged, 1 created, 2 updated (a paused job stays paused; one
 -- that ended, its end passed or its runs done, starts again from its first tick).
+-- @include probes
 -- @include wake
 -- @include fired_spans
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('HGET', KEYS[1], '')
-redis.call('HGET', KEYS[4], '')
-redis.call('HGET', KEYS[5], '')
-redis.call('HGET', KEYS[6], '')
+-- What is written below is read here first (probes.lua).
+probe_hashes(KEYS[1], KEYS[4], KEYS[5], KEYS[6])
 local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-redis.call('LLEN', KEYS[3])
+probe_lists(KEYS[3])
 local outcomes, earliest = {}, nil
 
 local function ended(name)

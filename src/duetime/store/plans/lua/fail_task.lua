@@ -41,14 +41,14 @@
 -- as expired (ARGV[12]).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include probes
 -- @include fence
 -- @include wake
 -- @include result
--- @include chunks
--- @include flow_records
--- @include flow
--- @include history
 -- @include cancelling
+-- @include unfinished
+-- @include flow_release
+-- @include history
 local now = tonumber(ARGV[1])
 local id = ARGV[3]
 local member = ARGV[2] .. '|' .. id
@@ -62,7 +62,7 @@ end
 -- is replaced whole (DEL first), whatever it held; counters are bumped with pcall.
 local retry_at = tonumber(ARGV[6])
 local head, wake
-redis.call('HGET', KEYS[4], '')
+probe_hashes(KEYS[4])
 local ran = tonumber(ARGV[9]) >= 0
 local how = cancels_asked(KEYS[24], {id})[id] and 'cancelled' or ARGV[12] == 'expired' and
   'expired'
@@ -78,7 +78,7 @@ if how then
   return how == 'expired' and 3 or 2
 end
 if retry_at < 0 then
-  redis.call('ZSCORE', KEYS[6], '')
+  probe_zsets(KEYS[6])
 else
   head = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
   wake = must_wake(KEYS[7], comes_before(retry_at, head))

@@ -28,17 +28,13 @@
 -- Returns: an array, per job, of 1 enqueued, 0 it had run already (an earlier backfill
 -- handled it, the job's schedule enqueued it, or its task is live), or 'stale',
 -- 'skipped' or 'delayed' (the job's previous run is still live).
+-- @include probes
 -- @include flow_mode
 -- @include fired_spans
--- What is written below is read here first: a key of the wrong type fails the call with
--- nothing written (a script that fails half way keeps the writes it made).
-redis.call('HGET', KEYS[2], '')
-redis.call('HGET', KEYS[3], '')
-redis.call('HGET', KEYS[4], '')
-redis.call('LLEN', KEYS[5])
-redis.call('ZSCORE', KEYS[9], '')
-redis.call('LLEN', KEYS[10])
-redis.call('HGET', KEYS[11], '')
+-- What is written below is read here first (probes.lua).
+probe_hashes(KEYS[2], KEYS[3], KEYS[4], KEYS[11])
+probe_lists(KEYS[5], KEYS[10])
+probe_zsets(KEYS[9])
 local woken = false
 
 -- Whether ``tick`` lies within one of the covered spans ("low:high,low:high").

@@ -31,19 +31,13 @@
 -- still live), 'paused' (its runs failed pause_after_failures times in a row).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include probes
 -- @include flow_mode
 -- @include fired_spans
--- What is written below is read here first: a key of the wrong type fails the call with
--- nothing written (a script that fails half way keeps the writes it made).
-redis.call('HGET', KEYS[2], '')
-redis.call('HGET', KEYS[3], '')
-redis.call('HGET', KEYS[4], '')
-redis.call('LLEN', KEYS[5])
-redis.call('ZSCORE', KEYS[9], '')
-redis.call('LLEN', KEYS[10])
-redis.call('HGET', KEYS[11], '')
-redis.call('ZSCORE', KEYS[12], '')
-redis.call('HGET', KEYS[13], '')
+-- What is written below is read here first (probes.lua).
+probe_hashes(KEYS[2], KEYS[3], KEYS[4], KEYS[11], KEYS[13])
+probe_lists(KEYS[5], KEYS[10])
+probe_zsets(KEYS[9], KEYS[12])
 local woken = false
 -- Counters are bumped once per call, not per job.
 local fired, outside_window, skipped, paused = 0, 0, 0, 0

@@ -21,20 +21,19 @@
 -- ARGV[3] worker id
 -- Returns: 1 if the id was in the worker's list and went back (or was dropped, or ended
 -- as cancelled), 0 if it was not there.
--- @include chunks
--- @include history
+-- @include probes
 -- @include cancelling
+-- @include history
 -- Read before the first write: a ready list of the wrong type fails the call with
--- nothing written.
-redis.call('LLEN', KEYS[2])
+-- nothing written (probes.lua).
+probe_lists(KEYS[2])
 local id = ARGV[1]
 local known = redis.call('HGET', KEYS[3], id)
 local cancelling = known and cancels_asked(KEYS[5], {id})[id]
 local attempt
 if cancelling then
   attempt = tonumber(redis.call('HGET', KEYS[6], id)) or 0
-  redis.call('HGET', KEYS[7], '')
-  redis.call('HGET', KEYS[9], '')
+  probe_hashes(KEYS[7], KEYS[9])
 end
 if redis.call('LREM', KEYS[1], 1, id) == 0 then
   return 0

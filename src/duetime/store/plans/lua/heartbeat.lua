@@ -19,7 +19,6 @@
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- @include fence
--- @include chunks
 -- @include cancelling
 local now = tonumber(ARGV[1])
 local worker = ARGV[3]

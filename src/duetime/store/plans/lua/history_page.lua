@@ -7,7 +7,6 @@
 -- from that one down, one apart; only the history's first "size" entries are read (the
 -- log may hold up to HISTORY_TRIM_STEP more, not yet trimmed). {0, {}} when the history
 -- holds nothing (or its size or number is not one: the invariant checker reports it).
--- @include chunks
 -- @include history
 local state = redis.call('HMGET', KEYS[1], 'size', 'seq')
 local size = tonumber(state[1] or HISTORY_DEFAULT_SIZE)

@@ -48,11 +48,15 @@
 -- ready, groups whose rate limit has let go get their turn back, spent rates are
 -- forgotten (a minute after), and one task that may start is put in ready to wake a
 -- worker; the next run-at returned is then also the earliest time a rate limit lets go.
+-- @include probes
 -- @include delayed_buckets
 -- @include microseconds
 -- @include chunks
--- @include flow_records
 -- @include flow
+-- @include flow_turns
+-- @include flow_filing
+-- @include flow_pick
+-- @include flow_holds
 local NEXT_BUCKETS = 16
 local now, upto, most = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local stage_upto = math.max(upto, tonumber(ARGV[4]) or upto)
@@ -113,18 +117,16 @@ if next_backfill[2] and (not next_tick[2] or tonumber(next_backfill[2]) < tonumb
 end
 local next_look = redis.call('ZRANGE', KEYS[8], 0, 0, 'WITHSCORES')
 if #ahead > 0 then
-  redis.call('HGET', KEYS[7], '')
+  probe_hashes(KEYS[7])
 end
 if #KEYS >= 21 then
-  redis.call('ZSCORE', KEYS[9], '')
+  probe_zsets(KEYS[9])
 end
 local flowing = flow_on(KEYS[11])
 if flowing then
-  redis.call('HGET', KEYS[12], '')
-  redis.call('ZSCORE', KEYS[13], '')
-  redis.call('ZSCORE', KEYS[14], '')
-  redis.call('ZSCORE', KEYS[16], '')
-  redis.call('HGET', KEYS[20], '')
+  probe_hashes(KEYS[12])
+  probe_zsets(KEYS[13], KEYS[14], KEYS[16])
+  probe_hashes(KEYS[20])
 end
 if #ids > 0 then
   if flowing then

@@ -10,12 +10,9 @@
 -- ARGV[4..] task ids to purge explicitly
 -- Returns: the ids purged (those named first, in their order; ids not in dead are left
 -- alone).
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('HGET', KEYS[2], '')
-redis.call('HGET', KEYS[3], '')
-redis.call('HGET', KEYS[4], '')
-redis.call('HGET', KEYS[5], '')
+-- @include probes
+-- What is written below is read here first (probes.lua).
+probe_hashes(KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 local ids = {}
 for i = 4, #ARGV do
   ids[#ids + 1] = ARGV[i]

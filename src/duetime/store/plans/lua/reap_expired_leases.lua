@@ -28,29 +28,27 @@
 -- ARGV[2..] pairs: lease member, index in KEYS of its holder's processing list
 -- Each deadline is checked again here, so a lease renewed after the caller read it stays.
 -- Returns: number of tasks re-entered: into scheduled (due now), or under flow control
--- straight among the due at the rank they had (flow.lua: reenter_due). An id without an
--- envelope is not a task (written by hand or by another program): it leaves the holder's
--- list and is counted as dropped_unknown, never re-entered.
+-- straight among the due at the rank they had (flow_filing.lua: reenter_due). An id
+-- without an envelope is not a task (written by hand or by another program): it leaves
+-- the holder's list and is counted as dropped_unknown, never re-entered.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
 -- Each re-entered task's lost attempt is recorded in the history (a cancelled one's end).
 -- Ended as cancelled tasks are counted as cancelled, not in the number returned.
+-- @include probes
+-- @include taking_back
+-- @include flow_release
+-- @include flow_filing
 -- @include wake
--- @include chunks
--- @include flow_records
--- @include flow
 -- @include history
--- @include cancelling
 local now = tonumber(ARGV[1])
 local count, unknown = 0, 0
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZSCORE', KEYS[1], '')
-redis.call('ZSCORE', KEYS[2], '')
-redis.call('LLEN', KEYS[3])
-redis.call('HGET', KEYS[5], '')
+-- What is written below is read here first (probes.lua).
+probe_zsets(KEYS[1], KEYS[2])
+probe_lists(KEYS[3])
+probe_hashes(KEYS[5])
 for key = 21, #KEYS do
-  redis.call('LLEN', KEYS[key])
+  probe_lists(KEYS[key])
 end
 local flowing = flow_to_release(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],
   KEYS[14])
@@ -65,12 +63,8 @@ for i = 2, #ARGV, 2 do
     candidates[#candidates + 1] = string.sub(ARGV[i], bar + 1)
   end
 end
-local asked = cancels_asked(KEYS[19], candidates)
+local asked = cancels_among(KEYS[19], candidates, KEYS[15], KEYS[20])
 local cancelled, cancelled_leases = {}, {}
-if next(asked) then
-  redis.call('HGET', KEYS[15], '')
-  redis.call('HGET', KEYS[20], '')
-end
 for i = 2, #ARGV, 2 do
   local member = ARGV[i]
   local deadline = redis.call('ZSCORE', KEYS[1], member)
@@ -118,10 +112,8 @@ for i = 2, #ARGV, 2 do
     end
   end
 end
-if flowing and #cancelled > 0 then
-  release(KEYS[8], KEYS[13], KEYS[9], KEYS[10], KEYS[11], cancelled, cancelled_leases, true)
-end
-forget_cancelled(KEYS[19], KEYS[5], KEYS[15], KEYS[20], KEYS[6], KEYS[4], cancelled)
+end_taken_cancelled(flowing, KEYS[8], KEYS[13], KEYS[9], KEYS[10], KEYS[11], KEYS[19], KEYS[5],
+  KEYS[15], KEYS[20], KEYS[6], KEYS[4], cancelled, cancelled_leases)
 if flowing and #ended + #cancelled > 0 then
   reenter_due(KEYS[8], KEYS[9], reentered, now)
   release_and_feed(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13],

@@ -36,8 +36,8 @@
 --         looked at once more at this time (after the longest block), so such an id is
 --         re-entered then rather than at the next maintenance sweep
 -- Returns: number of tasks re-entered (into scheduled, due now; under flow control
--- straight among the due at the rank they had: flow.lua, reenter_due), or -1 if the
--- worker heartbeated meanwhile. An id without an envelope is not a task (written by
+-- straight among the due at the rank they had: flow_filing.lua, reenter_due), or -1 if
+-- the worker heartbeated meanwhile. An id without an envelope is not a task (written by
 -- hand or by another program): it is dropped with its lease, and counted as
 -- dropped_unknown, never re-entered.
 -- reaped_workers counts a worker once, however many dispatchers reap it.
@@ -45,14 +45,14 @@
 -- hand) is left alone and never fails the step.
 -- Each re-entered task that held a lease lost its attempt: recorded in the history (a
 -- cancelled one's end too; those are counted as cancelled, not in the number returned).
--- @include chunks
--- @include hash_values
--- @include wake
--- @include early
--- @include flow_records
--- @include flow
--- @include history
+-- @include probes
+-- @include taking_back
 -- @include cancelling
+-- @include flow_release
+-- @include flow_filing
+-- @include early
+-- @include wake
+-- @include history
 -- @include gone_workers
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
@@ -61,29 +61,13 @@ if beat and tonumber(beat) > tonumber(ARGV[3]) then
   redis.call('ZREM', KEYS[7], worker)
   return -1
 end
-local listed = redis.call('LRANGE', KEYS[2], 0, -1)
-local envelopes = hash_values(KEYS[8], listed)
-local ids, unknown = {}, 0
-for n, id in ipairs(listed) do
-  if envelopes[n] then
-    ids[#ids + 1] = id
-  else
-    unknown = unknown + 1
-  end
-end
-local asked = cancels_asked(KEYS[22], ids)
-local cancelled = split_cancelled(ids, asked, true)
+local listed, envelopes, ids = listed_tasks(KEYS[2], KEYS[8])
+local unknown = #listed - #ids
+local asked, cancelled = cancels_among(KEYS[22], ids, KEYS[18], KEYS[23])
 ids = split_cancelled(ids, asked, false)
-if #cancelled > 0 then
-  redis.call('HGET', KEYS[18], '')
-  redis.call('HGET', KEYS[23], '')
-end
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZSCORE', KEYS[3], '')
-redis.call('ZSCORE', KEYS[4], '')
-redis.call('ZSCORE', KEYS[7], '')
-redis.call('LLEN', KEYS[5])
+-- What is written below is read here first (probes.lua).
+probe_zsets(KEYS[3], KEYS[4], KEYS[7])
+probe_lists(KEYS[5])
 local flowing = flow_to_release(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
   KEYS[17])
 local kept, kept_members, ended_members = {}, {}, {}
@@ -105,10 +89,8 @@ for n, id in ipairs(listed) do
       cancelling and HISTORY_CANCELLED or HISTORY_LOST, attempt, now, worker)
   end
 end
-if flowing and #cancelled > 0 then
-  release(KEYS[11], KEYS[16], KEYS[12], KEYS[13], KEYS[14], cancelled, ended_members, true)
-end
-forget_cancelled(KEYS[22], KEYS[8], KEYS[18], KEYS[23], KEYS[9], KEYS[6], cancelled)
+end_taken_cancelled(flowing, KEYS[11], KEYS[16], KEYS[12], KEYS[13], KEYS[14], KEYS[22], KEYS[8],
+  KEYS[18], KEYS[23], KEYS[9], KEYS[6], cancelled, ended_members)
 if flowing then
   reenter_due(KEYS[11], KEYS[12], ids, now)
 end

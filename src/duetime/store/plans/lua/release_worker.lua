@@ -35,37 +35,21 @@
 -- counted as dropped_unknown, never handed back.
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- @include chunks
--- @include hash_values
+-- @include probes
+-- @include taking_back
+-- @include flow_release
 -- @include early
--- @include flow_records
--- @include flow
 -- @include history
--- @include cancelling
 local worker = ARGV[1]
 local now = tonumber(ARGV[4])
-local ids = redis.call('LRANGE', KEYS[2], 0, -1)
-local envelopes = hash_values(KEYS[8], ids)
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZSCORE', KEYS[1], '')
-redis.call('ZSCORE', KEYS[3], '')
-redis.call('ZSCORE', KEYS[7], '')
-redis.call('HGET', KEYS[4], '')
-redis.call('LLEN', KEYS[5])
+local ids, envelopes, known = listed_tasks(KEYS[2], KEYS[8])
+-- What is written below is read here first (probes.lua).
+probe_zsets(KEYS[1], KEYS[3], KEYS[7])
+probe_hashes(KEYS[4])
+probe_lists(KEYS[5])
 local flowing = flow_to_release(KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[14], KEYS[15], KEYS[16],
   KEYS[17])
-local known = {}
-for i, id in ipairs(ids) do
-  if envelopes[i] then
-    known[#known + 1] = id
-  end
-end
-local asked = cancels_asked(KEYS[18], known)
-local cancelled = split_cancelled(known, asked, true)
-if #cancelled > 0 then
-  redis.call('HGET', KEYS[19], '')
-end
+local asked, cancelled = cancels_among(KEYS[18], known, KEYS[19])
 local members, kept, kept_members, ended_members, records = {}, {}, {}, {}, {}
 for i, id in ipairs(ids) do
   members[i] = worker .. '|' .. id
@@ -102,10 +86,8 @@ for i = #ids, 1, -1 do
   end
 end
 redis.call('DEL', KEYS[2])
-if flowing and #cancelled > 0 then
-  release(KEYS[11], KEYS[16], KEYS[12], KEYS[13], KEYS[14], cancelled, ended_members, true)
-end
-forget_cancelled(KEYS[18], KEYS[8], KEYS[4], KEYS[19], KEYS[9], KEYS[6], cancelled)
+end_taken_cancelled(flowing, KEYS[11], KEYS[16], KEYS[12], KEYS[13], KEYS[14], KEYS[18], KEYS[8],
+  KEYS[4], KEYS[19], KEYS[9], KEYS[6], cancelled, ended_members)
 record_history(#cancelled > 0 and history_open(KEYS[20]), KEYS[20], KEYS[21], KEYS[22],
   cancelled, records)
 if flowing and #ids > 0 then

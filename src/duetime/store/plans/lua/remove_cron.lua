@@ -9,16 +9,11 @@
 -- KEYS[8] cron_fired HASH
 -- ARGV[1] job name
 -- Returns: 1 removed, 0 no such job.
+-- @include probes
 local name = ARGV[1]
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('HGET', KEYS[1], '')
-redis.call('HGET', KEYS[3], '')
-redis.call('HGET', KEYS[4], '')
-redis.call('HGET', KEYS[5], '')
-redis.call('HGET', KEYS[6], '')
-redis.call('ZSCORE', KEYS[7], '')
-redis.call('HGET', KEYS[8], '')
+-- What is written below is read here first (probes.lua).
+probe_hashes(KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8])
+probe_zsets(KEYS[7])
 redis.call('ZREM', KEYS[2], name)
 redis.call('ZREM', KEYS[7], name)
 redis.call('HDEL', KEYS[3], name)

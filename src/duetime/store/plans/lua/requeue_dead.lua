@@ -11,14 +11,12 @@
 -- Returns: the ids requeued, in the order given (ids not in dead are left alone).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
+-- @include probes
 -- @include snoozes
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
+-- What is written below is read here first (probes.lua).
 if #ARGV > 0 then
-  redis.call('HGET', KEYS[7], '')
-  redis.call('HGET', KEYS[2], '')
-  redis.call('HGET', KEYS[3], '')
-  redis.call('LLEN', KEYS[4])
+  probe_hashes(KEYS[7], KEYS[2], KEYS[3])
+  probe_lists(KEYS[4])
 end
 local requeued = {}
 for i = 2, #ARGV do

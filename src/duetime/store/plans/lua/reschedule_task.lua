@@ -29,7 +29,7 @@
 -- Ready holds one due task there for a blocked worker: when the task taken from ready
 -- leaves it empty while tasks are due, the script rings KEYS[5] too, and the
 -- dispatcher's pass puts one that may start there.
--- @include generation
+-- @include probes
 -- @include delayed_buckets
 -- @include microseconds
 -- @include wake
@@ -49,12 +49,9 @@ end
 -- Each place the task is taken from is written only if the id is there; what is written
 -- after it is read here first: a key of the wrong type fails the call with nothing
 -- written (a script that fails half way keeps the writes it made).
-redis.call('ZSCORE', KEYS[2], '')
-redis.call('ZSCORE', KEYS[7], '')
-redis.call('ZSCORE', KEYS[#KEYS], '')
-redis.call('LLEN', KEYS[3])
-redis.call('LLEN', KEYS[5])
-redis.call('HGET', KEYS[6], '')
+probe_zsets(KEYS[2], KEYS[7], KEYS[#KEYS])
+probe_lists(KEYS[3], KEYS[5])
+probe_hashes(KEYS[6])
 local flowing = redis.call('EXISTS', KEYS[11]) == 1
 local due = due_member_of(KEYS[9], KEYS[10], id)
 if not remove_delayed(id, 12, KEYS[7], KEYS[8]) and redis.call('ZREM', KEYS[2], id) == 0 then

@@ -31,14 +31,11 @@
 --         record puts the queue under flow control
 -- Returns as schedule_tasks does for one task: {generation, 1, {1}} when the id was
 -- already live (nothing changed), else {generation, 1, {}}.
--- @include generation
 -- @include microseconds
 -- @include wake
 -- @include scheduling
 -- @include flow_mode
--- @include chunks
--- @include flow_records
--- @include flow
+-- @include flow_schedule
 local now, id, run_at, asked = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[6])
 if redis.call('HEXISTS', KEYS[1], id) == 1 then
   return {count_delayed(asked, 0, read_layout(KEYS[7]), KEYS[7], KEYS[6]), 1, {1}}

@@ -38,14 +38,12 @@
 -- One HMGET finds the live ids, then one ZADD per bucket, one RPUSH and one HSET write
 -- the rest. Clients send at most 1,000 tasks per call, so the unpack()ed lists stay
 -- within Lua's stack.
--- @include generation
 -- @include microseconds
 -- @include wake
 -- @include scheduling
 -- @include flow_mode
--- @include chunks
--- @include flow_records
--- @include flow
+-- @include flow_schedule
+-- @include probes
 local now = tonumber(ARGV[1])
 local tasks = cmsgpack.unpack(ARGV[2])
 local asked = tonumber(ARGV[3])
@@ -127,10 +125,10 @@ if #filed > 0 then
     KEYS[4], KEYS[3], KEYS[16])
 end
 if #late > 0 and #order > 0 then
-  redis.call('ZSCORE', KEYS[2], '')
+  probe_zsets(KEYS[2])
 end
 if #due > 0 and #order + #late > 0 then
-  redis.call('LLEN', KEYS[3])
+  probe_lists(KEYS[3])
 end
 local earliest = {}  -- µs, name, ... of each bucket written, for the index
 for n, key in ipairs(order) do

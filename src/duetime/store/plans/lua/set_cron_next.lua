@@ -13,18 +13,17 @@
 -- none held; live before a resume), 0 no such job. A resume forgets the job's failed
 -- runs (pause_after_failures counts again from 0) and that it ended; its runs so far
 -- stay counted.
+-- @include probes
 -- @include wake
 -- @include fired_spans
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], name) == 0 then
   return 0
 end
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
-redis.call('ZSCORE', KEYS[2], '')
-redis.call('LLEN', KEYS[4])
-redis.call('HGET', KEYS[6], '')
-redis.call('HGET', KEYS[7], '')
+-- What is written below is read here first (probes.lua).
+probe_zsets(KEYS[2])
+probe_lists(KEYS[4])
+probe_hashes(KEYS[6], KEYS[7])
 local state = redis.call('HGET', KEYS[5], name)
 local live = redis.call('ZSCORE', KEYS[2], name) ~= false
   or redis.call('HEXISTS', KEYS[3], name) == 1

@@ -6,7 +6,6 @@
 --         the default (HISTORY_DEFAULT_SIZE)
 -- Returns: the size now in force. A number of the newest entry that is not a number
 -- (edited by hand) starts the history again, empty.
--- @include chunks
 -- @include history
 -- Every key written below is read first: a key of the wrong type fails the call with
 -- nothing written.

@@ -19,14 +19,15 @@
 -- Returns: how many groups with due tasks were given a turn.
 -- Groups are found by walking the due set group by group (one range read each), at most
 -- MOST_GROUPS per call; past that, the rest get their turn back as their tasks end.
+-- @include probes
 -- @include chunks
--- @include flow_records
 -- @include flow
+-- @include flow_turns
+-- @include flow_pick
 local MOST_GROUPS = 10000
 local now, mode = tonumber(ARGV[1]), ARGV[2]
-redis.call('HGET', KEYS[1], '')
-redis.call('LLEN', KEYS[9])
-redis.call('LLEN', KEYS[10])
+probe_hashes(KEYS[1])
+probe_lists(KEYS[9], KEYS[10])
 probe_flow(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
 if mode == 'replace' or mode == 'queue' then
   local names = redis.call('HKEYS', KEYS[1])

@@ -36,13 +36,14 @@
 -- cancelled instead (its cancel was asked while it ran).
 -- @include fence
 -- @include wake
--- @include chunks
+-- @include cancelling
+-- @include unfinished
 -- @include flow_records
--- @include flow
+-- @include flow_turns
+-- @include flow_release
 -- @include history
 -- @include snoozes
 -- @include snooze_history
--- @include cancelling
 local now, id, due_at = tonumber(ARGV[1]), ARGV[3], tonumber(ARGV[5])
 local member = ARGV[2] .. '|' .. id
 if not holds_lease(KEYS[2], KEYS[3], member, id, ARGV[4], now) then

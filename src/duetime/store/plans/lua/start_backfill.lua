@@ -14,16 +14,16 @@
 -- ARGV[4] now (ms): when its first tick fires
 -- ARGV[5] 1 when it has a tick to run, 0 when every tick of its range had run already
 -- Returns: 0 no such job | 1 recorded | 2 the record changed since it was read
+-- @include probes
 -- @include wake
 local name = ARGV[1]
 if redis.call('HEXISTS', KEYS[1], name) == 0 then
   return 0
 end
--- What is written below is read here first: a key of the wrong type fails the call
--- with nothing written (a script that fails half way keeps the writes it made).
+-- What is written below is read here first (probes.lua).
 local current = redis.call('HGET', KEYS[2], name) or ''
-redis.call('ZSCORE', KEYS[3], '')
-redis.call('LLEN', KEYS[4])
+probe_zsets(KEYS[3])
+probe_lists(KEYS[4])
 if current ~= ARGV[2] then
   return 2
 end

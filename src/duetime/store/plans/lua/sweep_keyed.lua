@@ -15,14 +15,13 @@
 -- ARGV[4] look at records due up to this time (ms, a little before now: a producer whose
 --         clock reads a little behind this one may still find a record it can use)
 -- Returns {records dropped, records kept, records looked at}.
+-- @include probes
 -- @include keyed_records
 local now = tonumber(ARGV[1])
 local fields = redis.call('ZRANGE', KEYS[2], '-inf', ARGV[4], 'BYSCORE', 'LIMIT', 0,
   tonumber(ARGV[2]))
--- Every key written below is read first: a key of the wrong type fails the call with
--- nothing written.
-redis.call('HGET', KEYS[1], '')
-redis.call('HGET', KEYS[3], '')
+-- Every key written below is read first (probes.lua).
+probe_hashes(KEYS[1], KEYS[3])
 local dropped, kept = 0, 0
 for _, field in ipairs(fields) do
   local record = redis.call('HGET', KEYS[1], field)

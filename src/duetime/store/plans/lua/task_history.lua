@@ -7,7 +7,6 @@
 -- Returns: {the number of its newest entry, {its entries still kept, newest first}}
 -- (each entry names the one before it of the same task). The walk stops at an entry
 -- that is gone (or past the history's size: not yet trimmed) or not the task's.
--- @include chunks
 -- @include history
 local id = ARGV[1]
 local state = redis.call('HMGET', KEYS[1], 'size', 'seq')

@@ -20,7 +20,6 @@
 -- 'scheduled', 'ready', 'running', 'dead', 'finished' (only a stored result is left)
 -- or 'unknown'. Or the current generation (an integer) when ARGV[2] is not it: call
 -- again with its buckets.
--- @include generation
 -- @include delayed_buckets
 -- @include microseconds
 -- @include flow_records

@@ -42,20 +42,13 @@
 -- the window's end (ms)}; {'collided'} when ARGV[3] is live (nothing written).
 -- Counters in stats are bumped with redis.pcall: one that is not a number (edited by
 -- hand) is left alone and never fails the step.
--- @include generation
--- @include wake
--- @include scheduling
--- @include flow_mode
--- @include chunks
--- @include flow_records
--- @include flow
--- @include keyed_records
 -- @include keyed
+-- @include keyed_records
 local now, field, new_id, base = tonumber(ARGV[1]), ARGV[2], ARGV[3], tonumber(ARGV[4])
 local window, trailing = tonumber(ARGV[9]), ARGV[10] == '1'
 -- Every key written below is read first (read_keyed, keyed.lua). Under flow control a task
--- made due now joins the due set in this call (file_now, flow.lua), as a plain one joins
--- ready.
+-- made due now joins the due set in this call (file_now, flow_schedule.lua), as a plain
+-- one joins ready.
 local record = read_keyed(KEYS[12], KEYS[13], KEYS[14], KEYS[2], KEYS[7], KEYS[8], KEYS[9],
   KEYS[16], KEYS[17], KEYS[18], KEYS[19], KEYS[20], KEYS[4], KEYS[3], KEYS[21], field)
 if redis.call('HEXISTS', KEYS[1], new_id) == 1 then

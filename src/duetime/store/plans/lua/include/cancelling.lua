@@ -1,10 +1,12 @@
--- The cancel of a running task (needs chunks.lua). cancel_task.lua cannot take a task
--- from under its attempt: it marks the id in the cancelling hash (task id -> when the
--- cancel was asked, ms), the heartbeat tells the worker, and the worker stops the
--- handler. Whichever step then ends that attempt (ack, fail, snooze, a hand-back, a
--- lease or a worker reaped) ends the task as cancelled instead: its records go, the
--- mark with them, it is counted as cancelled and recorded so in the history. So once a
--- cancel has said yes, the task never completes, is never retried and never goes to dead.
+-- A running task's cancel, asked in cancelling_key; its end forgets the task's records.
+-- Keys as parameters. cancel_task.lua cannot take a task from under its attempt: it
+-- marks the id in the cancelling hash (task id -> when the cancel was asked, ms), the
+-- heartbeat tells the worker, and the worker stops the handler. Whichever step then ends
+-- that attempt (ack, fail, snooze, a hand-back, a lease or a worker reaped) ends the task
+-- as cancelled instead: its records go, the mark with them, it is counted as cancelled
+-- and recorded so in the history (unfinished.lua, for a leased attempt). So once a cancel
+-- has said yes, the task never completes, is never retried and never goes to dead.
+-- @include chunks
 
 -- The ids among ``ids`` whose cancel was asked, as a set. One EXISTS when no cancel is
 -- pending (the usual case: an ack pays one command per batch).
@@ -58,38 +60,4 @@ end
 -- unknown (0).
 local function ended_result(now, attempt, how)
   return cmsgpack.pack({false, how, 0, now, tonumber(attempt) or 0, how})
-end
-
--- End one leased attempt's task unfinished (needs flow.lua and history.lua): ``how`` is
--- 'cancelled' or 'expired' (the stats counter it is counted in; the history records it
--- so). Out of the worker's list, its lease and flow slot freed, its records forgotten,
--- recorded in the history (``duration`` and ``lateness`` in µs, false when the handler
--- never ran; ``err`` the error text the attempt ended with, or false). Every key it
--- writes is read before its first write (the worker's list is that write).
-local function end_unfinished(cancelling_key, active_key, leases_key, tasks_key, attempts_key,
-                              errors_key, early_key, stats_key, config_key, records_key,
-                              due_key, turns_key, throttled_key, tats_key, running_key,
-                              wake_key, ready_key, state_key, log_key, index_key, id, member,
-                              worker, attempt, now, duration, lateness, err, how)
-  local name = task_name_of(redis.call('HGET', tasks_key, id))
-  redis.call('HGET', attempts_key, '')
-  redis.call('HGET', errors_key, '')
-  redis.call('ZSCORE', leases_key, '')
-  local flowing = flow_to_release(config_key, records_key, due_key, turns_key, throttled_key,
-    tats_key, running_key, ready_key)
-  if flowing then
-    redis.call('LLEN', wake_key)
-  end
-  redis.call('LREM', active_key, 1, id)
-  redis.call('ZREM', leases_key, member)
-  if flowing then
-    release_and_feed(config_key, records_key, due_key, turns_key, throttled_key, tats_key,
-      running_key, leases_key, wake_key, ready_key, {id}, {member}, true, now)
-  end
-  forget_cancelled(cancelling_key, tasks_key, attempts_key, errors_key, early_key, stats_key,
-    {id}, how)
-  local outcome = how == 'expired' and HISTORY_EXPIRED or HISTORY_CANCELLED
-  record_history(history_open(state_key), state_key, log_key, index_key, {id},
-    {history_record(id, name, outcome, tonumber(attempt), now, worker,
-      duration and math.max(0, duration), lateness and math.max(0, lateness), err)})
 end

@@ -1,3 +1,4 @@
+-- in_chunks: variadic commands over lists of any length, a span at a time. No keys.
 -- in_chunks(list, call): call(first, last) for each span of at most CHUNK elements of
 -- the list, for variadic commands over lists of any length (unpack() spreads a list on
 -- Lua's stack, which holds a few thousand values). CHUNK is even: pairs stay whole.

@@ -1,11 +1,11 @@
--- Lookups of one task in the delayed buckets. The caller passes the task's bucket in
--- every generation up to the current one, as KEYS[first..], each named index_key .. ':'
--- .. its name in the index; ``index_key`` and ``layout_key`` are the index (ZSET bucket
--- name -> earliest run-at) and the layout hash.
+-- One task's lookups in the delayed buckets: index_key, layout_key, its buckets in KEYS.
+-- The caller passes the task's bucket in every generation up to the current one, as
+-- KEYS[first..], each named index_key .. ':' .. its name in the index; ``index_key`` and
+-- ``layout_key`` are the index (ZSET bucket name -> earliest run-at) and the layout hash.
 -- Scores in buckets and in the index are whole µs (see microseconds.lua).
+-- @include generation
 
--- The generation of delayed buckets, read from the layout hash at ``layout_key`` (needs
--- generation.lua).
+-- The generation of delayed buckets, read from the layout hash at ``layout_key``.
 local function current_generation(layout_key)
   return generation_of(redis.call('HGET', layout_key, 'generation'))
 end

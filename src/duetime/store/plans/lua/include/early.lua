@@ -1,3 +1,4 @@
+-- note_due_at: when a task is due again, noted in early_key.
 -- note_due_at(early_key, id, at): note in `early` (task id -> ms) that task ``id`` became
 -- due again at ``at``, which its next attempt's lateness counts from; a note already
 -- there, of an id never claimed, is the earlier due time: kept.

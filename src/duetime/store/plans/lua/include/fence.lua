@@ -1,7 +1,8 @@
--- The fence: an attempt may ack, fail or renew its lease only while it holds the lease.
--- Its lease (the member "<worker>|<task id>" in leases) runs past now, and the task's
--- attempt counter is still this attempt (a newer attempt supersedes it). Anything else
--- is fenced: the outcome is dropped (and counted), the lease is not renewed.
+-- The fence: whether an attempt still holds its lease (leases_key, attempts_key).
+-- An attempt may ack, fail or renew its lease only while it holds the lease. Its lease
+-- (the member "<worker>|<task id>" in leases) runs past now, and the task's attempt
+-- counter is still this attempt (a newer attempt supersedes it). Anything else is fenced:
+-- the outcome is dropped (and counted), the lease is not renewed.
 
 -- Whether a lease whose deadline (a score as ZSCORE or ZMSCORE read it, or false when
 -- there is no lease) runs past ``now`` (ms).

@@ -1,11 +1,12 @@
--- The spans of ticks a cron job's own schedule enqueued (cron_fired), which backfills do
--- not run again: "<open low>|<closed spans>", the closed ones "low:high,..." (ms, newest
--- first). The open span, when <open low> is not empty, runs from it to the tick of the
--- job's cron_last (its latest fired tick, "cron:<name>:<tick>"), so that a firing that
--- goes on from the tick before it writes nothing here (cron_last it writes anyway).
--- What breaks the run of the schedule's ticks closes the open span at that tick: a tick
--- skipped or dropped (overlap, the catch-up window, the missed policy), a pause, a
--- resume or declaration that moves the next tick, a backfill that writes cron_last.
+-- The spans of ticks a cron job's schedule enqueued: fired_key, read with last_key.
+-- Backfills do not run those ticks again. A record (in cron_fired) is
+-- "<open low>|<closed spans>", the closed ones "low:high,..." (ms, newest first). The
+-- open span, when <open low> is not empty, runs from it to the tick of the job's
+-- cron_last (its latest fired tick, "cron:<name>:<tick>"), so that a firing that goes on
+-- from the tick before it writes nothing here (cron_last it writes anyway). What breaks
+-- the run of the schedule's ticks closes the open span at that tick: a tick skipped or
+-- dropped (overlap, the catch-up window, the missed policy), a pause, a resume or
+-- declaration that moves the next tick, a backfill that writes cron_last.
 
 -- Most spans a job keeps: past it, the two spans with the narrowest gap between them
 -- (the oldest of those) are made one, so the gap's ticks then count as run (a backfill

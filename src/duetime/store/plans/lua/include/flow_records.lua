@@ -1,6 +1,6 @@
--- A task's flow record (records_key: HASH task id -> "<priority>|<cost>|<rank>|<group>",
--- rank empty until the task is due) and its place in the due set (due_key: members
--- "<group>\0<rank>\0<task id>"): see flow.lua.
+-- A task's flow record (records_key) and its member of the due set (due_key).
+-- A record: "<priority>|<cost>|<rank>|<group>", rank empty until the task is due; a
+-- member of the due set: "<group>\0<rank>\0<task id>" (see flow.lua).
 local MOST_RANK = 999999999999999
 
 -- A task's priority, cost, rank (text, '' until due) and group, from its record (false,

@@ -1,3 +1,4 @@
+-- generation_of: the generation of delayed buckets, as the layout hash stores it. No keys.
 -- generation_of(stored): the generation of delayed buckets as stored in the layout hash
 -- (its "generation" field, or false): 0 when none is stored; garbage written by hand
 -- reads as the last generation, so that lookups try every one and nothing becomes

@@ -1,11 +1,12 @@
--- The record of workers presumed dead (the queue's gone_workers LIST, newest first):
--- reap_worker adds an entry when it takes a silent worker's tasks back, so that an
--- operator keeps seeing, for a while, that the worker went silent, since when, and which
--- tasks were taken back. An entry is a msgpack array: worker id, its last heartbeat (ms;
--- false when it was not registered: a list left behind), when it was reaped (ms), how
--- many tasks were re-entered, and the ids of the first GONE_IDS_KEPT of them. The list
--- keeps the newest GONE_KEPT entries (store/operating.py reads as many). Written with
--- redis.pcall: a damaged key, or a user not granted its commands, never fails the reap.
+-- The record of workers presumed dead, in gone_key (the queue's gone_workers list).
+-- The list is newest first: reap_worker adds an entry when it takes a silent worker's
+-- tasks back, so that an operator keeps seeing, for a while, that the worker went silent,
+-- since when, and which tasks were taken back. An entry is a msgpack array: worker id,
+-- its last heartbeat (ms; false when it was not registered: a list left behind), when it
+-- was reaped (ms), how many tasks were re-entered, and the ids of the first GONE_IDS_KEPT
+-- of them. The list keeps the newest GONE_KEPT entries (store/operating.py reads as
+-- many). Written with redis.pcall: a damaged key, or a user not granted its commands,
+-- never fails the reap.
 local GONE_KEPT = 50
 local GONE_IDS_KEPT = 20
 

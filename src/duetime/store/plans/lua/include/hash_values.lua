@@ -1,6 +1,8 @@
+-- hash_values: the values of many fields of the hash at hash_key, in their order.
 -- hash_values(hash_key, fields): the values of ``fields`` in the hash at ``hash_key``
 -- (false for a field it lacks), in their order, read with one HMGET per chunk of the
--- fields (needs chunks.lua).
+-- fields.
+-- @include chunks
 local function hash_values(hash_key, fields)
   local values = {}
   in_chunks(fields, function(first, last)

@@ -1,5 +1,6 @@
--- The history: a capped record of finished attempts, written by the script that ends
--- each one (needs chunks.lua). Three keys, given as parameters:
+-- The history of finished attempts: how it is kept and written (state_key, log_key, index_key).
+-- A capped record, written by the script that ends each attempt. Three keys, given as
+-- parameters:
 --   state_key  HASH  "size": how many entries to keep (absent: HISTORY_DEFAULT_SIZE;
 --                    0: off), "seq": the number of the newest entry
 --   log_key    LIST  the entries, newest first: entry number seq is at index
@@ -19,6 +20,7 @@
 -- The history never fails the step that ends an attempt: its keys are read, and first
 -- written, with pcall; one that is damaged (a wrong type, a size or number that is not
 -- one), a history that is off, or a user not granted its commands leaves it as it is.
+-- @include chunks
 local HISTORY_DEFAULT_SIZE = 1000
 local HISTORY_TRIM_STEP = 64
 local HISTORY_SUCCEEDED, HISTORY_RETRIED, HISTORY_DEAD = 1, 2, 3

@@ -1,12 +1,17 @@
--- What the keyed modes share (debounce_task, throttle_task, schedule_unique): the
--- envelope a key's task is written in, where that task is, and how a new one is made.
--- Needs wake.lua, scheduling.lua (comes_first), flow_mode.lua, flow.lua (with chunks.lua
--- and flow_records.lua) and keyed_records.lua. Keys are given as parameters; those of
--- flow control (and wake, ready) as file_now takes them (flow.lua).
--- An envelope is written here from parts the client packed: its head (array header,
--- version and task name), the data, the run-at (whole ms, as a msgpack uint 64) and its
--- limits. A record notes the envelope's length, its head's and its tail's (run-at and
--- limits), so that the data can be cut out again without decoding anything.
+-- What the keyed modes share: envelopes, where a key's task waits, a new task (keys given).
+-- The modes are debounce_task, throttle_task and schedule_unique. Keys are given as
+-- parameters; those of flow control (and wake, ready) as file_now takes them
+-- (flow_schedule.lua). An envelope is written here from parts the client packed: its head
+-- (array header, version and task name), the data, the run-at (whole ms, as a msgpack
+-- uint 64) and its limits. A record notes the envelope's length, its head's and its
+-- tail's (run-at and limits), so that the data can be cut out again without decoding
+-- anything.
+-- @include probes
+-- @include wake
+-- @include scheduling
+-- @include flow_records
+-- @include flow_mode
+-- @include flow_schedule
 
 -- The key's record (``field`` of keyed_key), read with every key the keyed scripts
 -- write: a script that fails half way keeps the writes it made, and a read of the wrong
@@ -15,10 +20,8 @@ local function read_keyed(keyed_key, expiry_key, keyed_tasks_key, scheduled_key,
                           records_key, due_key, turns_key, throttled_key, tats_key,
                           running_key, leases_key, wake_key, ready_key, holds_key, field)
   local record = redis.call('HGET', keyed_key, field)
-  redis.call('ZSCORE', expiry_key, '')
-  redis.call('HGET', keyed_tasks_key, '')
-  redis.call('ZSCORE', scheduled_key, '')
-  redis.call('HGET', config_key, '')
+  probe_zsets(expiry_key, scheduled_key)
+  probe_hashes(keyed_tasks_key, config_key)
   probe_file_now(records_key, due_key, turns_key, throttled_key, tats_key, running_key,
     leases_key, wake_key, ready_key, holds_key)
   return record

@@ -1,8 +1,8 @@
--- A key's record (debounce_task, throttle_task, schedule_unique, sweep_keyed), given its
--- keys as parameters: the keyed hash (field "<mode>:<key>" -> record), keyed_expiry
--- (field -> when the record means nothing more, ms) and keyed_tasks (task id -> the
--- field whose record names it). A record is text, its parts separated by '|' (no task
--- id holds one).
+-- A key's record for the keyed modes (keyed_key, expiry_key, keyed_tasks_key).
+-- Read and written by debounce_task, throttle_task, schedule_unique and sweep_keyed; the
+-- keys: the keyed hash (field "<mode>:<key>" -> record), keyed_expiry (field -> when the
+-- record means nothing more, ms) and keyed_tasks (task id -> the field whose record names
+-- it). A record is text, its parts separated by '|' (no task id holds one).
 
 local function split_record(record)
   local parts, start = {}, 1

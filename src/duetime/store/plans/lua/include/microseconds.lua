@@ -1,3 +1,4 @@
+-- Run-ats as whole µs, as the delayed buckets keep them. No keys.
 -- The delayed buckets and their index keep run-ats as whole microseconds: the server keeps
 -- an integer score compactly and compares it without parsing text, where a score in ms
 -- with a fraction is kept as text (and parsed at every comparison). A run-at past

@@ -1,9 +1,11 @@
--- What schedule_tasks and schedule_task share, given their keys as parameters: the
--- scheduled set, the stats hash, delayed (the index of buckets: index_key) and the layout
--- hash (layout_key). Needs generation.lua and wake.lua.
--- A script that fails half way keeps the writes it made: every key these scripts write
--- is read (a read of the wrong type fails too) before their first write, or is that
+-- What the schedule scripts share (scheduled_key, stats_key, index_key, layout_key).
+-- The scripts are schedule_tasks and schedule_task; index_key is delayed, the index of
+-- buckets. A script that fails half way keeps the writes it made: every key these scripts
+-- write is read (a read of the wrong type fails too) before their first write, or is that
 -- first write, so a key of the wrong type fails the call with nothing written.
+-- @include generation
+-- @include wake
+
 -- Once the buckets in use hold more than GROW_AT tasks each on average, the next
 -- generation (twice as many buckets) opens; older buckets drain as tasks come due.
 local GROW_AT = 16

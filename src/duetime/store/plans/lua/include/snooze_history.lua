@@ -1,6 +1,8 @@
--- The history entry of a snooze, which coalesces a run of them (it uses history.lua,
--- included before this). Apart from history.lua because it rewrites an entry (LSET),
--- which only snooze_task does: the other scripts that record history need no LSET.
+-- The history entry of a snooze, a run of them as one (state_key, log_key, index_key).
+-- Keys as history.lua has them. Apart from history.lua because it rewrites an entry
+-- (LSET), which only snooze_task does: the other scripts that record history need no
+-- LSET.
+-- @include history
 
 -- record_snooze(opened, state_key, log_key, index_key, id, record, now): record the snooze
 -- ``record`` (history_record) of task ``id``. When the task's newest entry in the history

@@ -1,8 +1,9 @@
--- The snooze count a task's envelope carries (codec.py, version 4: [4, task, snoozes,
--- data, run-at, limits...]), read and rewritten from the envelope's first bytes: the
--- user data after it is never decoded. An envelope of version 1 to 3 has no count (0);
--- counting its first snooze makes it version 4 (one more array element, the count after
--- the task name), as codec.with_snoozes does.
+-- The snooze count in a task's envelope, read and rewritten in place. No keys.
+-- The count is codec.py's (version 4: [4, task, snoozes, data, run-at, limits...]), read
+-- and rewritten from the envelope's first bytes: the user data after it is never decoded.
+-- An envelope of version 1 to 3 has no count (0); counting its first snooze makes it
+-- version 4 (one more array element, the count after the task name), as
+-- codec.with_snoozes does.
 
 -- envelope_snoozes(envelope): {snoozes, the head before the count, the rest after it},
 -- or false for anything that does not start as duetime writes an envelope.

@@ -1,8 +1,9 @@
--- The wake rule. A dispatcher sleeps until the earliest thing it waits for (a run-at, a
--- lease deadline, a cron tick), blocked on the wake list; a change that puts something
--- before that must wake it. The list holds one element at most: while one waits there
--- the dispatcher wakes anyway, and nothing more is pushed. The wake list's key is given
--- as a parameter (wake_key), as each script has it in its KEYS.
+-- The wake rule: when a change must wake a sleeping dispatcher (wake_key).
+-- A dispatcher sleeps until the earliest thing it waits for (a run-at, a lease deadline,
+-- a cron tick), blocked on the wake list; a change that puts something before that must
+-- wake it. The list holds one element at most: while one waits there the dispatcher wakes
+-- anyway, and nothing more is pushed. The wake list's key is given as a parameter
+-- (wake_key), as each script has it in its KEYS.
 
 -- Whether something due at ``at`` (ms) comes before ``head``, the first entry of a sorted
 -- set as ZRANGE 0 0 WITHSCORES reads it ({member, score in ms}, or {} when it is empty).
