@@ -8,14 +8,19 @@ from __future__ import annotations
 import pytest
 
 from duetime.clock import ManualClock
+from duetime.store.plans.cron_jobs import CronPlans
 from duetime.store.plans.dispatching import DispatcherPlans
+from duetime.store.plans.flow_control import FlowPlans
 from duetime.store.plans.history import HistoryPlans
+from duetime.store.plans.keyed import KeyedPlans
 from duetime.store.plans.keys import QueueKeys
+from duetime.store.plans.operating import OperatorPlans
 from duetime.store.plans.operations import QueueOperations
 from duetime.store.plans.producing import ProducerPlans
 from duetime.store.plans.searching import SearchPlans
 from duetime.store.plans.server_checks import ServerCheckPlans
 from duetime.store.plans.snapshot import SnapshotPlans
+from duetime.store.plans.working import WorkerPlans
 from tests.unit.plans.scripted import NOW_MS
 
 
@@ -62,3 +67,28 @@ def server_checks(operations: QueueOperations) -> ServerCheckPlans:
 @pytest.fixture
 def snapshots(operations: QueueOperations) -> SnapshotPlans:
     return operations.snapshot
+
+
+@pytest.fixture
+def worker(operations: QueueOperations) -> WorkerPlans:
+    return operations.worker
+
+
+@pytest.fixture
+def flow(operations: QueueOperations) -> FlowPlans:
+    return operations.flow
+
+
+@pytest.fixture
+def keyed(operations: QueueOperations) -> KeyedPlans:
+    return operations.keyed
+
+
+@pytest.fixture
+def operator(operations: QueueOperations) -> OperatorPlans:
+    return operations.operator
+
+
+@pytest.fixture
+def cron(operations: QueueOperations) -> CronPlans:
+    return operations.cron
