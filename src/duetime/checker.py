@@ -24,7 +24,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from duetime import keyed
+from duetime import keyed, validation
 from duetime.cron import definitions as cron_definitions
 from duetime.errors import DuetimeError
 from duetime.store.plans.history import DEFAULT_HISTORY_SIZE, HISTORY_TRIM_STEP, read_entry
@@ -194,7 +194,7 @@ def _bucket(
     at its earliest run-at."""
     found: list[Violation] = []
     first, _, _ = name.partition(":")
-    bucket_generation = int(first) if first.isdigit() else None
+    bucket_generation = int(first) if validation.is_whole(first) else None
     if bucket_generation is None or bucket_generation > generation:
         detail = (
             f"delayed bucket outside generations 0 to {generation}: lookups "

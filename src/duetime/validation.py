@@ -213,6 +213,16 @@ def seconds_of_ms(run_at_ms: float) -> float:
 LONGEST_SECONDS = 100 * 365.25 * 24 * 3600
 
 
+def is_whole(text: str, signed: bool = False) -> bool:
+    """Whether ``text`` is a whole number as duetime writes one: ASCII digits, after one
+    "-" when ``signed``. Not ``str.isdigit`` alone, which takes "²" or "٣" that ``int``
+    then refuses: text written by hand, or typed, must be left out or refused, never
+    raise where it is read."""
+    if signed and text.startswith("-"):
+        text = text[1:]
+    return text.isascii() and text.isdigit()
+
+
 def as_float(value: object) -> float | None:
     """A real number (never a bool) as a float, inf where too large for one; None for
     anything else."""

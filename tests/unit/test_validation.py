@@ -263,3 +263,16 @@ def test_a_run_at_datetime_reads_back_to_its_microsecond(moment: datetime) -> No
 def test_the_run_at_of_issue_29_reads_back_as_given() -> None:
     stored = validation.milliseconds_not_below(validation.timestamp_us(4000000000.061981))
     assert validation.seconds_of_ms(stored) == 4000000000.061981
+
+
+@pytest.mark.parametrize(
+    ("text", "signed", "whole"),
+    [("0", False, True), ("120", False, True), ("-4", True, True), ("-4", False, False),
+     ("--4", True, False), ("-", True, False), ("", False, False), ("\u00b2", False, False),
+     ("\u0663", False, False), ("1.5", False, False), (" 1", False, False)],
+)  # fmt: skip
+def test_a_whole_number_is_ascii_digits_only(text: str, signed: bool, whole: bool) -> None:
+    """What int() takes of duetime's own writing; "²" passes str.isdigit but not int()."""
+    assert validation.is_whole(text, signed=signed) is whole
+    if whole:
+        int(text)

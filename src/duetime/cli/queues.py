@@ -12,6 +12,7 @@ import time
 import click
 from rich.table import Column
 
+from duetime import validation
 from duetime.cli.exits import EXIT_VIOLATIONS, guarded
 from duetime.cli.options import (
     command_settings,
@@ -197,7 +198,7 @@ def history_size(queue: str, size: str | None, redis_url: str | None) -> None:
     """
     wanted: int | None = None
     if size is not None and size != "default":
-        if not size.isdigit():
+        if not validation.is_whole(size):
             raise click.BadParameter(f"expected a whole number or default, got {size!r}")
         wanted = int(size)
     with open_queue(queue, redis_url) as client:

@@ -186,7 +186,7 @@ class Inspection:
         for shard in self.queue.shards:
             for name, count in (yield from shard.operator.minute_figures()).items():
                 number, _, figure = name.partition(":")
-                if figure in ("late_max_us", "held_max_us") and number.isdigit():
+                if figure in ("late_max_us", "held_max_us") and validation.is_whole(number):
                     maxima[name] = max(count, maxima.get(name, 0))
                 else:
                     totals[name] = totals.get(name, 0) + count

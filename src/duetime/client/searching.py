@@ -173,11 +173,11 @@ class TaskSearch:
     def _matches_data(self, data: Any) -> bool:
         for part in self.path:
             if isinstance(data, dict):
-                key: Any = int(part) if part.isdigit() and part not in data else part
+                key: Any = int(part) if validation.is_whole(part) and part not in data else part
                 if key not in data:
                     return False
                 data = data[key]
-            elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            elif isinstance(data, list) and validation.is_whole(part) and int(part) < len(data):
                 data = data[int(part)]
             else:
                 return False

@@ -279,4 +279,4 @@ def tick_id(name: str, tick_ms: int) -> str:
 def tick_of_task(task_id: str) -> int | None:
     """The tick (ms) in a tick task's id, or None for another id."""
     prefix, _, tick = task_id.rpartition(":")
-    return int(tick) if prefix.startswith("cron:") and tick.isdigit() else None
+    return int(tick) if prefix.startswith("cron:") and validation.is_whole(tick) else None

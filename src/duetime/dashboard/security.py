@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from duetime import validation
 from duetime.errors import ConfigurationError
 
 #: The cookie holding the signed session (CSRF nonce, and whether the token was given).
@@ -244,7 +245,7 @@ class Sessions:
         if not hmac.compare_digest(signature, self._sign(body)):
             return None
         nonce, flag, issued_text = body.split(".")
-        if not issued_text.isdigit() or flag not in _FLAG_ROLES:
+        if not validation.is_whole(issued_text) or flag not in _FLAG_ROLES:
             return None
         issued = int(issued_text)
         role = _FLAG_ROLES[flag]

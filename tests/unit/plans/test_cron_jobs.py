@@ -144,6 +144,9 @@ def test_one_jobs_entry_is_read_without_the_table(cron: CronPlans, keys: QueueKe
         (b"100|1:150", b"cron:a:200", ((1, 200),)),
         (b"x|1:2", None, ()),  # not one duetime wrote
         (b"|1:two", None, ()),
+        ("\u00b2|1:2".encode(), None, ()),  # digits int() refuses, written by hand
+        ("|1:\u00b2".encode(), None, ()),
+        (b"100|", "cron:a:\u00b2".encode(), ((100, 100),)),
     ],
 )
 def test_a_schedules_spans_are_read_with_the_open_one_ending_at_its_last_task(
@@ -179,7 +182,8 @@ def test_a_backfills_record_reads_back_as_written() -> None:
 @pytest.mark.parametrize(
     "raw",
     [b"", b"1|2|3|4|5", b"1|2|3|4|5|6|7|8", b"1|2|3|x|5|6", b"1|2|3|4|5|6|7|8|1:x",
-     b"1|2|3|4|5|6|7|8|9|"],
+     b"1|2|3|4|5|6|7|8|9|", b"1|2|3|--4|5|6", "1|2|3|\u00b2|5|6".encode(),
+     "1|2|3|4|5|6|7|8|1:\u0663".encode()],
 )  # fmt: skip
 def test_a_backfill_record_duetime_did_not_write_reads_as_none(raw: bytes) -> None:
     assert parsed_backfill(raw) is None

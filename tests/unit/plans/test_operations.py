@@ -60,6 +60,8 @@ def test_registered_queues_leave_out_entries_written_by_hand_that_do_not_parse()
         b"empty": b"",
         b"fraction": b"1 2.5",
         b"unseen": b"4 0",
+        b"superscript": "\u00b2 10".encode(),
+        b"arabic-indic": "2 \u0661\u0660".encode(),
     }
     found = run_plan(registered_queues(), (Command(("HGETALL", QUEUE_REGISTRY)), reply))
     assert found == [RegisteredQueue("ok", 2, 10), RegisteredQueue("unseen", 4, 0)]

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from duetime import validation
 from duetime.states import CronFireOutcome
 from duetime.store.plans import scripts
 from duetime.store.plans.base import QueuePlans
@@ -301,7 +302,7 @@ def _table(*columns: list[tuple[Any, Any]]) -> CronTable:
 def _state(raw: bytes) -> CronState | None:
     """A ``cron_state`` value, or None when it is not one duetime wrote."""
     runs, failures, ended, _ = [*as_text(raw).split("|", 3), "", "", ""][:4]
-    if not (runs.isdigit() and failures.isdigit() and ended in ("0", "1")):
+    if not (validation.is_whole(runs) and validation.is_whole(failures) and ended in ("0", "1")):
         return None
     return CronState(int(runs), int(failures), ended == "1")
 
@@ -312,7 +313,7 @@ def parsed_backfill(raw: bytes) -> CronBackfill | None:
     parts = as_text(raw).split("|")
     if len(parts) == 6:
         parts += ["0", "0", ""]
-    if len(parts) != 9 or not all(p.lstrip("-").isdigit() for p in parts[:8]):
+    if len(parts) != 9 or not all(validation.is_whole(p, signed=True) for p in parts[:8]):
         return None
     start, end, spacing, next_tick, fired, total, skipped, before = (int(p) for p in parts[:8])
     spans = _parsed_spans(parts[8])
@@ -331,11 +332,13 @@ def parsed_fired(raw: Any, last_task: Any) -> tuple[tuple[int, int], ...]:
     (then backfills know no tick of its schedule, as before)."""
     open_low, _, text = as_text(raw or b"").partition("|")
     spans = _parsed_spans(text)
-    if spans is None or not (open_low == "" or open_low.isdigit()):
+    if spans is None or not (open_low == "" or validation.is_whole(open_low)):
         return ()
     if open_low:
         low, high = int(open_low), as_text(last_task or b"").rpartition(":")[2]
-        spans = merged_spans((*spans, (low, max(low, int(high) if high.isdigit() else low))))
+        spans = merged_spans(
+            (*spans, (low, max(low, int(high) if validation.is_whole(high) else low)))
+        )
     return spans
 
 
@@ -345,7 +348,7 @@ def _parsed_spans(text: str) -> tuple[tuple[int, int], ...] | None:
     spans = []
     for span in filter(None, text.split(",")):
         low, _, high = span.partition(":")
-        if not (low.isdigit() and high.isdigit()):
+        if not (validation.is_whole(low) and validation.is_whole(high)):
             return None
         spans.append((int(low), int(high)))
     return merged_spans(spans)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from duetime import validation
 from duetime.store.plans import scripts
 from duetime.store.plans.base import QueuePlans, QueueState
 from duetime.store.plans.keys import split_lease_member
@@ -110,7 +111,7 @@ class DispatcherPlans(QueuePlans):
         old = []
         for raw in fields:
             minute, _, _ = as_text(raw).partition(":")
-            if not minute.isdigit() or int(minute) < oldest_kept:
+            if not validation.is_whole(minute) or int(minute) < oldest_kept:
                 old.append(raw)
         if old:
             yield Command(("HDEL", self.keys.minutes, *old))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from duetime import validation
 from duetime.flow import record_parts
 from duetime.store.plans import scripts
 from duetime.store.plans.base import QueuePlans
@@ -52,7 +53,7 @@ class FlowState:
             return None
         cap = self.fields.get("cap", "")
         queue_held = self.queue_throttled_until_ms is not None or (
-            cap.isdigit() and self.running >= int(cap)
+            validation.is_whole(cap) and self.running >= int(cap)
         )
         return group.head_due_ms if queue_held or not group.has_turn else None
 
@@ -190,7 +191,8 @@ class FlowPlans(QueuePlans):
         for n, key in enumerate(keys):
             key_wait, queue_wait, key_running, queue_running, limits = replies[5 * n : 5 * n + 5]
             most = next(
-                (int(v) for v in limits[1:] if v is not None and as_text(v).isdigit()), None
+                (int(v) for v in limits[1:] if v is not None and validation.is_whole(as_text(v))),
+                None,
             )
             cap = as_text(limits[0]) if limits[0] is not None else ""
             found.append(
@@ -201,7 +203,7 @@ class FlowPlans(QueuePlans):
                     int(key_running),
                     most,
                     int(queue_running),
-                    int(cap) if cap.isdigit() else None,
+                    int(cap) if validation.is_whole(cap) else None,
                 )
             )
         return found
@@ -218,7 +220,7 @@ class FlowPlans(QueuePlans):
             read_only=True,
         )
         members = [as_text(first[0]).split("\0", 2) if first else [] for first in firsts]
-        ranked = [m for m in members if len(m) == 3 and m[1].isdigit()]
+        ranked = [m for m in members if len(m) == 3 and validation.is_whole(m[1])]
         records = (
             (yield Command(("HMGET", k.flow_records, *(m[2] for m in ranked)))) if ranked else []
         )

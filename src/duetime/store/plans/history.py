@@ -101,7 +101,7 @@ def read_entry(number: int, blob: bytes) -> HistoryEntry:
         fields = fields[:_FIELDS]
         if not _whole(count) or count < 1 or not (last is None or _whole(last)):
             raise DecodeError("history entry fields have the wrong types")
-    if before and not before.isdigit():
+    if before and not before.isdigit():  # bytes: ASCII digits only
         raise DecodeError("a history entry's link to the one before is not a number")
     task_id, task, code, attempt, finished, *rest = fields + [None] * (_FIELDS - len(fields))
     worker, duration, lateness, error = (None if v is False else v for v in rest)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from duetime import validation
 from duetime.clock import Clock, ServerClock
 from duetime.store.plans.base import QueueState
 from duetime.store.plans.cron_jobs import CronPlans
@@ -118,6 +119,6 @@ def registered_queues() -> Plan[list[RegisteredQueue]]:
     found = []
     for name, value in reply.items():
         shards, _, seen = as_text(value).partition(" ")
-        if shards.isdigit() and seen.isdigit():
+        if validation.is_whole(shards) and validation.is_whole(seen):
             found.append(RegisteredQueue(as_text(name), int(shards), int(seen)))
     return sorted(found, key=lambda queue: queue.name)
