@@ -32,7 +32,7 @@ from duetime.client.models import (
     TaskSummary,
     Timestamp,
 )
-from duetime.client.preparing import PreparedTask, handler_name
+from duetime.client.preparing import KEYED, PreparedTask, handler_name
 from duetime.client.queue import coalesced
 from duetime.client.searching import DEFAULT_BUDGET, DEFAULT_LIMIT, SearchPage, TaskSearch
 from duetime.clock import Clock
@@ -106,7 +106,7 @@ class AsyncQueue:
 
     def _schedule(self, item: PreparedTask) -> Awaitable[str]:
         # Not a coroutine itself: it hands over the one to await (a layer less per call).
-        if item.keyed is not None:
+        if item[KEYED] is not None:
             return self.runner.run(self.core.keyed.keyed_id_plan(item))
         if self._coalescer is None:
             return self.runner.run(self.core.producing.schedule_one_plan(item))

@@ -172,7 +172,7 @@ class CronControl:
         packed_data = codec.pack(task.data)
         limit = self.queue.settings.max_payload_bytes
         validation.payload(task.data, len(packed_data), limit, packed_data)
-        item = PreparedTask(
+        item: PreparedTask = (
             new_task_id(),
             None,
             0,
@@ -181,8 +181,10 @@ class CronControl:
             task.max_attempts,
             task.timeout_ms,
             task.result_ttl_ms,
-            generated=True,
-            flow=job.flow_record,
+            True,  # generated
+            job.flow_record,
+            None,  # no keyed mode
+            0,  # no expiry
         )
         return (yield from self.producing.schedule_one_plan(item))
 

@@ -10,7 +10,15 @@ import math
 from typing import Any
 
 from duetime.client.ids import MAX_ID_ROUNDS, new_task_id
-from duetime.client.preparing import PreparedTask
+from duetime.client.preparing import (
+    FLOW,
+    KEYED,
+    PACKED_DATA,
+    TASK_NAME,
+    PreparedTask,
+    envelope_parts_of,
+    run_at_us_of,
+)
 from duetime.client.shards import QueueShards
 from duetime.errors import DuetimeError, InvalidOptionError, NotDurableError
 from duetime.hooks import ScheduledTask
@@ -35,14 +43,14 @@ class KeyedScheduling:
     def schedule_keyed_plan(self, item: PreparedTask) -> Plan[Scheduled]:
         """Write one keyed call: one script call in its key's shard (again with another
         id in the rare case the generated one is live)."""
-        mode = item.keyed
+        mode = item[KEYED]
         assert mode is not None
         index = self.queue.layout.of_keyed(mode.key)
         shard = self.queue.shards[index]
         now = yield from shard.state.now()
-        run_at_ms = math.ceil(item.run_at_us(now) / 1000)  # whole ms, never earlier
-        head, limits = item.envelope_parts()
-        parts = (head, item.packed_data, limits, item.flow)
+        run_at_ms = math.ceil(run_at_us_of(item, now) / 1000)  # whole ms, never earlier
+        head, limits = envelope_parts_of(item)
+        parts = (head, item[PACKED_DATA], limits, item[FLOW])
         script, extra = self._mode_arguments(mode)
         for _ in range(MAX_ID_ROUNDS):
             task_id = self._id_in_shard(index)
@@ -107,7 +115,7 @@ class KeyedScheduling:
             run_at = run_at_ms  # a unique key's new task runs at the call's run-at
         if outcome == KeyedOutcome.CREATED and self.queue.hooks:
             assert run_at is not None
-            task = ScheduledTask(reply.task_id, item.task_name, run_at / 1000)
+            task = ScheduledTask(reply.task_id, item[TASK_NAME], run_at / 1000)
             self.queue.hooks.on_schedule(self.queue.name, [task])
         return Scheduled(
             id=reply.task_id,

@@ -6,7 +6,7 @@ what it is made of, when it runs and the envelope it is written in.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final, cast
 
 from duetime import codec, flow, keyed, validation
 from duetime.client import ids
@@ -30,69 +30,63 @@ _KEYED_OPTIONS = frozenset({"debounce", "throttle", "unique"})
 _WHEN: Final = ("at", "delay")
 
 
-class PreparedTask(NamedTuple):
-    """One task checked and ready to write, read by name; it runs at ``at_us`` (whole
-    µs), or, when that is None, ``delay_ms`` from now by its shard's clock.
-
-    Made in one place, by position (``Preparing.prepare_fields``, and ``prepare_all`` in
-    line for a plain pair; ``_made``): a schedule_many prepares up to 1,000s a call, and
-    a NamedTuple made so costs 115 ns, a frozen dataclass (each field set through
-    ``object.__setattr__``) about 1,300. Unlike an exact tuple of plain values, which the
-    garbage collector stops tracking, it stays tracked, and the tasks of a large
-    schedule_many make the collector walk the heap once more: a schedule_many of 50,000
-    Jobs spent about 45 ms more in it (bench/bench_core.py's enqueue: 15% fewer tasks/s
-    than with plain tuples read by position; single calls are not slowed)."""
-
-    task_id: str
-    at_us: int | None
-    delay_ms: int
-    task_name: str
-    packed_data: bytes
-    max_attempts: int
-    timeout_ms: int
-    result_ttl_ms: int
-    #: Whether duetime made the id, so that it may be replaced if it collides.
-    generated: bool
-    #: Its flow record: "" for none, see ``duetime.flow.flow_record``.
-    flow: str = ""
-    #: Its debounce, throttle or unique mode, or None: see ``duetime.keyed``.
-    keyed: KeyedMode | None = None
-    #: How late after its run-at it may still start, ms; 0: no limit (``expires``).
-    expires_ms: int = 0
-
-    def run_at_us(self, now_ms: int) -> int:
-        """When it runs, in whole µs, given its server's clock. A run-at in the past is
-        stored as now: the task is due from the moment it is scheduled, and its lateness
-        counts from there (a task dated 2020 is not years late), for free: no note beside
-        it, no other command."""
-        at_us = self.at_us
-        now_us = now_ms * 1000
-        return now_us + self.delay_ms * 1000 if at_us is None else max(at_us, now_us)
-
-    def envelope(self, run_at_ms: float) -> bytes:
-        """The envelope it is written in, to run at ``run_at_ms``."""
-        return codec.envelope_from_packed_data(
-            self.task_name,
-            self.packed_data,
-            run_at_ms,
-            self.max_attempts,
-            self.timeout_ms,
-            self.result_ttl_ms,
-            self.expires_ms,
-        )
-
-    def envelope_parts(self) -> tuple[bytes, bytes]:
-        """Its envelope cut around the run-at and the data, for a keyed script to put
-        together (``codec.envelope_parts``): the head and the limits."""
-        return codec.envelope_parts(
-            self.task_name, self.max_attempts, self.timeout_ms, self.result_ttl_ms,
-            self.expires_ms,
-        )  # fmt: skip
+#: One task checked and ready to write: what it is made of and when it runs, at ``AT_US``
+#: (whole µs) or, when that is None, ``DELAY_MS`` from now by its shard's clock. A plain
+#: tuple whose fields are named by position here and read by these names only (never by
+#: a number). Not a NamedTuple: the garbage collector stops tracking a tuple of plain
+#: values, not a tuple subclass, and 50,000 tracked records (a large schedule_many) made
+#: it walk the heap again: bench/bench_core.py's schedule_many ran at 0.86-0.88 of this.
+PreparedTask = tuple[
+    str, int | None, int, str, bytes, int, int, int, bool, str, KeyedMode | None, int
+]
+TASK_ID: Final = 0
+AT_US: Final = 1
+DELAY_MS: Final = 2
+TASK_NAME: Final = 3
+PACKED_DATA: Final = 4
+MAX_ATTEMPTS: Final = 5
+TIMEOUT_MS: Final = 6
+RESULT_TTL_MS: Final = 7
+#: Whether duetime made the id, so that it may be replaced if it collides.
+GENERATED: Final = 8
+#: Its flow record: "" for none, see ``duetime.flow.flow_record``.
+FLOW: Final = 9
+#: Its debounce, throttle or unique mode, or None: see ``duetime.keyed``.
+KEYED: Final = 10
+#: How late after its run-at it may still start, ms; 0: no limit (``expires``).
+EXPIRES_MS: Final = 11
 
 
-#: Makes a PreparedTask of its fields, all of them, in order: what its class call does,
-#: without the Python function a NamedTuple's __new__ is (115 ns against 290).
-_made = tuple.__new__
+def run_at_us_of(item: PreparedTask, now_ms: int) -> int:
+    """When it runs, in whole µs, given its server's clock. A run-at in the past is
+    stored as now: the task is due from the moment it is scheduled, and its lateness
+    counts from there (a task dated 2020 is not years late), for free: no note beside
+    it, no other command."""
+    at_us = item[AT_US]
+    now_us = now_ms * 1000
+    return now_us + item[DELAY_MS] * 1000 if at_us is None else max(at_us, now_us)
+
+
+def envelope_of(item: PreparedTask, run_at_ms: float) -> bytes:
+    """The envelope it is written in, to run at ``run_at_ms``."""
+    return codec.envelope_from_packed_data(
+        item[TASK_NAME],
+        item[PACKED_DATA],
+        run_at_ms,
+        item[MAX_ATTEMPTS],
+        item[TIMEOUT_MS],
+        item[RESULT_TTL_MS],
+        item[EXPIRES_MS],
+    )
+
+
+def envelope_parts_of(item: PreparedTask) -> tuple[bytes, bytes]:
+    """Its envelope cut around the run-at and the data, for a keyed script to put
+    together (``codec.envelope_parts``): the head and the limits."""
+    return codec.envelope_parts(
+        item[TASK_NAME], item[MAX_ATTEMPTS], item[TIMEOUT_MS], item[RESULT_TTL_MS],
+        item[EXPIRES_MS],
+    )  # fmt: skip
 
 
 def task_name_of(task: TaskRef | None) -> str:
@@ -196,7 +190,7 @@ class Preparing:
         at, delay = options.get("at"), options.get("delay")
         when = 0 if at is None and delay is None else delay
         item = self.prepare_call("schedule_keyed", data, at, when, cast(TaskOptions, rest))
-        if item.keyed is None:
+        if item[KEYED] is None:
             raise InvalidOptionError("schedule_keyed needs one of debounce=, throttle= or unique=")
         return item
 
@@ -244,7 +238,7 @@ class Preparing:
         task_name = "" if task is None else task_name_of(task)
         record = flow.checked_record(priority, limit_key, cost)
         expires_ms = 0 if expires is None else validation.milliseconds(expires, "expires")
-        fields = (
+        return (
             task_id,
             at_us,
             delay_ms,
@@ -258,7 +252,6 @@ class Preparing:
             keyed_mode,
             expires_ms,
         )
-        return _made(PreparedTask, fields)
 
     def prepare_all(self, jobs: Iterable[Job | tuple[Timestamp, Any]]) -> list[PreparedTask]:
         """Check every job of a schedule_many before anything is written. An (at, data)
@@ -284,21 +277,22 @@ class Preparing:
                         raise codec.unpackable(error) from error
                     validation.payload(data, len(packed_data), limit, packed_data)
                     # No delay, the default handler, an id duetime made.
-                    fields = (
-                        generated[position],
-                        at_us,
-                        0,
-                        "",
-                        packed_data,
-                        max_attempts,
-                        timeout_ms,
-                        result_ttl_ms,
-                        True,
-                        "",
-                        None,
-                        0,
+                    prepared.append(
+                        (
+                            generated[position],
+                            at_us,
+                            0,
+                            "",
+                            packed_data,
+                            max_attempts,
+                            timeout_ms,
+                            result_ttl_ms,
+                            True,
+                            "",
+                            None,
+                            0,
+                        )
                     )
-                    prepared.append(_made(PreparedTask, fields))
                 elif isinstance(job, Job):
                     prepared.append(self.prepare(job, generated[position]))
                     ids_given = ids_given or job.id is not None
@@ -310,7 +304,7 @@ class Preparing:
             except InvalidInputError as error:
                 raise type(error)(f"item {position}: {error}") from None
         # Generated ids alone repeat with odds of 2**-72: looked at when some are given.
-        all_ids = [item.task_id for item in prepared] if ids_given else []
+        all_ids = [item[TASK_ID] for item in prepared] if ids_given else []
         if len(set(all_ids)) != len(all_ids):
             raise InvalidInputError("schedule_many got the same task id twice in one call")
         return prepared

@@ -7,20 +7,29 @@ that collides with a live one is replaced, a given one is idempotent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from operator import attrgetter
+from operator import itemgetter
 
 from duetime import validation
 from duetime.client.ids import MAX_ID_ROUNDS, fresh_ids
 from duetime.client.keyed import KeyedScheduling
-from duetime.client.preparing import PreparedTask
+from duetime.client.preparing import (
+    FLOW,
+    GENERATED,
+    KEYED,
+    TASK_ID,
+    TASK_NAME,
+    PreparedTask,
+    envelope_of,
+    run_at_us_of,
+)
 from duetime.client.shards import QueueShards
 from duetime.errors import DuetimeError, NotDurableError
 from duetime.hooks import ScheduledTask
 from duetime.store.plans.producing import NewTask, store_tasks
 from duetime.store.plans.requests import Plan
 
-_keyed_of = attrgetter("keyed")
-_record_of = attrgetter("flow")
+_keyed_of = itemgetter(KEYED)
+_record_of = itemgetter(FLOW)
 
 
 class Producing:
@@ -38,13 +47,13 @@ class Producing:
         if not any(map(_keyed_of, prepared)):
             return (yield from self.schedule_plain_plan(prepared))
         ids = [""] * len(prepared)
-        plain = [position for position, item in enumerate(prepared) if item.keyed is None]
+        plain = [position for position, item in enumerate(prepared) if item[KEYED] is None]
         if plain:
             written = yield from self.schedule_plain_plan([prepared[p] for p in plain])
             for position, task_id in zip(plain, written, strict=True):
                 ids[position] = task_id
         for position, item in enumerate(prepared):
-            if item.keyed is not None:
+            if item[KEYED] is not None:
                 ids[position] = (yield from self.keyed.schedule_keyed_plan(item)).id
         return ids
 
@@ -56,15 +65,15 @@ class Producing:
         ours), or a collision with another task: then this task is written again under a
         fresh id."""
         queue = self.queue
-        ids = [item.task_id for item in prepared]
+        ids = [item[TASK_ID] for item in prepared]
         nows: dict[int, int] = {}  # shard -> its server's "now" for this call
         items: list[NewTask] = []
         for item in prepared:
-            task_id = item.task_id
+            task_id = item[TASK_ID]
             shard = queue.layout.of_task(task_id)
             if shard not in nows:
                 nows[shard] = yield from queue.shards[shard].state.now()
-            items.append((task_id, item.run_at_us(nows[shard]), item))
+            items.append((task_id, run_at_us_of(item, nows[shard]), item))
         pending = list(range(len(items)))  # positions still to write
         for _ in range(MAX_ID_ROUNDS):
             writing = items if len(pending) == len(items) else [items[i] for i in pending]
@@ -78,14 +87,14 @@ class Producing:
                     error.reply,
                     task_ids=tuple(ids[i] for i in pending),
                 ) from None
-            generated = [pending[i] for i in refused if prepared[pending[i]].generated]
+            generated = [pending[i] for i in refused if prepared[pending[i]][GENERATED]]
             pending = yield from self._collided(generated, items)
             if not pending:
                 if not queue.listed:
                     yield from queue.list_queue()
                 if queue.hooks:
                     scheduled = [
-                        ScheduledTask(task_id, item.task_name, stored[1] / 1_000_000)
+                        ScheduledTask(task_id, item[TASK_NAME], stored[1] / 1_000_000)
                         for task_id, item, stored in zip(ids, prepared, items, strict=True)
                     ]
                     queue.hooks.on_schedule(queue.name, scheduled)
@@ -116,7 +125,7 @@ class Producing:
             shard_calls, written = operations.producer.schedule_calls(
                 nows[shard],
                 items if len(positions) == len(items) else [items[p] for p in positions],
-                PreparedTask.envelope,
+                envelope_of,
                 _record_of,
             )
             calls.append((operations.producer, shard_calls))
@@ -143,7 +152,7 @@ class Producing:
             collided += [
                 p
                 for p, blob in zip(group, stored, strict=True)
-                if blob != items[p][2].envelope(validation.milliseconds_not_below(items[p][1]))
+                if blob != envelope_of(items[p][2], validation.milliseconds_not_below(items[p][1]))
             ]
         return sorted(collided)
 
@@ -155,27 +164,27 @@ class Producing:
         queue = self.queue
         if queue.durability is not None:
             return (yield from self.schedule_plain_plan([item]))[0]
-        task_id = item.task_id
+        task_id = item[TASK_ID]
         shard = queue.home(task_id)
         now = shard.clock.now_ms()
         if now is None:
             now = yield from shard.state.now()
-        run_at_us = item.run_at_us(now)
+        run_at_us = run_at_us_of(item, now)
         run_at = validation.milliseconds_not_below(run_at_us)
-        envelope = item.envelope(run_at)
+        envelope = envelope_of(item, run_at)
         if shard.state.generation is None:
             yield from shard.producer.learn_generation()
         producer = shard.producer
-        call = producer.schedule_call(now, task_id, run_at, envelope, run_at_us, item.flow)
+        call = producer.schedule_call(now, task_id, run_at, envelope, run_at_us, item[FLOW])
         refused = producer.refused((yield call))
-        if refused and item.generated:
+        if refused and item[GENERATED]:
             # Our own write resent after a dropped reply, or a collision: sorted out there.
             return (yield from self.schedule_plain_plan([item]))[0]
         if not queue.listed:
             yield from queue.list_queue()
         if queue.hooks:
             queue.hooks.on_schedule(
-                queue.name, [ScheduledTask(task_id, item.task_name, run_at_us / 1_000_000)]
+                queue.name, [ScheduledTask(task_id, item[TASK_NAME], run_at_us / 1_000_000)]
             )
         return task_id
 
@@ -187,7 +196,7 @@ class Producing:
             return list((yield from self.schedule_plain_plan(items)))
         except NotDurableError as error:
             mine = [
-                (item.task_id,) if item.task_id in error.task_ids else error.task_ids
+                (item[TASK_ID],) if item[TASK_ID] in error.task_ids else error.task_ids
                 for item in items
             ]
             return [

@@ -37,7 +37,7 @@ from duetime.client.models import (
     TaskSummary,
     Timestamp,
 )
-from duetime.client.preparing import PreparedTask, handler_name
+from duetime.client.preparing import KEYED, PreparedTask, handler_name
 from duetime.client.searching import DEFAULT_BUDGET, DEFAULT_LIMIT, SearchPage, TaskSearch
 from duetime.clock import Clock
 from duetime.cron import CronJob
@@ -133,7 +133,7 @@ class Queue:
         return self._schedule(item)
 
     def _schedule(self, item: PreparedTask) -> str:
-        if item.keyed is not None:
+        if item[KEYED] is not None:
             return self.runner.run(self.core.keyed.keyed_id_plan(item))
         if self._coalescer is None:
             return self.runner.run(self.core.producing.schedule_one_plan(item))
