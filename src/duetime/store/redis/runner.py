@@ -26,10 +26,9 @@ This module follows a request on its way, top to bottom:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import redis
 import redis.asyncio
@@ -562,19 +561,32 @@ class AsyncRunner:
 REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 
-@contextlib.contextmanager
-def as_duetime_errors(runner: Runner) -> Iterator[None]:
+class as_duetime_errors:
     """While a plan runs (awaited or not): what redis-py raises, as duetime's errors
     (``translated``); redis-py's cluster client tripping over a redirect to a node it
-    does not know yet, as the cluster being mid-move. Any other error passes as it is."""
-    try:
-        yield
-    except REDIS_ERRORS as error:
-        raise translated(error, runner.address, runner.clustered) from None
-    except AttributeError as error:
-        if not (runner.clustered and failed_inside_redis_py(error)):
-            raise
-        raise mid_move(error, runner.address) from error
+    does not know yet, as the cluster being mid-move. Any other error passes as it is.
+    A class, not a ``contextlib.contextmanager``: every plan a runner runs enters it, and
+    the generator-based one cost a single schedule call 2 µs (3% of its client CPU)."""
+
+    __slots__ = ("runner",)
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: object) -> Literal[False]:  # fmt: skip
+        if error is None:
+            return False
+        runner = self.runner
+        if isinstance(error, REDIS_ERRORS):
+            raise translated(error, runner.address, runner.clustered) from None
+        clustered = runner.clustered
+        if isinstance(error, AttributeError) and clustered and failed_inside_redis_py(error):
+            raise mid_move(error, runner.address) from error
+        return False
 
 
 def failure_reply(runner: Runner, command: Command, error: Exception) -> Any:
