@@ -343,7 +343,13 @@ def test_running_tasks_on_every_master_hear_their_cancels_before_any_heartbeat(
             AsyncQueue(SHARDED.queue, url, shards=SHARDED.count) as queue,
             running(dispatcher, worker),
         ):
-            ids = [await queue.schedule_now({"n": n}) for n in range(9)]
+            # Three ids of each shard: nine random ones miss a shard one time in thirteen.
+            chosen = [f"cancel-{n}" for n in range(100)]
+            ids: list[str] = []
+            for shard in range(3):
+                ids += [i for i in chosen if SHARDED.of_task(i) == shard][:3]
+            for n, task_id in enumerate(ids):
+                await queue.schedule_now({"n": n}, id=task_id)
             await wait_until(lambda: started == set(ids), what="all nine running")
             assert {SHARDED.of_task(task_id) for task_id in ids} == {0, 1, 2}
             # It subscribes beside its claimers: a cancel before is heard at a heartbeat.
