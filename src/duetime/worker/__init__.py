@@ -14,7 +14,7 @@ them, and stops them in the order its ``Worker`` gives):
 - the heartbeater (``heartbeater.py``) proves the worker alive, renews the leases of
   running attempts, learns which attempts were fenced, and finds ids whose BLMOVE reply
   was lost.
-They share one ``WorkerState`` (``state.py``). Each loop runs under a ``Supervisor``:
+They share one ``SharedState`` (``state.py``). Each loop runs under a ``Supervisor``:
 an unexpected exception is logged, counted and the loop restarted; a loop that keeps
 failing shuts the worker down, and ``run()`` raises ``DaemonFailedError``. A handler's
 own exceptions, ``SystemExit`` and ``KeyboardInterrupt`` included, are the attempt's

@@ -31,7 +31,7 @@ from duetime.store.plans.working import Claimed, Outcome
 from duetime.supervisor import Supervisor
 from duetime.worker.context import Snooze
 from duetime.worker.reporter import Reporter
-from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, current_attempt
+from duetime.worker.state import Attempt, Shard, SharedState, WorkerSetup, current_attempt
 from duetime.worker.threads import ThreadRunner
 from duetime.worker.timeouts import TimeoutTimer
 
@@ -108,7 +108,7 @@ class AttemptRunner:
     def __init__(
         self,
         setup: WorkerSetup,
-        state: WorkerState,
+        state: SharedState,
         *,
         app: App,
         threads: ThreadRunner,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from duetime.store.redis.cancel_signals import CancelListener
-from duetime.worker.state import Attempt, WorkerSetup, WorkerState
+from duetime.worker.state import Attempt, SharedState, WorkerSetup
 from duetime.worker.timeouts import TimeoutTimer
 
 
@@ -41,7 +41,7 @@ def past_grace(attempt: Attempt, now: float, grace: float) -> bool:
 
 
 def cancel_listening(
-    setup: WorkerSetup, state: WorkerState, timeouts: TimeoutTimer
+    setup: WorkerSetup, state: SharedState, timeouts: TimeoutTimer
 ) -> Callable[[], Awaitable[None]]:
     """The worker's part that stops an attempt as soon as its task's cancel is published
     (until the worker closes), as a loop for the supervisor."""

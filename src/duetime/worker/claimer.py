@@ -12,7 +12,7 @@ from collections.abc import Callable
 from duetime.backoff import Backoff, Outage
 from duetime.errors import DuetimeError
 from duetime.store.plans.working import Claimed
-from duetime.worker.state import Shard, WorkerSetup, WorkerState
+from duetime.worker.state import Shard, SharedState, WorkerSetup
 
 log = logging.getLogger("duetime.worker")
 
@@ -26,7 +26,7 @@ class Claimer:
     def __init__(
         self,
         setup: WorkerSetup,
-        state: WorkerState,
+        state: SharedState,
         start: Callable[[Shard, Claimed, float], None],
     ) -> None:
         self._state = state

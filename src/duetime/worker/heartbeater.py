@@ -12,7 +12,7 @@ import time
 from duetime.backoff import Outage
 from duetime.errors import DuetimeError
 from duetime.worker.cancels import past_grace, stop_cancelled
-from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, log_dropped
+from duetime.worker.state import Attempt, Shard, SharedState, WorkerSetup, log_dropped
 from duetime.worker.timeouts import TimeoutTimer
 
 log = logging.getLogger("duetime.worker")
@@ -22,7 +22,7 @@ class Heartbeater:
     """Beats every ``heartbeat_interval`` in each shard, from the start until the worker
     closes (it goes on while running attempts drain)."""
 
-    def __init__(self, setup: WorkerSetup, state: WorkerState, timeouts: TimeoutTimer) -> None:
+    def __init__(self, setup: WorkerSetup, state: SharedState, timeouts: TimeoutTimer) -> None:
         self._setup = setup
         self._state = state
         self._timeouts = timeouts

@@ -22,7 +22,7 @@ from duetime.hooks import AttemptInfo, DeadTaskInfo
 from duetime.store.plans.requests import Durability
 from duetime.store.plans.working import Ended, Outcome
 from duetime.worker.context import Snooze
-from duetime.worker.state import Attempt, Shard, WorkerSetup, WorkerState, log_dropped
+from duetime.worker.state import Attempt, Shard, SharedState, WorkerSetup, log_dropped
 
 log = logging.getLogger("duetime.worker")
 
@@ -66,7 +66,7 @@ def _info(attempt: Attempt) -> AttemptInfo | None:
 class Reporter:
     """Sends the outcomes of a worker's attempts to Redis and counts what came of them."""
 
-    def __init__(self, setup: WorkerSetup, state: WorkerState, durable: Durability | None) -> None:
+    def __init__(self, setup: WorkerSetup, state: SharedState, durable: Durability | None) -> None:
         self._setup = setup
         self._state = state
         self._durable = durable

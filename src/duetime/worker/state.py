@@ -151,7 +151,7 @@ class WorkerSetup:
     tally: AttemptTally | None
 
 
-class WorkerState:
+class SharedState:
     """The fields the claim, run, ack and heartbeat loops share, in one object handed
     to each of them."""
 

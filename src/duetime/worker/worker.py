@@ -31,7 +31,7 @@ from duetime.worker.claimer import Claimer
 from duetime.worker.context import LentConnection
 from duetime.worker.heartbeater import Heartbeater
 from duetime.worker.reporter import Reporter
-from duetime.worker.state import Shard, WorkerCounters, WorkerSetup, WorkerState
+from duetime.worker.state import Shard, SharedState, WorkerCounters, WorkerSetup
 from duetime.worker.threads import ThreadRunner
 from duetime.worker.timeouts import TimeoutTimer
 
@@ -60,7 +60,7 @@ class Worker:
     For a sharded queue (``shards``, as given to its ``Queue``) it serves every shard:
     one claimer per shard blocks on that shard's ready list, and all share the slots.
 
-    Its parts share one ``WorkerState``: the claimers (``Claimer``), the attempts they
+    Its parts share one ``SharedState``: the claimers (``Claimer``), the attempts they
     start (``AttemptRunner``), the acker (``Reporter``), the heartbeater
     (``Heartbeater``) and the cancel listener (``cancels.cancel_listening``). The
     shutdown, after ``stop()`` or when a part kept failing, goes in this order:
@@ -112,7 +112,7 @@ class Worker:
         self.runner: AsyncRunner | None = None
         self._lent: LentConnection | None = None  # lent to the handlers while it runs
         self._redis = redis
-        self._state = WorkerState(concurrency)
+        self._state = SharedState(concurrency)
         self.counters: WorkerCounters = self._state.counters
         self._threads = ThreadRunner(concurrency)
         # One timer enforces every running attempt's timeout (see TimeoutTimer).
